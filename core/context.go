@@ -1,0 +1,29 @@
+package core
+
+import "context"
+
+// TaskInfo describes the running task to its function.
+type TaskInfo struct {
+	UUID       string
+	Name       string
+	Attempt    int // 1 on the first run, 2 on the first retry, ...
+	RetryCount int // retries allowed after the first attempt
+	GroupUUID  string
+	Headers    Headers
+}
+
+type taskInfoKey struct{}
+
+func withTaskInfo(ctx context.Context, sig *Signature) context.Context {
+	return context.WithValue(ctx, taskInfoKey{}, TaskInfo{
+		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: sig.RetryCount,
+		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
+	})
+}
+
+// TaskInfoFrom returns the running task's identity and attempt number, from
+// the ctx a worker passes to a task function.
+func TaskInfoFrom(ctx context.Context) (TaskInfo, bool) {
+	ti, ok := ctx.Value(taskInfoKey{}).(TaskInfo)
+	return ti, ok
+}

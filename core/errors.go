@@ -1,0 +1,146 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Drivers map their service's errors onto these so callers
+// can test them with [errors.Is].
+var (
+	// ErrClosed is returned by every call on a broker, backend or server
+	// after it has been closed.
+	ErrClosed = errors.New("errand: closed")
+
+	// ErrTaskNotFound is returned when a task ID is unknown to the backend,
+	// or its result has expired.
+	ErrTaskNotFound = errors.New("errand: task not found (unknown or expired)")
+
+	// ErrGroupNotFound is returned when a group ID is unknown to the
+	// backend, or its metadata has expired.
+	ErrGroupNotFound = errors.New("errand: group not found (unknown or expired)")
+
+	// ErrLeaseLost is returned when a delivery is acked, released or
+	// extended after its lease ran out (another consumer may hold it now).
+	ErrLeaseLost = errors.New("errand: delivery lease lost")
+
+	// ErrPayloadTooLarge is returned, before anything is sent, when an
+	// encoded message exceeds the broker's declared maximum payload.
+	ErrPayloadTooLarge = errors.New("errand: payload too large")
+
+	// ErrUnknownTask is wrapped by the failure recorded for a task whose
+	// name no worker has registered.
+	ErrUnknownTask = errors.New("errand: unknown task name")
+
+	// ErrBadArguments is wrapped by the failure recorded for a task whose
+	// arguments do not fit the registered function.
+	ErrBadArguments = errors.New("errand: bad task arguments")
+
+	// ErrBadMessage is wrapped by the reason a delivery is set aside when
+	// its body cannot be decoded as a Signature.
+	ErrBadMessage = errors.New("errand: malformed message")
+)
+
+// PayloadError reports an encoded message larger than a broker accepts.
+// It satisfies errors.Is(err, ErrPayloadTooLarge).
+type PayloadError struct {
+	TaskName string
+	Size     int // encoded size in bytes
+	Limit    int // broker maximum in bytes
+}
+
+func (e *PayloadError) Error() string {
+	return fmt.Sprintf("errand: task %q: encoded message is %d bytes, broker limit is %d bytes", e.TaskName, e.Size, e.Limit)
+}
+
+// Is reports whether target is ErrPayloadTooLarge.
+func (e *PayloadError) Is(target error) bool { return target == ErrPayloadTooLarge }
+
+// ArgumentError reports an argument that does not fit the registered
+// function's parameter. It satisfies errors.Is(err, ErrBadArguments) and is
+// never retried.
+type ArgumentError struct {
+	TaskName string
+	Index    int    // zero-based argument index; -1 when the count is wrong
+	Got      string // the type named by the message (Arg.Type), or the count
+	Want     string // the parameter type of the registered function
+	Err      error  // the underlying decoding error, if any
+}
+
+func (e *ArgumentError) Error() string {
+	if e.Index < 0 {
+		return fmt.Sprintf("errand: task %q: got %s arguments, function takes %s", e.TaskName, e.Got, e.Want)
+	}
+	msg := fmt.Sprintf("errand: task %q: argument %d: cannot use %s value as %s", e.TaskName, e.Index, e.Got, e.Want)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrBadArguments.
+func (e *ArgumentError) Is(target error) bool { return target == ErrBadArguments }
+
+// Unwrap returns the decoding error.
+func (e *ArgumentError) Unwrap() error { return e.Err }
+
+// TaskError is what AsyncResult.Get returns for a task that ended in
+// FAILURE: the task's identity and the error text its worker recorded.
+type TaskError struct {
+	UUID    string
+	Name    string
+	Message string
+}
+
+func (e *TaskError) Error() string {
+	return fmt.Sprintf("errand: task %s (%s) failed: %s", e.Name, e.UUID, e.Message)
+}
+
+// RetryLaterError asks the worker to run the task again after Delay. It is
+// found with [errors.As], so handlers may wrap it. Retries it causes count
+// against the task's RetryCount like any other retry; when none are left the
+// task fails.
+type RetryLaterError struct {
+	Delay time.Duration
+	Err   error // optional cause, recorded in the RETRY state
+}
+
+// RetryLater returns an error that makes the worker retry the task after d.
+func RetryLater(d time.Duration, cause error) error {
+	return &RetryLaterError{Delay: d, Err: cause}
+}
+
+func (e *RetryLaterError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("retry later (after %s)", e.Delay)
+	}
+	return fmt.Sprintf("retry later (after %s): %v", e.Delay, e.Err)
+}
+
+func (e *RetryLaterError) Unwrap() error { return e.Err }
+
+// PermanentError makes the worker fail the task at once, without retries.
+// It is found with [errors.As].
+type PermanentError struct{ Err error }
+
+// Permanent wraps err so the task fails without retry.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("failed permanently")
+	}
+	return &PermanentError{Err: err}
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// PanicError is the failure recorded for a task whose function panicked.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack)
+}

@@ -1,0 +1,140 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// AsyncResult is a handle on one sent task's outcome.
+type AsyncResult struct {
+	Signature *Signature
+	backend   Backend
+}
+
+// State returns the task's current state without waiting.
+func (r *AsyncResult) State(ctx context.Context) (*TaskState, error) {
+	return r.backend.GetState(ctx, r.Signature.UUID)
+}
+
+// Wait blocks until the task is SUCCESS or FAILURE and returns its state. It
+// never spins: it waits on the backend's notifications where it has them
+// ([StateWaiter]) and otherwise polls with a backoff from 2ms to 200ms. It
+// returns ErrTaskNotFound at once for an unknown or expired task, and
+// ctx.Err() when ctx is done.
+func (r *AsyncResult) Wait(ctx context.Context) (*TaskState, error) {
+	return waitTerminal(ctx, r.backend, r.Signature.UUID)
+}
+
+// Get waits like Wait and returns the task's results, or a *TaskError when
+// it failed.
+func (r *AsyncResult) Get(ctx context.Context) ([]Result, error) {
+	st, err := r.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.State == StateFailure {
+		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error}
+	}
+	return st.Results, nil
+}
+
+// GetInto waits like Get and decodes the results, in order, into the values
+// dst points to. Fewer pointers than results is fine; more is an error.
+func (r *AsyncResult) GetInto(ctx context.Context, dst ...any) error {
+	rs, err := r.Get(ctx)
+	if err != nil {
+		return err
+	}
+	return decodeResults(rs, dst)
+}
+
+func decodeResults(rs []Result, dst []any) error {
+	if len(dst) > len(rs) {
+		return fmt.Errorf("errand: %d results, %d destinations", len(rs), len(dst))
+	}
+	for i, d := range dst {
+		if err := rs[i].Decode(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitTerminal(ctx context.Context, b Backend, id string) (*TaskState, error) {
+	terminal := func(st *TaskState) bool { return st.State.Terminal() }
+	if w, ok := b.(StateWaiter); ok {
+		return w.WaitState(ctx, id, terminal)
+	}
+	delay := 2 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+		}
+		st, err := b.GetState(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if terminal(st) {
+			return st, nil
+		}
+		timer.Reset(delay)
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
+
+// ChainAsyncResult is a handle on a chain: one result per task, in order.
+type ChainAsyncResult struct {
+	Results []*AsyncResult
+}
+
+// Get waits for the tasks in order and returns the last one's results, or
+// the error of the first task that failed (later tasks then never run).
+func (c *ChainAsyncResult) Get(ctx context.Context) ([]Result, error) {
+	var rs []Result
+	for _, r := range c.Results {
+		var err error
+		if rs, err = r.Get(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// GetInto is Get decoding the last task's results into dst.
+func (c *ChainAsyncResult) GetInto(ctx context.Context, dst ...any) error {
+	rs, err := c.Get(ctx)
+	if err != nil {
+		return err
+	}
+	return decodeResults(rs, dst)
+}
+
+// ChordAsyncResult is a handle on a chord's members and its callback.
+type ChordAsyncResult struct {
+	Group    []*AsyncResult
+	Callback *AsyncResult
+}
+
+// Get waits for the callback and returns its results. When a member failed
+// for good, the callback is FAILURE with an error naming that member.
+func (c *ChordAsyncResult) Get(ctx context.Context) ([]Result, error) {
+	return c.Callback.Get(ctx)
+}
+
+// GetInto is Get decoding the callback's results into dst.
+func (c *ChordAsyncResult) GetInto(ctx context.Context, dst ...any) error {
+	return c.Callback.GetInto(ctx, dst...)
+}
+
+// IsTaskFailure reports whether err is a task's recorded failure (as opposed
+// to a backend error or ctx expiry).
+func IsTaskFailure(err error) bool {
+	var te *TaskError
+	return errors.As(err, &te)
+}

@@ -1,0 +1,326 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DefaultQueue is the queue used when neither a signature's RoutingKey nor
+// Config.DefaultQueue names one.
+const DefaultQueue = "errand_tasks"
+
+// Config configures a Server.
+type Config struct {
+	// Broker carries tasks to workers. Required.
+	Broker Broker
+	// Backend stores states and results. Required.
+	Backend Backend
+	// DefaultQueue is the routing key of signatures that name none.
+	// Default: "errand_tasks".
+	DefaultQueue string
+	// PublishBatch is how many messages one Publish call carries when a
+	// group or chord is sent. Default: 100.
+	PublishBatch int
+	// Logger receives warnings and errors. Default: discards everything.
+	Logger *slog.Logger
+}
+
+// Server registers tasks, sends tasks and workflows, and makes workers. It
+// is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	mu    sync.RWMutex
+	tasks map[string]*task
+}
+
+// NewServer returns a Server for cfg.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Broker == nil || cfg.Backend == nil {
+		return nil, errors.New("errand: NewServer: Config.Broker and Config.Backend are required")
+	}
+	if cfg.DefaultQueue == "" {
+		cfg.DefaultQueue = DefaultQueue
+	}
+	if cfg.PublishBatch <= 0 {
+		cfg.PublishBatch = 100
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Server{cfg: cfg, log: log, tasks: make(map[string]*task)}, nil
+}
+
+// Broker returns the server's broker.
+func (s *Server) Broker() Broker { return s.cfg.Broker }
+
+// Backend returns the server's backend.
+func (s *Server) Backend() Backend { return s.cfg.Backend }
+
+// TaskOption tunes one registered task.
+type TaskOption func(*task)
+
+// WithRetryPolicy sets the retry policy of one task, overriding the
+// worker's.
+func WithRetryPolicy(p RetryPolicy) TaskOption { return func(t *task) { t.policy = p } }
+
+// Register makes fn runnable by workers under name. fn takes an optional
+// leading context.Context and any number of JSON-decodable parameters, and
+// returns any number of JSON-encodable values followed by an error:
+//
+//	func(ctx context.Context, a, b int) (int, error)
+//	func(urls []string) error
+//
+// Anything else is refused here, with an error naming the task and the
+// offending parameter or result. Registering a name again replaces it.
+func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
+	t, err := newTask(name, fn)
+	if err != nil {
+		return err
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	s.mu.Lock()
+	s.tasks[name] = t
+	s.mu.Unlock()
+	return nil
+}
+
+// RegisterTasks registers every function of m under its key.
+func (s *Server) RegisterTasks(m map[string]any) error {
+	for name, fn := range m {
+		if err := s.Register(name, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) task(name string) *task {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tasks[name]
+}
+
+// prepare fills in what a signature about to be sent must have: a UUID and
+// a queue for it and every signature linked to it, so that a redelivered
+// parent republishes callbacks under the same IDs.
+func (s *Server) prepare(sig *Signature) {
+	if sig == nil {
+		return
+	}
+	if sig.UUID == "" {
+		sig.UUID = NewUUID()
+	}
+	if sig.RoutingKey == "" {
+		sig.RoutingKey = s.cfg.DefaultQueue
+	}
+	if sig.Attempt < 1 {
+		sig.Attempt = 1
+	}
+	for _, c := range sig.OnSuccess {
+		s.prepare(c)
+	}
+	for _, c := range sig.OnError {
+		s.prepare(c)
+	}
+	s.prepare(sig.ChordCallback)
+}
+
+// message encodes sig for the broker, checking the broker's payload limit.
+func (s *Server) message(sig *Signature) (Message, error) {
+	body, err := EncodeSignature(sig)
+	if err != nil {
+		return Message{}, err
+	}
+	m := Message{ID: sig.UUID, Queue: sig.RoutingKey, Body: body, Priority: sig.Priority}
+	if sig.ETA != nil {
+		m.NotBefore = *sig.ETA
+	}
+	if l, ok := s.cfg.Broker.(Limiter); ok {
+		if lim := l.Limits().MaxPayload; lim > 0 && len(body) > lim {
+			return Message{}, &PayloadError{TaskName: sig.Name, Size: len(body), Limit: lim}
+		}
+	}
+	return m, nil
+}
+
+// publish sends already prepared signatures without touching their state
+// (callbacks, retries).
+func (s *Server) publish(ctx context.Context, sigs ...*Signature) error {
+	msgs := make([]Message, 0, len(sigs))
+	for _, sig := range sigs {
+		m, err := s.message(sig)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return s.cfg.Broker.Publish(ctx, msgs...)
+}
+
+func (s *Server) setPending(ctx context.Context, sig *Signature) error {
+	return s.cfg.Backend.SetState(ctx, &TaskState{
+		TaskUUID: sig.UUID, TaskName: sig.Name, State: StatePending,
+		Attempt: sig.attempt(), CreatedAt: time.Now().UTC(),
+	})
+}
+
+// SendTask sends one task and returns a handle on its result. The task's
+// state is PENDING before it reaches the broker. An oversized payload is
+// refused before anything is written.
+func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, error) {
+	if sig == nil || sig.Name == "" {
+		return nil, errors.New("errand: SendTask: signature without a task name")
+	}
+	s.prepare(sig)
+	m, err := s.message(sig)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.setPending(ctx, sig); err != nil {
+		return nil, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
+	}
+	if err := s.cfg.Broker.Publish(ctx, m); err != nil {
+		return nil, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+	}
+	return s.result(sig), nil
+}
+
+func (s *Server) result(sig *Signature) *AsyncResult {
+	return &AsyncResult{Signature: sig, backend: s.cfg.Backend}
+}
+
+// sendMany sets every signature PENDING and publishes them in batches of
+// Config.PublishBatch, with up to concurrency batches in flight (< 1: one).
+// Every payload is checked before anything is sent.
+func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency int) error {
+	msgs := make([]Message, len(sigs))
+	for i, sig := range sigs {
+		m, err := s.message(sig)
+		if err != nil {
+			return err
+		}
+		msgs[i] = m
+	}
+	concurrency = max(concurrency, 1)
+	batch := s.cfg.PublishBatch
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(sigs); lo += batch {
+		hi := min(lo+batch, len(sigs))
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, sig := range sigs[lo:hi] {
+				if err := s.setPending(ctx, sig); err != nil {
+					cancel(fmt.Errorf("set PENDING for %s: %w", sig.UUID, err))
+					return
+				}
+			}
+			if err := s.cfg.Broker.Publish(ctx, msgs[lo:hi]...); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("errand: send: %w", err)
+	}
+	return nil
+}
+
+// SendGroup sends every task of g, publishing with up to sendConcurrency
+// batches in flight, and returns their results in group order.
+func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
+	if err := s.initGroup(ctx, g); err != nil {
+		return nil, err
+	}
+	if err := s.sendMany(ctx, g.Tasks, sendConcurrency); err != nil {
+		return nil, err
+	}
+	out := make([]*AsyncResult, len(g.Tasks))
+	for i, sig := range g.Tasks {
+		out[i] = s.result(sig)
+	}
+	return out, nil
+}
+
+func (s *Server) initGroup(ctx context.Context, g *Group) error {
+	if g == nil || len(g.Tasks) == 0 {
+		return errors.New("errand: empty group")
+	}
+	ids := make([]string, len(g.Tasks))
+	for i, sig := range g.Tasks {
+		s.prepare(sig)
+		ids[i] = sig.UUID
+	}
+	if err := s.cfg.Backend.InitGroup(ctx, g.GroupUUID, ids); err != nil {
+		return fmt.Errorf("errand: init group %s: %w", g.GroupUUID, err)
+	}
+	return nil
+}
+
+// SendChord sends the chord's group; its callback runs once every member
+// has succeeded, with their results as arguments in group order (see
+// [Chord]). The callback is PENDING from the start.
+func (s *Server) SendChord(ctx context.Context, c *Chord, sendConcurrency int) (*ChordAsyncResult, error) {
+	if c == nil || c.Callback == nil {
+		return nil, errors.New("errand: chord without a callback")
+	}
+	s.prepare(c.Callback)
+	for _, sig := range c.Group.Tasks {
+		sig.ChordCallback = c.Callback
+	}
+	if err := s.setPending(ctx, c.Callback); err != nil {
+		return nil, fmt.Errorf("errand: send chord: set callback PENDING: %w", err)
+	}
+	rs, err := s.SendGroup(ctx, c.Group, sendConcurrency)
+	if err != nil {
+		return nil, err
+	}
+	return &ChordAsyncResult{Group: rs, Callback: s.result(c.Callback)}, nil
+}
+
+// SendChain sends the first task of the chain; each next one is sent by the
+// worker when its predecessor succeeds (see [Chain]). Every task of the
+// chain is PENDING from the start.
+func (s *Server) SendChain(ctx context.Context, c *Chain) (*ChainAsyncResult, error) {
+	if c == nil || len(c.Tasks) == 0 {
+		return nil, errors.New("errand: empty chain")
+	}
+	s.prepare(c.Tasks[0])
+	m, err := s.message(c.Tasks[0])
+	if err != nil {
+		return nil, err
+	}
+	res := &ChainAsyncResult{}
+	for _, sig := range c.Tasks {
+		if err := s.setPending(ctx, sig); err != nil {
+			return nil, fmt.Errorf("errand: send chain: set PENDING: %w", err)
+		}
+		res.Results = append(res.Results, s.result(sig))
+	}
+	if err := s.cfg.Broker.Publish(ctx, m); err != nil {
+		return nil, fmt.Errorf("errand: send chain: %w", err)
+	}
+	return res, nil
+}

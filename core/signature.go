@@ -1,0 +1,188 @@
+package core
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"time"
+)
+
+// Signature is one task invocation on the wire: a registered task name, its
+// arguments and the workflow links that follow it. Field and JSON names are
+// machinery's, so messages written by machinery's Signature decode here; the
+// fields machinery lacks (Attempt, Timeout, Deadline) are additive.
+type Signature struct {
+	UUID           string       `json:"UUID"`
+	Name           string       `json:"Name"`
+	RoutingKey     string       `json:"RoutingKey"`     // queue; empty means the server's default queue
+	ETA            *time.Time   `json:"ETA"`            // not before this time; nil means now
+	GroupUUID      string       `json:"GroupUUID"`      // set on members of a group or chord
+	GroupTaskCount int          `json:"GroupTaskCount"` // members in that group
+	Args           []Arg        `json:"Args"`           // positional arguments, in call order
+	Headers        Headers      `json:"Headers"`        // free-form metadata, passed to hooks
+	Priority       uint8        `json:"Priority"`       // higher runs first where the broker orders by priority
+	Immutable      bool         `json:"Immutable"`      // true: do not receive the previous task's results
+	RetryCount     int          `json:"RetryCount"`     // retries allowed after the first attempt
+	RetryTimeout   int          `json:"RetryTimeout"`   // machinery's last Fibonacci delay, in policy units
+	OnSuccess      []*Signature `json:"OnSuccess"`      // sent with this task's results appended when it succeeds
+	OnError        []*Signature `json:"OnError"`        // sent with the error text prepended when it fails for good
+	ChordCallback  *Signature   `json:"ChordCallback"`  // sent once every member of GroupUUID has finished
+
+	// Attempt is the 1-based number of the current attempt: 1 on the first
+	// run, 2 on the first retry. Zero on the wire means 1.
+	Attempt int `json:"Attempt,omitempty"`
+	// Timeout bounds one attempt: the task's ctx is cancelled after it.
+	// Zero means the worker's default (none unless configured).
+	Timeout time.Duration `json:"Timeout,omitempty"`
+	// Deadline bounds every attempt: after it the task's ctx is cancelled and
+	// no further retry is made. Nil means none.
+	Deadline *time.Time `json:"Deadline,omitempty"`
+}
+
+// Headers carries free-form metadata with a task (trace IDs and the like).
+type Headers map[string]any
+
+// Arg is one positional argument. Type names the Go type the producer sent
+// (reflect's string form, e.g. "int", "[]string", "main.Point"); Value is any
+// JSON-encodable value. After decoding from the wire, Value holds the raw
+// JSON (a json.RawMessage) until the worker converts it to the parameter
+// type of the registered function.
+type Arg struct {
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+	Value any    `json:"value"`
+}
+
+// UnmarshalJSON keeps Value as raw JSON so it can later be decoded straight
+// into the registered function's parameter type, whatever that type is.
+func (a *Arg) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Name  string          `json:"name"`
+		Type  string          `json:"type"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	a.Name, a.Type = w.Name, w.Type
+	if w.Value == nil {
+		a.Value = json.RawMessage("null")
+	} else {
+		a.Value = w.Value
+	}
+	return nil
+}
+
+// ArgOf returns an Arg for v with its Go type name.
+func ArgOf(v any) Arg {
+	return Arg{Type: typeName(v), Value: v}
+}
+
+// NewSignature returns a signature for the task name with args, each
+// converted by ArgOf, and a fresh UUID.
+func NewSignature(name string, args ...any) *Signature {
+	s := &Signature{UUID: NewUUID(), Name: name}
+	for _, a := range args {
+		s.Args = append(s.Args, ArgOf(a))
+	}
+	return s
+}
+
+// NewUUID returns a random (version 4) UUID in its canonical text form.
+func NewUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("errand: crypto/rand failed: " + err.Error())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
+}
+
+// Copy returns a deep copy of s: arguments, headers and every linked
+// signature are copied, so the copy can be changed freely.
+func (s *Signature) Copy() *Signature {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Args = append([]Arg(nil), s.Args...)
+	if s.Headers != nil {
+		c.Headers = make(Headers, len(s.Headers))
+		for k, v := range s.Headers {
+			c.Headers[k] = v
+		}
+	}
+	if s.ETA != nil {
+		t := *s.ETA
+		c.ETA = &t
+	}
+	if s.Deadline != nil {
+		t := *s.Deadline
+		c.Deadline = &t
+	}
+	c.OnSuccess = copySigs(s.OnSuccess)
+	c.OnError = copySigs(s.OnError)
+	c.ChordCallback = s.ChordCallback.Copy()
+	return &c
+}
+
+func copySigs(in []*Signature) []*Signature {
+	if in == nil {
+		return nil
+	}
+	out := make([]*Signature, len(in))
+	for i, s := range in {
+		out[i] = s.Copy()
+	}
+	return out
+}
+
+// attempt returns the 1-based attempt number.
+func (s *Signature) attempt() int {
+	if s.Attempt < 1 {
+		return 1
+	}
+	return s.Attempt
+}
+
+// EncodeSignature returns the wire form of s (JSON).
+func EncodeSignature(s *Signature) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("errand: encode task %q: %w", s.Name, err)
+	}
+	return b, nil
+}
+
+// DecodeSignature parses the wire form of a signature. Any error wraps
+// ErrBadMessage; a message without a UUID or a task name is malformed too.
+func DecodeSignature(b []byte) (*Signature, error) {
+	var s Signature
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	if s.UUID == "" || s.Name == "" {
+		return nil, fmt.Errorf("%w: missing UUID or Name", ErrBadMessage)
+	}
+	return &s, nil
+}
+
+func typeName(v any) string {
+	if v == nil {
+		return "nil"
+	}
+	return reflect.TypeOf(v).String()
+}

@@ -1,0 +1,117 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// State is where a task is in its life.
+type State string
+
+// The task states, with machinery's and Celery's names.
+const (
+	StatePending  State = "PENDING"  // sent, not yet taken by a worker
+	StateReceived State = "RECEIVED" // taken by a worker (again, after a redelivery or retry)
+	StateStarted  State = "STARTED"  // its function is running
+	StateRetry    State = "RETRY"    // failed; a later attempt is scheduled
+	StateSuccess  State = "SUCCESS"  // finished with results (terminal)
+	StateFailure  State = "FAILURE"  // failed for good (terminal)
+)
+
+// Transitions is the graph of allowed state changes. A task starts in
+// PENDING; every change a worker records is an edge of this graph:
+//
+//	PENDING  -> RECEIVED | FAILURE
+//	RECEIVED -> RECEIVED | STARTED | FAILURE
+//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
+//	RETRY    -> RECEIVED
+//
+// RECEIVED -> RECEIVED and STARTED -> RECEIVED are redeliveries: a worker
+// died or shut down before finishing and another took the task again.
+// PENDING -> FAILURE and RECEIVED -> FAILURE are tasks that could not run
+// (unknown name, bad arguments, a chord whose member failed). SUCCESS and
+// FAILURE are terminal.
+var Transitions = map[State][]State{
+	StatePending:  {StateReceived, StateFailure},
+	StateReceived: {StateReceived, StateStarted, StateFailure},
+	StateStarted:  {StateReceived, StateSuccess, StateFailure, StateRetry},
+	StateRetry:    {StateReceived},
+	StateSuccess:  nil,
+	StateFailure:  nil,
+}
+
+// CanTransition reports whether from -> to is an edge of [Transitions].
+func CanTransition(from, to State) bool {
+	for _, s := range Transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidPath checks that states, in order, start at PENDING and follow
+// [Transitions]. It returns an error naming the first bad step.
+func ValidPath(states []State) error {
+	if len(states) == 0 {
+		return nil
+	}
+	if states[0] != StatePending {
+		return fmt.Errorf("first state is %s, want %s", states[0], StatePending)
+	}
+	for i := 1; i < len(states); i++ {
+		if !CanTransition(states[i-1], states[i]) {
+			return fmt.Errorf("step %d: %s -> %s is not an allowed transition", i, states[i-1], states[i])
+		}
+	}
+	return nil
+}
+
+// Terminal reports whether s is SUCCESS or FAILURE.
+func (s State) Terminal() bool { return s == StateSuccess || s == StateFailure }
+
+// Result is one value a task returned. Type is the Go type name; Value is
+// its JSON encoding.
+type Result struct {
+	Type  string          `json:"type"`
+	Value json.RawMessage `json:"value"`
+}
+
+// Decode unmarshals the result into the value dst points to.
+func (r Result) Decode(dst any) error {
+	if err := json.Unmarshal(r.Value, dst); err != nil {
+		return fmt.Errorf("errand: decode %s result: %w", r.Type, err)
+	}
+	return nil
+}
+
+// TaskState is what a backend stores for one task.
+type TaskState struct {
+	TaskUUID  string    `json:"task_uuid"`
+	TaskName  string    `json:"task_name"`
+	State     State     `json:"state"`
+	Attempt   int       `json:"attempt,omitempty"`
+	Results   []Result  `json:"results,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// StartedAt is set when the task's function starts, FinishedAt when it
+	// reaches SUCCESS or FAILURE; zero otherwise.
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+}
+
+// Copy returns a copy of st that shares nothing with it.
+func (st *TaskState) Copy() *TaskState {
+	if st == nil {
+		return nil
+	}
+	c := *st
+	if st.Results != nil {
+		c.Results = make([]Result, len(st.Results))
+		for i, r := range st.Results {
+			c.Results[i] = Result{Type: r.Type, Value: append(json.RawMessage(nil), r.Value...)}
+		}
+	}
+	return &c
+}

@@ -1,0 +1,159 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+)
+
+var (
+	ctxType   = reflect.TypeFor[context.Context]()
+	errorType = reflect.TypeFor[error]()
+)
+
+// task is a registered Go function, validated once at registration.
+type task struct {
+	name     string
+	fn       reflect.Value
+	takesCtx bool
+	params   []reflect.Type // excluding the leading context
+	results  []reflect.Type // excluding the trailing error
+	policy   RetryPolicy    // nil: the worker's
+}
+
+// newTask validates fn: a function whose parameters are an optional leading
+// context.Context followed by JSON-decodable values, and whose results are
+// any number of JSON-encodable values followed by an error.
+func newTask(name string, fn any) (*task, error) {
+	if name == "" {
+		return nil, errors.New("errand: register: empty task name")
+	}
+	v := reflect.ValueOf(fn)
+	if v.Kind() != reflect.Func || v.IsNil() {
+		return nil, fmt.Errorf("errand: register %q: want a function, got %T", name, fn)
+	}
+	t := v.Type()
+	if t.IsVariadic() {
+		return nil, fmt.Errorf("errand: register %q: variadic functions are not supported (%s)", name, t)
+	}
+	tk := &task{name: name, fn: v}
+	for i := 0; i < t.NumIn(); i++ {
+		p := t.In(i)
+		if i == 0 && p == ctxType {
+			tk.takesCtx = true
+			continue
+		}
+		if err := checkJSONType(p); err != nil {
+			return nil, fmt.Errorf("errand: register %q: parameter %d (%s): %w", name, i, p, err)
+		}
+		tk.params = append(tk.params, p)
+	}
+	if t.NumOut() == 0 || t.Out(t.NumOut()-1) != errorType {
+		return nil, fmt.Errorf("errand: register %q: the last result must be error (%s)", name, t)
+	}
+	for i := 0; i < t.NumOut()-1; i++ {
+		r := t.Out(i)
+		if err := checkJSONType(r); err != nil {
+			return nil, fmt.Errorf("errand: register %q: result %d (%s): %w", name, i, r, err)
+		}
+		tk.results = append(tk.results, r)
+	}
+	return tk, nil
+}
+
+// checkJSONType rejects types encoding/json cannot carry.
+func checkJSONType(t reflect.Type) error {
+	switch t.Kind() {
+	case reflect.Chan, reflect.Func, reflect.Complex64, reflect.Complex128, reflect.UnsafePointer:
+		return fmt.Errorf("%s values cannot be sent as JSON", t.Kind())
+	}
+	if t == ctxType {
+		return errors.New("context.Context must be the first parameter")
+	}
+	return nil
+}
+
+// decodeArgs converts a signature's arguments to the function's parameter
+// types. Any mismatch is an *ArgumentError naming the task, the argument
+// index and both types.
+func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
+	if len(args) != len(tk.params) {
+		return nil, &ArgumentError{TaskName: tk.name, Index: -1,
+			Got: strconv.Itoa(len(args)), Want: strconv.Itoa(len(tk.params))}
+	}
+	out := make([]reflect.Value, len(args))
+	for i, a := range args {
+		v, err := convertArg(a, tk.params[i])
+		if err != nil {
+			got := a.Type
+			if got == "" {
+				got = "untyped"
+			}
+			return nil, &ArgumentError{TaskName: tk.name, Index: i, Got: got, Want: tk.params[i].String(), Err: err}
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// convertArg turns one argument into a value of type t. A value still in Go
+// form is used directly when its type fits; anything else goes through its
+// JSON encoding, as it would on the wire.
+func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
+	var raw []byte
+	switch v := a.Value.(type) {
+	case json.RawMessage:
+		raw = v
+	default:
+		if v != nil && reflect.TypeOf(v).AssignableTo(t) {
+			return reflect.ValueOf(v), nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return reflect.Value{}, err
+		}
+		raw = b
+	}
+	p := reflect.New(t)
+	if err := json.Unmarshal(raw, p.Interface()); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return reflect.Value{}, fmt.Errorf("JSON %s does not decode into %s", ute.Value, t)
+		}
+		return reflect.Value{}, err
+	}
+	return p.Elem(), nil
+}
+
+// call runs the function and encodes its results.
+func (tk *task) call(ctx context.Context, args []reflect.Value) ([]Result, error) {
+	in := args
+	if tk.takesCtx {
+		in = append([]reflect.Value{reflect.ValueOf(ctx)}, args...)
+	}
+	out := tk.fn.Call(in)
+	if errV := out[len(out)-1]; !errV.IsNil() {
+		return nil, errV.Interface().(error)
+	}
+	results := make([]Result, 0, len(out)-1)
+	for i, v := range out[:len(out)-1] {
+		b, err := json.Marshal(v.Interface())
+		if err != nil {
+			return nil, Permanent(fmt.Errorf("errand: task %q: encode result %d (%s): %w", tk.name, i, tk.results[i], err))
+		}
+		results = append(results, Result{Type: tk.results[i].String(), Value: b})
+	}
+	return results, nil
+}
+
+// resultArgs turns results into arguments for the next task of a workflow.
+func resultArgs(rs []Result) []Arg {
+	args := make([]Arg, len(rs))
+	for i, r := range rs {
+		args[i] = Arg{Type: r.Type, Value: json.RawMessage(r.Value)}
+	}
+	return args
+}

@@ -1,0 +1,3 @@
+module github.com/errand-go/errand
+
+go 1.25
