@@ -1,0 +1,299 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/errand-go/errand/core"
+)
+
+// Options configures a Backend.
+type Options struct {
+	// ResultExpiry is how long a task's state is kept after its last write.
+	// Default: 1h (machinery's ResultsExpireIn).
+	ResultExpiry time.Duration
+	// GroupExpiry is how long a group's metadata is kept after its last
+	// member completed (or its creation). Default: 24h; never less than
+	// ResultExpiry.
+	GroupExpiry time.Duration
+}
+
+// Backend is an in-process core.Backend.
+type Backend struct {
+	opts Options
+	name string
+
+	mu      sync.Mutex
+	states  map[string]*stateEntry
+	groups  map[string]*group
+	changed chan struct{} // closed and replaced on every state write
+	writes  int
+	closed  bool
+}
+
+var (
+	_ core.Backend     = (*Backend)(nil)
+	_ core.StateWaiter = (*Backend)(nil)
+	_ core.Expirer     = (*Backend)(nil)
+)
+
+type stateEntry struct {
+	st      *core.TaskState
+	expires time.Time
+}
+
+type group struct {
+	members []string
+	index   map[string]bool
+	done    map[string]bool
+	claimer string
+	expires time.Time
+}
+
+// New returns an empty backend. opts may be nil.
+func New(opts *Options) *Backend {
+	b := &Backend{states: map[string]*stateEntry{}, groups: map[string]*group{}, changed: make(chan struct{})}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.opts.ResultExpiry <= 0 {
+		b.opts.ResultExpiry = time.Hour
+	}
+	if b.opts.GroupExpiry <= 0 {
+		b.opts.GroupExpiry = 24 * time.Hour
+	}
+	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	return b
+}
+
+// ResultExpiry returns the configured result expiry.
+func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
+
+// SetState stores a copy of st.
+func (b *Backend) SetState(_ context.Context, st *core.TaskState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return core.ErrClosed
+	}
+	now := time.Now()
+	b.states[st.TaskUUID] = &stateEntry{st: st.Copy(), expires: now.Add(b.opts.ResultExpiry)}
+	close(b.changed)
+	b.changed = make(chan struct{})
+	if b.writes++; b.writes%4096 == 0 {
+		b.sweep(now)
+	}
+	return nil
+}
+
+// sweep drops expired entries; b.mu must be held.
+func (b *Backend) sweep(now time.Time) {
+	for id, e := range b.states {
+		if !e.expires.After(now) {
+			delete(b.states, id)
+		}
+	}
+	for id, g := range b.groups {
+		if !g.expires.After(now) {
+			delete(b.groups, id)
+		}
+	}
+}
+
+func (b *Backend) get(id string, now time.Time) (*stateEntry, error) {
+	if b.closed {
+		return nil, core.ErrClosed
+	}
+	e := b.states[id]
+	if e == nil || !e.expires.After(now) {
+		return nil, fmt.Errorf("memory backend: task %s: %w", id, core.ErrTaskNotFound)
+	}
+	return e, nil
+}
+
+// GetState returns a copy of the task's state.
+func (b *Backend) GetState(_ context.Context, id string) (*core.TaskState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, err := b.get(id, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return e.st.Copy(), nil
+}
+
+// WaitState blocks until the task's state satisfies done, woken by writes.
+func (b *Backend) WaitState(ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		b.mu.Lock()
+		now := time.Now()
+		e, err := b.get(id, now)
+		if err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		if done(e.st) {
+			st := e.st.Copy()
+			b.mu.Unlock()
+			return st, nil
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		// Wake at the entry's expiry too, to report it as not found.
+		if timer == nil {
+			timer = time.NewTimer(e.expires.Sub(now))
+		} else {
+			timer.Reset(e.expires.Sub(now))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-changed:
+		case <-timer.C:
+		}
+	}
+}
+
+// InitGroup records the group's members in order.
+func (b *Backend) InitGroup(_ context.Context, groupUUID string, taskUUIDs []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return core.ErrClosed
+	}
+	g := &group{members: append([]string(nil), taskUUIDs...), index: map[string]bool{}, done: map[string]bool{},
+		expires: time.Now().Add(b.opts.GroupExpiry)}
+	for _, id := range taskUUIDs {
+		g.index[id] = true
+	}
+	b.groups[groupUUID] = g
+	return nil
+}
+
+func (b *Backend) group(id string, now time.Time) (*group, error) {
+	if b.closed {
+		return nil, core.ErrClosed
+	}
+	g := b.groups[id]
+	if g == nil || !g.expires.After(now) {
+		return nil, fmt.Errorf("memory backend: group %s: %w", id, core.ErrGroupNotFound)
+	}
+	return g, nil
+}
+
+// CompleteGroupMember marks taskUUID done, once, and extends the group's
+// life.
+func (b *Backend) CompleteGroupMember(_ context.Context, groupUUID, taskUUID string) (int, int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	g, err := b.group(groupUUID, now)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !g.index[taskUUID] {
+		return 0, 0, fmt.Errorf("memory backend: task %s is not a member of group %s", taskUUID, groupUUID)
+	}
+	g.done[taskUUID] = true
+	g.expires = now.Add(b.opts.GroupExpiry)
+	return len(g.done), len(g.members), nil
+}
+
+// ClaimChord lets the first claimer win, and that claimer again.
+func (b *Backend) ClaimChord(_ context.Context, groupUUID, claimer string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g, err := b.group(groupUUID, time.Now())
+	if err != nil {
+		return false, err
+	}
+	if g.claimer == "" {
+		g.claimer = claimer
+	}
+	return g.claimer == claimer, nil
+}
+
+// GroupStates returns the members' states in group order.
+func (b *Backend) GroupStates(_ context.Context, groupUUID string) ([]*core.TaskState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	g, err := b.group(groupUUID, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*core.TaskState, len(g.members))
+	for i, id := range g.members {
+		if e, err := b.get(id, now); err == nil {
+			out[i] = e.st.Copy()
+		} else {
+			out[i] = &core.TaskState{TaskUUID: id, State: core.StatePending}
+		}
+	}
+	return out, nil
+}
+
+// Close drops everything; later calls return core.ErrClosed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.states, b.groups = nil, nil
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+	if b.name != "" {
+		named.Lock()
+		if named.m[b.name] == b {
+			delete(named.m, b.name)
+		}
+		named.Unlock()
+	}
+	return nil
+}
+
+var named = struct {
+	sync.Mutex
+	m map[string]*Backend
+}{m: map[string]*Backend{}}
+
+// Open returns the backend for a memory:// URL (see the package doc).
+func Open(_ context.Context, u *url.URL) (core.Backend, error) {
+	var opts Options
+	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
+		if v := u.Query().Get(key); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("memory backend: %s %q is not a positive duration", key, v)
+			}
+			*dst = d
+		}
+	}
+	name := u.Host + u.Path
+	if name == "" {
+		return New(&opts), nil
+	}
+	named.Lock()
+	defer named.Unlock()
+	if b := named.m[name]; b != nil {
+		return b, nil
+	}
+	b := New(&opts)
+	b.name = name
+	named.m[name] = b
+	return b, nil
+}
+
+func init() { core.RegisterBackend("memory", Open) }

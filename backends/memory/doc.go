@@ -1,0 +1,23 @@
+// Package memory is errand's in-process result backend: the embedded
+// default, with no server and no dependencies.
+//
+// # URL form
+//
+//	memory://                         a new, private backend
+//	memory://NAME                     the backend named NAME in this process
+//	memory://NAME?result_expiry=1h    results expire an hour after their last write
+//
+// Import the package for its side effect to register the scheme.
+//
+// # Guarantees
+//
+// Every workflow primitive runs under one mutex, so group completion is
+// atomic and idempotent per task and chord claims are compare-and-set.
+// Results expire Options.ResultExpiry after their last write (checked on
+// every read; expired entries are swept as writes go on). Group metadata
+// expires GroupExpiry after the group's last activity, and never sooner
+// than ResultExpiry. Waiting for a result is woken by the write itself
+// (core.StateWaiter), not by polling.
+//
+// Nothing survives the process.
+package memory

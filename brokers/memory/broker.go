@@ -1,0 +1,447 @@
+package memory
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/errand-go/errand/core"
+)
+
+// Options configures a Broker.
+type Options struct {
+	// MaxPayload is the largest message body accepted, in bytes.
+	// Default: 0, no limit.
+	MaxPayload int
+}
+
+// Broker is an in-process core.Broker. The zero value is not usable; call
+// New.
+type Broker struct {
+	opts Options
+	name string // registry name, "" when private
+
+	mu     sync.Mutex
+	queues map[string]*queue
+	wake   chan struct{} // closed and replaced whenever a message becomes available
+	seq    uint64
+	closed bool
+}
+
+var (
+	_ core.Broker              = (*Broker)(nil)
+	_ core.Limiter             = (*Broker)(nil)
+	_ core.Inspector           = (*Broker)(nil)
+	_ core.Purger              = (*Broker)(nil)
+	_ core.StatsReporter       = (*Broker)(nil)
+	_ core.DeadLetterInspector = (*Broker)(nil)
+)
+
+// New returns an empty broker. opts may be nil.
+func New(opts *Options) *Broker {
+	b := &Broker{queues: make(map[string]*queue), wake: make(chan struct{})}
+	if opts != nil {
+		b.opts = *opts
+	}
+	return b
+}
+
+type entry struct {
+	msg        core.Message
+	seq        uint64
+	due        time.Time
+	deliveries int
+	token      uint64 // changes on every delivery; a stale handle no longer matches
+	leaseUntil time.Time
+}
+
+type queue struct {
+	ready    readyHeap
+	delayed  dueHeap
+	inflight map[uint64]*entry
+	dead     []core.DeadLetter
+}
+
+type handle struct{ seq, token uint64 }
+
+func (b *Broker) queue(name string) *queue {
+	q := b.queues[name]
+	if q == nil {
+		q = &queue{inflight: make(map[uint64]*entry)}
+		b.queues[name] = q
+	}
+	return q
+}
+
+// broadcast wakes every blocked Fetch; b.mu must be held.
+func (b *Broker) broadcast() {
+	close(b.wake)
+	b.wake = make(chan struct{})
+}
+
+// Limits reports the maximum payload; there is no maximum delay.
+func (b *Broker) Limits() core.Limits { return core.Limits{MaxPayload: b.opts.MaxPayload} }
+
+// Publish enqueues msgs. It never blocks and refuses the whole batch if any
+// body exceeds MaxPayload.
+func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
+	for _, m := range msgs {
+		if err := core.CheckPayload(m, b.opts.MaxPayload); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return core.ErrClosed
+	}
+	now := time.Now()
+	for _, m := range msgs {
+		m.Body = slices.Clone(m.Body)
+		b.seq++
+		e := &entry{msg: m, seq: b.seq, due: m.NotBefore}
+		q := b.queue(m.Queue)
+		if e.due.After(now) {
+			heap.Push(&q.delayed, e)
+		} else {
+			heap.Push(&q.ready, e)
+		}
+	}
+	b.broadcast()
+	return nil
+}
+
+// promote moves due delayed messages and expired leases to ready, and
+// returns the earliest time something else will become ready (zero: none).
+func (q *queue) promote(now time.Time) time.Time {
+	for len(q.delayed) > 0 && !q.delayed[0].due.After(now) {
+		heap.Push(&q.ready, heap.Pop(&q.delayed))
+	}
+	var next time.Time
+	for seq, e := range q.inflight {
+		if !e.leaseUntil.After(now) {
+			delete(q.inflight, seq)
+			e.token = 0
+			heap.Push(&q.ready, e)
+		} else if next.IsZero() || e.leaseUntil.Before(next) {
+			next = e.leaseUntil
+		}
+	}
+	if len(q.delayed) > 0 && (next.IsZero() || q.delayed[0].due.Before(next)) {
+		next = q.delayed[0].due
+	}
+	return next
+}
+
+// Fetch blocks until a message of queue is due, then leases up to max.
+func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease time.Duration) ([]*core.Delivery, error) {
+	max = maxOf(max, 1)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, core.ErrClosed
+		}
+		now := time.Now()
+		q := b.queue(queueName)
+		next := q.promote(now)
+		if len(q.ready) > 0 {
+			out := make([]*core.Delivery, 0, min(max, len(q.ready)))
+			for len(out) < max && len(q.ready) > 0 {
+				e := heap.Pop(&q.ready).(*entry)
+				b.seq++
+				e.token, e.leaseUntil = b.seq, now.Add(lease)
+				e.deliveries++
+				q.inflight[e.seq] = e
+				m := e.msg
+				m.Body = slices.Clone(m.Body)
+				out = append(out, &core.Delivery{Message: m, Attempt: e.deliveries, Handle: handle{e.seq, e.token}})
+			}
+			b.mu.Unlock()
+			return out, nil
+		}
+		wake := b.wake
+		b.mu.Unlock()
+
+		var tc <-chan time.Time
+		if !next.IsZero() {
+			d := time.Until(next)
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			tc = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wake:
+		case <-tc:
+		}
+	}
+}
+
+func maxOf(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// leased returns the in-flight entry d refers to, if d still holds its
+// lease (or the lease ran out but nobody took the message since).
+func (b *Broker) leased(d *core.Delivery) (*queue, *entry, error) {
+	if b.closed {
+		return nil, nil, core.ErrClosed
+	}
+	h, ok := d.Handle.(handle)
+	if !ok {
+		return nil, nil, fmt.Errorf("memory broker: delivery %q was not fetched from this broker", d.ID)
+	}
+	q := b.queues[d.Queue]
+	if q == nil {
+		return nil, nil, core.ErrLeaseLost
+	}
+	e := q.inflight[h.seq]
+	if e == nil || e.token != h.token {
+		return nil, nil, fmt.Errorf("memory broker: message %q: %w", d.ID, core.ErrLeaseLost)
+	}
+	return q, e, nil
+}
+
+// Ack removes the delivered message.
+func (b *Broker) Ack(_ context.Context, d *core.Delivery) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, e, err := b.leased(d)
+	if err != nil {
+		return err
+	}
+	delete(q.inflight, e.seq)
+	return nil
+}
+
+// Release requeues the delivered message, due at notBefore.
+func (b *Broker) Release(_ context.Context, d *core.Delivery, notBefore time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, e, err := b.leased(d)
+	if err != nil {
+		return err
+	}
+	delete(q.inflight, e.seq)
+	e.token, e.due = 0, notBefore
+	if notBefore.After(time.Now()) {
+		heap.Push(&q.delayed, e)
+	} else {
+		heap.Push(&q.ready, e)
+	}
+	b.broadcast()
+	return nil
+}
+
+// Extend renews the delivery's lease for lease from now.
+func (b *Broker) Extend(_ context.Context, d *core.Delivery, lease time.Duration) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, e, err := b.leased(d)
+	if err != nil {
+		return err
+	}
+	e.leaseUntil = time.Now().Add(lease)
+	return nil
+}
+
+// Reject moves the delivered message to the queue's dead letters.
+func (b *Broker) Reject(_ context.Context, d *core.Delivery, reason string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, e, err := b.leased(d)
+	if err != nil {
+		return err
+	}
+	delete(q.inflight, e.seq)
+	q.dead = append(q.dead, core.DeadLetter{Message: e.msg, Reason: reason, At: time.Now()})
+	return nil
+}
+
+// Close drops every message and wakes blocked fetchers with core.ErrClosed.
+// A named broker is removed from the URL registry.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.queues = nil
+	b.broadcast()
+	b.mu.Unlock()
+	if b.name != "" {
+		named.Lock()
+		if named.m[b.name] == b {
+			delete(named.m, b.name)
+		}
+		named.Unlock()
+	}
+	return nil
+}
+
+func (b *Broker) inspect(queueName string, f func(q *queue) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return core.ErrClosed
+	}
+	q := b.queue(queueName)
+	q.promote(time.Now())
+	return f(q)
+}
+
+func messages(es []*entry) []core.Message {
+	sorted := slices.Clone(es)
+	slices.SortFunc(sorted, func(a, b *entry) int { return a.due.Compare(b.due)*2 + cmpU(a.seq, b.seq) })
+	out := make([]core.Message, len(sorted))
+	for i, e := range sorted {
+		out[i] = e.msg
+	}
+	return out
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Pending lists the due, undelivered messages of queue.
+func (b *Broker) Pending(_ context.Context, queueName string) (out []core.Message, err error) {
+	err = b.inspect(queueName, func(q *queue) error { out = messages(q.ready); return nil })
+	return out, err
+}
+
+// Delayed lists the messages of queue that are not due yet, earliest first.
+func (b *Broker) Delayed(_ context.Context, queueName string) (out []core.Message, err error) {
+	err = b.inspect(queueName, func(q *queue) error { out = messages(q.delayed); return nil })
+	return out, err
+}
+
+// DeadLetters lists the rejected messages of queue.
+func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []core.DeadLetter, err error) {
+	err = b.inspect(queueName, func(q *queue) error { out = slices.Clone(q.dead); return nil })
+	return out, err
+}
+
+// Purge drops the pending and delayed messages of queue.
+func (b *Broker) Purge(_ context.Context, queueName string) (n int, err error) {
+	err = b.inspect(queueName, func(q *queue) error {
+		n = len(q.ready) + len(q.delayed)
+		q.ready, q.delayed = nil, nil
+		return nil
+	})
+	return n, err
+}
+
+// Stats counts queue.
+func (b *Broker) Stats(_ context.Context, queueName string) (s core.QueueStats, err error) {
+	err = b.inspect(queueName, func(q *queue) error {
+		s = core.QueueStats{Pending: len(q.ready), Delayed: len(q.delayed), InFlight: len(q.inflight), Dead: len(q.dead)}
+		return nil
+	})
+	return s, err
+}
+
+// readyHeap orders due messages: higher priority, then earlier due, then
+// publish order.
+type readyHeap []*entry
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	if h[i].msg.Priority != h[j].msg.Priority {
+		return h[i].msg.Priority > h[j].msg.Priority
+	}
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h readyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}
+
+// dueHeap orders delayed messages by due time, then publish order.
+type dueHeap []*entry
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}
+
+var named = struct {
+	sync.Mutex
+	m map[string]*Broker
+}{m: map[string]*Broker{}}
+
+// Open returns the broker for a memory:// URL (see the package doc).
+func Open(_ context.Context, u *url.URL) (core.Broker, error) {
+	var opts Options
+	if v := u.Query().Get("max_payload"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("memory broker: max_payload %q is not a byte count", v)
+		}
+		opts.MaxPayload = n
+	}
+	name := u.Host + u.Path
+	if name == "" {
+		return New(&opts), nil
+	}
+	named.Lock()
+	defer named.Unlock()
+	if b := named.m[name]; b != nil {
+		return b, nil
+	}
+	b := New(&opts)
+	b.name = name
+	named.m[name] = b
+	return b, nil
+}
+
+func init() { core.RegisterBroker("memory", Open) }
