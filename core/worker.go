@@ -454,8 +454,8 @@ func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Res
 		}
 		cbs = append(cbs, cb)
 	}
-	if err := w.srv.publish(ctx, cbs...); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): publish OnSuccess callbacks: %w", sig.Name, sig.UUID, err)
+	if err := w.sendCallbacks(ctx, cbs); err != nil {
+		return requeue, fmt.Errorf("errand: task %s (%s): send OnSuccess callbacks: %w", sig.Name, sig.UUID, err)
 	}
 	return ack, nil
 }
@@ -466,10 +466,28 @@ func (w *Worker) afterFailure(ctx context.Context, sig *Signature, errText strin
 	if err := w.completeMember(ctx, sig); err != nil {
 		return requeue, err
 	}
-	if err := w.srv.publish(ctx, errorCallbacks(sig.OnError, errText)...); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): publish OnError callbacks: %w", sig.Name, sig.UUID, err)
+	if err := w.sendCallbacks(ctx, errorCallbacks(sig.OnError, errText)); err != nil {
+		return requeue, fmt.Errorf("errand: task %s (%s): send OnError callbacks: %w", sig.Name, sig.UUID, err)
 	}
 	return ack, nil
+}
+
+// sendCallbacks publishes callbacks, first recording PENDING for each that
+// has no state yet (chain members and chord callbacks were made PENDING when
+// sent; a redelivered parent must not set a running callback back).
+func (w *Worker) sendCallbacks(ctx context.Context, cbs []*Signature) error {
+	for _, cb := range cbs {
+		_, err := w.srv.cfg.Backend.GetState(ctx, cb.UUID)
+		switch {
+		case errors.Is(err, ErrTaskNotFound):
+			if err := w.srv.setPending(ctx, cb); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		}
+	}
+	return w.srv.publish(ctx, cbs...)
 }
 
 func errorCallbacks(sigs []*Signature, errText string) []*Signature {
@@ -526,8 +544,8 @@ func (w *Worker) fireChord(ctx context.Context, member *Signature) error {
 	if !cb.Immutable {
 		cb.Args = append(cb.Args, args...)
 	}
-	if err := w.srv.publish(ctx, cb); err != nil {
-		return fmt.Errorf("errand: group %s: publish chord callback: %w", member.GroupUUID, err)
+	if err := w.sendCallbacks(ctx, []*Signature{cb}); err != nil {
+		return fmt.Errorf("errand: group %s: send chord callback: %w", member.GroupUUID, err)
 	}
 	return nil
 }
@@ -548,8 +566,8 @@ func (w *Worker) failChord(ctx context.Context, cb *Signature, errText string) e
 			return fmt.Errorf("errand: chord callback %s: set FAILURE: %w", cb.UUID, err)
 		}
 	}
-	if err := w.srv.publish(ctx, errorCallbacks(cb.OnError, errText)...); err != nil {
-		return fmt.Errorf("errand: chord callback %s: publish OnError callbacks: %w", cb.UUID, err)
+	if err := w.sendCallbacks(ctx, errorCallbacks(cb.OnError, errText)); err != nil {
+		return fmt.Errorf("errand: chord callback %s: send OnError callbacks: %w", cb.UUID, err)
 	}
 	return nil
 }

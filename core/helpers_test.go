@@ -1,0 +1,119 @@
+package core_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/core"
+)
+
+// recorder wraps a backend and records every state each task is set to, so
+// tests can check the paths against core.Transitions.
+type recorder struct {
+	core.Backend
+	mu    sync.Mutex
+	paths map[string][]core.State
+}
+
+func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
+	r.mu.Lock()
+	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+	r.mu.Unlock()
+	return r.Backend.SetState(ctx, st)
+}
+
+func (r *recorder) path(id string) []core.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]core.State(nil), r.paths[id]...)
+}
+
+// checkPaths fails t for every recorded path that is not a path of the
+// allowed state graph.
+func (r *recorder) checkPaths(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, p := range r.paths {
+		if err := core.ValidPath(p); err != nil {
+			t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
+		}
+	}
+}
+
+type env struct {
+	srv    *core.Server
+	broker *memorybroker.Broker
+	rec    *recorder
+}
+
+// newEnv returns a server over fresh memory drivers; register tasks on it,
+// then call start.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	br := memorybroker.New(nil)
+	rec := &recorder{Backend: memorybackend.New(nil), paths: map[string][]core.State{}}
+	srv, err := core.NewServer(core.Config{Broker: br, Backend: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rec.checkPaths(t)
+		br.Close()
+		rec.Close()
+	})
+	return &env{srv: srv, broker: br, rec: rec}
+}
+
+// start runs a worker until the test ends, shutting it down gracefully.
+func (e *env) start(t *testing.T, cfg core.WorkerConfig) *core.Worker {
+	t.Helper()
+	if cfg.RetryPolicy == nil {
+		cfg.RetryPolicy = core.Fibonacci{Unit: time.Millisecond}
+	}
+	w := e.srv.NewWorker(cfg)
+	w.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("worker shutdown: %v", err)
+		}
+	})
+	return w
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// checkNoLeak fails t if goroutines started during the test outlive it.
+// It polls with a deadline: goroutines may take a moment to return.
+func checkNoLeak(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			n := runtime.NumGoroutine()
+			if n <= before {
+				return
+			}
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutine leak: %d goroutines before, %d after:\n%s", before, n, buf)
+				return
+			}
+		}
+	})
+}
