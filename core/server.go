@@ -76,6 +76,7 @@ func WithRetryPolicy(p RetryPolicy) TaskOption { return func(t *task) { t.policy
 //
 //	func(ctx context.Context, a, b int) (int, error)
 //	func(urls []string) error
+//	func(ctx context.Context, parts ...int) (int, error)  // e.g. a chord callback
 //
 // Anything else is refused here, with an error naming the task and the
 // offending parameter or result. Registering a name again replaces it.

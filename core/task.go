@@ -19,14 +19,16 @@ type task struct {
 	name     string
 	fn       reflect.Value
 	takesCtx bool
+	variadic bool           // the last param is ...T: any number of trailing args of type T
 	params   []reflect.Type // excluding the leading context
 	results  []reflect.Type // excluding the trailing error
 	policy   RetryPolicy    // nil: the worker's
 }
 
 // newTask validates fn: a function whose parameters are an optional leading
-// context.Context followed by JSON-decodable values, and whose results are
-// any number of JSON-encodable values followed by an error.
+// context.Context followed by JSON-decodable values (the last may be
+// variadic), and whose results are any number of JSON-encodable values
+// followed by an error.
 func newTask(name string, fn any) (*task, error) {
 	if name == "" {
 		return nil, errors.New("errand: register: empty task name")
@@ -36,10 +38,7 @@ func newTask(name string, fn any) (*task, error) {
 		return nil, fmt.Errorf("errand: register %q: want a function, got %T", name, fn)
 	}
 	t := v.Type()
-	if t.IsVariadic() {
-		return nil, fmt.Errorf("errand: register %q: variadic functions are not supported (%s)", name, t)
-	}
-	tk := &task{name: name, fn: v}
+	tk := &task{name: name, fn: v, variadic: t.IsVariadic()}
 	for i := 0; i < t.NumIn(); i++ {
 		p := t.In(i)
 		if i == 0 && p == ctxType {
@@ -80,19 +79,30 @@ func checkJSONType(t reflect.Type) error {
 // types. Any mismatch is an *ArgumentError naming the task, the argument
 // index and both types.
 func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
-	if len(args) != len(tk.params) {
-		return nil, &ArgumentError{TaskName: tk.name, Index: -1,
-			Got: strconv.Itoa(len(args)), Want: strconv.Itoa(len(tk.params))}
+	fixed := len(tk.params)
+	if tk.variadic {
+		fixed--
+	}
+	if len(args) < fixed || (!tk.variadic && len(args) != fixed) {
+		want := strconv.Itoa(fixed)
+		if tk.variadic {
+			want = "at least " + want
+		}
+		return nil, &ArgumentError{TaskName: tk.name, Index: -1, Got: strconv.Itoa(len(args)), Want: want}
 	}
 	out := make([]reflect.Value, len(args))
 	for i, a := range args {
-		v, err := convertArg(a, tk.params[i])
+		pt := tk.params[min(i, len(tk.params)-1)]
+		if tk.variadic && i >= fixed {
+			pt = pt.Elem()
+		}
+		v, err := convertArg(a, pt)
 		if err != nil {
 			got := a.Type
 			if got == "" {
 				got = "untyped"
 			}
-			return nil, &ArgumentError{TaskName: tk.name, Index: i, Got: got, Want: tk.params[i].String(), Err: err}
+			return nil, &ArgumentError{TaskName: tk.name, Index: i, Got: got, Want: pt.String(), Err: err}
 		}
 		out[i] = v
 	}

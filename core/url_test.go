@@ -1,0 +1,56 @@
+package core_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	_ "github.com/errand-go/errand/backends/memory"
+	_ "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/core"
+)
+
+func TestRedactURL(t *testing.T) {
+	cases := map[string]string{
+		"redis://user:hunter2@host:6379/0":                 "redis://user:xxxxx@host:6379/0",
+		"rediss://:hunter2@host:6380":                      "rediss://:xxxxx@host:6380",
+		"sqs://host/q?secret_key=hunter2&region=eu-west-1": "sqs://host/q?region=eu-west-1&secret_key=xxxxx",
+		"memory://":                             "memory:",
+		"mongodb://h:27017/db?password=hunter2": "mongodb://h:27017/db?password=xxxxx",
+	}
+	for in, want := range cases {
+		got := core.RedactURL(in)
+		if strings.Contains(got, "hunter2") {
+			t.Errorf("RedactURL(%q) = %q leaks the secret", in, got)
+		}
+		if want != "memory:" && got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestOpenByURL(t *testing.T) {
+	ctx := context.Background()
+	b1, err := core.OpenBroker(ctx, "memory://shared-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b1.Close()
+	b2, _ := core.OpenBroker(ctx, "memory://shared-q")
+	if b1 != b2 {
+		t.Fatal("memory://NAME opened twice gave two brokers; want one shared instance")
+	}
+	be, err := core.OpenBackend(ctx, "memory://?result_expiry=2m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	_, err = core.OpenBroker(ctx, "nosuch://u:hunter2@h")
+	if err == nil || !strings.Contains(err.Error(), `"nosuch"`) || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("unknown scheme error %v: want it named, without the password", err)
+	}
+	_, err = core.OpenBackend(ctx, "memory://x?result_expiry=soon")
+	if err == nil || !strings.Contains(err.Error(), "result_expiry") {
+		t.Fatalf("bad option error = %v", err)
+	}
+}
