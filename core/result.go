@@ -13,6 +13,12 @@ type AsyncResult struct {
 	backend   Backend
 }
 
+// NewAsyncResult returns a handle on the outcome of the task with sig's UUID,
+// read from backend: for a process that did not send the task itself.
+func NewAsyncResult(sig *Signature, backend Backend) *AsyncResult {
+	return &AsyncResult{Signature: sig, backend: backend}
+}
+
 // State returns the task's current state without waiting.
 func (r *AsyncResult) State(ctx context.Context) (*TaskState, error) {
 	return r.backend.GetState(ctx, r.Signature.UUID)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/core"
 )
 
@@ -47,14 +49,86 @@ func TestSendTaskAndGet(t *testing.T) {
 	}
 }
 
-func TestGetUnknownTaskErrors(t *testing.T) {
-	e := newEnv(t)
-	r := &core.AsyncResult{Signature: &core.Signature{UUID: "no-such-task"}}
-	_ = r
+func TestGetUnknownOrExpiredErrors(t *testing.T) {
 	ctx := ctxT(t)
-	_, err := e.srv.Backend().GetState(ctx, "no-such-task")
-	if !errors.Is(err, core.ErrTaskNotFound) {
-		t.Fatalf("GetState(unknown) = %v, want ErrTaskNotFound", err)
+	be := memorybackend.New(&memorybackend.Options{ResultExpiry: 50 * time.Millisecond})
+	defer be.Close()
+	r := core.NewAsyncResult(&core.Signature{UUID: "no-such-task"}, be)
+	if _, err := r.Get(ctx); !errors.Is(err, core.ErrTaskNotFound) {
+		t.Fatalf("Get(unknown) = %v, want ErrTaskNotFound at once", err)
+	}
+	// A task nobody runs: its PENDING state expires, and the waiter is told.
+	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: be})
+	r, err := srv.SendTask(ctx, core.NewSignature("nobody-runs-this"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Get(ctx); !errors.Is(err, core.ErrTaskNotFound) {
+		t.Fatalf("Get(expired) = %v, want ErrTaskNotFound", err)
+	}
+}
+
+func TestHooksAndErrorHandler(t *testing.T) {
+	e := newEnv(t)
+	e.srv.Register("add", add)
+	e.srv.Register("bad", func() error { return core.Permanent(errors.New("nope")) })
+	var mu sync.Mutex
+	var events []string
+	e.start(t, core.WorkerConfig{
+		PreTaskHook: func(ctx context.Context, sig *core.Signature) {
+			mu.Lock()
+			events = append(events, "pre "+sig.Name)
+			mu.Unlock()
+		},
+		PostTaskHook: func(ctx context.Context, sig *core.Signature, st *core.TaskState) {
+			mu.Lock()
+			events = append(events, "post "+sig.Name+" "+string(st.State))
+			mu.Unlock()
+		},
+		ErrorHandler: func(err error) {
+			mu.Lock()
+			events = append(events, "error "+err.Error())
+			mu.Unlock()
+		},
+	})
+	ctx := ctxT(t)
+	r1, _ := e.srv.SendTask(ctx, core.NewSignature("add", 1, 2))
+	r1.Get(ctx)
+	r2, _ := e.srv.SendTask(ctx, core.NewSignature("bad"))
+	r2.Get(ctx)
+	waitFor(t, "post hook of the failed task", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) >= 5
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	got := strings.Join(events, "|")
+	for _, want := range []string{"pre add", "post add SUCCESS", "pre bad", "post bad FAILURE", "error errand: task bad"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("hook events %q lack %q", got, want)
+		}
+	}
+}
+
+func TestShutdownOfIdleAndNeverStartedWorkers(t *testing.T) {
+	checkNoLeak(t)
+	e := newEnv(t)
+	ctx := ctxT(t)
+	if err := e.srv.NewWorker(core.WorkerConfig{}).Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown of a never-started worker = %v", err)
+	}
+	w := e.srv.NewWorker(core.WorkerConfig{Concurrency: 50})
+	w.Start()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown of an idle worker = %v", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- e.srv.NewWorker(core.WorkerConfig{}).Run(rctx) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its ctx is cancelled = %v, want nil", err)
 	}
 }
 
