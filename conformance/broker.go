@@ -1,0 +1,520 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand/core"
+)
+
+// RunBroker runs every broker case against h, as subtests named
+// Broker/<Case>/<Subcase> (select with -run and -skip).
+func RunBroker(t *testing.T, h BrokerHarness) {
+	h.Timing = h.Timing.withDefaults()
+	t.Run("Broker", func(t *testing.T) { runCases(t, h, h.Timing, brokerCases) })
+}
+
+// brokerCases are the broker promises, by stable name.
+var brokerCases = []kase[BrokerHarness]{
+	{"Capabilities", brokerCapabilities},
+	{"PublishFetchAck", publishFetchAck},
+	{"BatchPublish", batchPublish},
+	{"Release/Immediate", releaseImmediate},
+	{"Release/NotBefore", releaseNotBefore},
+	{"Redelivery/LeaseExpired", redeliveryLeaseExpired},
+	{"Lease/ExtendKeepsAway", leaseExtend},
+	{"Lease/ConcurrentConsumers", concurrentConsumers},
+	{"Delay/NeverEarly", delayNeverEarly},
+	{"Delay/OrderByETA", delayOrder},
+	{"Delay/BeyondMax", delayBeyondMax},
+	{"Ctx/FetchCancel", fetchCancel},
+	{"Closed/Sentinel", brokerClosed},
+	{"Payload/TooLarge", payloadTooLarge},
+	{"BadMessage/SetAside", badMessageSetAside},
+	{"Inspect/PendingDelayed", inspectPendingDelayed},
+	{"Purge", purge},
+}
+
+type bcase struct {
+	t   testing.TB
+	h   BrokerHarness
+	tm  Timing
+	b   core.Broker
+	q   string
+	ctx context.Context
+}
+
+func newBCase(t testing.TB, h BrokerHarness) *bcase {
+	return &bcase{t: t, h: h, tm: h.Timing, b: h.New(t), q: name(t, "q"), ctx: caseCtx(t, h.Timing)}
+}
+
+func (c *bcase) msg(id string, notBefore time.Time) core.Message {
+	id = runID + "-" + id
+	return core.Message{ID: id, Queue: c.q, Body: []byte(`{"conformance":"` + id + `"}`), NotBefore: notBefore}
+}
+
+func (c *bcase) publish(ms ...core.Message) {
+	c.t.Helper()
+	if err := c.b.Publish(c.ctx, ms...); err != nil {
+		c.t.Fatalf("Publish(%d messages): %v", len(ms), err)
+	}
+}
+
+// fetch waits up to within for one fetch; it returns nothing (not an error)
+// when nothing arrived in time.
+func (c *bcase) fetch(max int, lease, within time.Duration) []*core.Delivery {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, within)
+	defer cancel()
+	ds, err := c.b.Fetch(ctx, c.q, max, lease)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		c.t.Fatalf("Fetch: %v", err)
+	}
+	return ds
+}
+
+// fetchN fetches until n deliveries arrived or within passed.
+func (c *bcase) fetchN(n int, lease, within time.Duration) []*core.Delivery {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	var out []*core.Delivery
+	for len(out) < n && time.Now().Before(deadline) {
+		out = append(out, c.fetch(n-len(out), lease, time.Until(deadline))...)
+	}
+	return out
+}
+
+func (c *bcase) ack(d *core.Delivery) {
+	c.t.Helper()
+	if err := c.b.Ack(c.ctx, d); err != nil {
+		c.t.Fatalf("Ack(%s): %v", d.ID, err)
+	}
+}
+
+func ids(ds []*core.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = strings.TrimPrefix(d.ID, runID+"-")
+	}
+	return out
+}
+
+func brokerCapabilities(t testing.TB, h BrokerHarness) {
+	b := h.New(t)
+	caps := h.Caps
+	var lim core.Limits
+	if l, ok := b.(core.Limiter); ok {
+		lim = l.Limits()
+	}
+	if lim.MaxPayload != caps.MaxPayload || lim.MaxDelay != caps.MaxDelay {
+		t.Errorf("capabilities promise broken: harness declares MaxPayload %d, MaxDelay %v; broker Limits() reports %d, %v",
+			caps.MaxPayload, caps.MaxDelay, lim.MaxPayload, lim.MaxDelay)
+	}
+	checkAbility(t, b, caps.Inspect, reflect.TypeFor[core.Inspector](), "Inspect")
+	checkAbility(t, b, caps.DeadLetters, reflect.TypeFor[core.DeadLetterInspector](), "DeadLetters")
+	checkAbility(t, b, caps.Purge, reflect.TypeFor[core.Purger](), "Purge")
+	checkAbility(t, b, caps.Stats, reflect.TypeFor[core.StatsReporter](), "Stats")
+}
+
+func publishFetchAck(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	m := c.msg("one", time.Time{})
+	c.publish(m)
+	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(ds) != 1 {
+		t.Fatalf("delivery promise broken: published 1 message, fetched %d within %v (%s)", len(ds), c.tm.Prompt*5, c.tm)
+	}
+	d := ds[0]
+	if d.ID != m.ID || string(d.Body) != string(m.Body) || d.Queue != c.q {
+		t.Fatalf("delivery promise broken: fetched {ID %q, Queue %q, Body %q}, published {%q, %q, %q}", d.ID, d.Queue, d.Body, m.ID, c.q, m.Body)
+	}
+	c.ack(d)
+	if again := c.fetch(1, time.Minute, c.tm.Lease*2); len(again) != 0 {
+		t.Fatalf("ack promise broken: an acked message was delivered again: %v", ids(again))
+	}
+}
+
+func batchPublish(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	const n = 25
+	var ms []core.Message
+	for i := range n {
+		ms = append(ms, c.msg(fmt.Sprintf("m%02d", i), time.Time{}))
+	}
+	c.publish(ms...)
+	ds := c.fetchN(n, time.Minute, c.tm.Prompt*10)
+	got := ids(ds)
+	slices.Sort(got)
+	if len(slices.Compact(got)) != n {
+		t.Fatalf("batch publish promise broken: published %d distinct messages in one call, fetched %d: %v", n, len(ds), ids(ds))
+	}
+	for _, d := range ds {
+		c.ack(d)
+	}
+}
+
+func releaseImmediate(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	c.publish(c.msg("r", time.Time{}))
+	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(ds) != 1 {
+		t.Fatalf("fetched %d, want 1", len(ds))
+	}
+	if err := c.b.Release(c.ctx, ds[0], time.Time{}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	again := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(again) != 1 || again[0].ID != ds[0].ID {
+		t.Fatalf("release promise broken: a released message was not delivered again within %v (got %v)", c.tm.Prompt*5, ids(again))
+	}
+	c.ack(again[0])
+}
+
+func releaseNotBefore(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	c.publish(c.msg("nb", time.Time{}))
+	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(ds) != 1 {
+		t.Fatalf("fetched %d, want 1", len(ds))
+	}
+	notBefore := time.Now().Add(c.tm.Delay)
+	if err := c.b.Release(c.ctx, ds[0], notBefore); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	again := c.fetchN(1, time.Minute, c.tm.Delay+c.tm.DelayBound+c.tm.Prompt)
+	at := time.Now()
+	if len(again) != 1 {
+		t.Fatalf("release promise broken: a message released with a not-before time %v ahead never came back (%s)", c.tm.Delay, c.tm)
+	}
+	if at.Before(notBefore) {
+		t.Fatalf("release promise broken: message released until %v came back %v early (%s)", notBefore.Format(time.StampMilli), notBefore.Sub(at), c.tm)
+	}
+	c.ack(again[0])
+}
+
+func redeliveryLeaseExpired(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	const n = 5
+	for i := range n {
+		c.publish(c.msg(fmt.Sprintf("crash%d", i), time.Time{}))
+	}
+	// A consumer takes everything and "crashes": never settles, never extends.
+	first := c.fetchN(n, c.tm.Lease, c.tm.Prompt*5)
+	if len(first) != n {
+		t.Fatalf("fetched %d of %d before the crash", len(first), n)
+	}
+	taken := time.Now()
+	again := c.fetchN(n, time.Minute, c.tm.Lease*3+c.tm.Prompt*5)
+	if len(again) != n {
+		t.Fatalf("at-least-once promise broken: a consumer took %d messages with a %v lease and crashed; %d came back (%v) (%s)",
+			n, c.tm.Lease, len(again), ids(again), c.tm)
+	}
+	if early := time.Since(taken); early < c.tm.Lease*9/10 {
+		t.Fatalf("lease promise broken: messages came back %v after being leased for %v", early, c.tm.Lease)
+	}
+	for _, d := range again {
+		if d.Attempt == 1 {
+			t.Errorf("redelivered %s reports Attempt 1; want > 1 (or 0 where the broker does not count)", d.ID)
+		}
+		c.ack(d)
+	}
+	if err := c.b.Ack(c.ctx, first[0]); err == nil {
+		t.Errorf("lease promise broken: the crashed consumer's late Ack succeeded although another consumer holds the message; want core.ErrLeaseLost")
+	} else if !errors.Is(err, core.ErrLeaseLost) {
+		t.Errorf("late Ack error %v does not satisfy errors.Is(err, core.ErrLeaseLost)", err)
+	}
+}
+
+func leaseExtend(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	c.publish(c.msg("ext", time.Time{}))
+	ds := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
+	if len(ds) != 1 {
+		t.Fatalf("fetched %d, want 1", len(ds))
+	}
+	// Extend a few times over three leases; meanwhile nobody else may get it.
+	until := time.Now().Add(c.tm.Lease * 3)
+	for time.Now().Before(until) {
+		if err := c.b.Extend(c.ctx, ds[0], c.tm.Lease); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+		if other := c.fetch(1, time.Minute, c.tm.Lease/3); len(other) != 0 {
+			t.Fatalf("lease promise broken: a delivery extended every %v reached another consumer (%s)", c.tm.Lease/3, c.tm)
+		}
+	}
+	c.ack(ds[0])
+}
+
+func concurrentConsumers(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	const n, consumers = 40, 4
+	var ms []core.Message
+	for i := range n {
+		ms = append(ms, c.msg(fmt.Sprintf("c%02d", i), time.Time{}))
+	}
+	c.publish(ms...)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(c.ctx, c.tm.Prompt*20)
+	defer cancel()
+	for range consumers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				ds, err := c.b.Fetch(ctx, c.q, 3, time.Minute)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					seen[d.ID]++
+				}
+				done := len(seen) == n
+				mu.Unlock()
+				if done {
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("delivery promise broken: %d consumers fetched %d distinct messages of %d", consumers, len(seen), n)
+	}
+	for id, k := range seen {
+		if k > 1 {
+			t.Fatalf("lease promise broken: message %s reached consumers %d times within its lease", id, k)
+		}
+	}
+}
+
+func delayNeverEarly(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	due := time.Now().Add(c.tm.Delay)
+	c.publish(c.msg("late", due))
+	ds := c.fetchN(1, time.Minute, c.tm.Delay+c.tm.DelayBound+c.tm.Prompt*5)
+	at := time.Now()
+	if len(ds) != 1 {
+		t.Fatalf("delay promise broken: a message delayed %v never arrived (%s)", c.tm.Delay, c.tm)
+	}
+	if at.Before(due) {
+		t.Fatalf("delay promise broken: delivered %v before its ETA (%s)", due.Sub(at), c.tm)
+	}
+	if late := at.Sub(due); late > c.tm.DelayBound {
+		t.Errorf("delay promise broken: delivered %v after its ETA, beyond the declared bound %v (%s)", late, c.tm.DelayBound, c.tm)
+	}
+	c.ack(ds[0])
+}
+
+func delayOrder(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	now := time.Now()
+	step := c.tm.Delay / 3
+	// Published out of order; due in order a, b, c.
+	c.publish(c.msg("c", now.Add(3*step)), c.msg("a", now.Add(step)), c.msg("b", now.Add(2*step)))
+	var got []string
+	for len(got) < 3 {
+		ds := c.fetch(1, time.Minute, c.tm.Delay+c.tm.DelayBound+c.tm.Prompt*5)
+		if len(ds) == 0 {
+			t.Fatalf("delay promise broken: only %v of 3 delayed messages arrived", got)
+		}
+		got = append(got, ids(ds)...)
+		c.ack(ds[0])
+	}
+	if h.Caps.OrderedByETA && strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("ordering promise broken: due messages delivered as %v, want by ETA a,b,c (%s)", got, c.tm)
+	}
+	if !h.Caps.OrderedByETA {
+		t.Logf("broker declares no ETA ordering; delivered as %v (all three arrived)", got)
+	}
+}
+
+func delayBeyondMax(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	if h.Caps.MaxDelay == 0 {
+		// No service maximum: a delay of ten times the usual one must hold.
+		c.delayHolds(c.tm.Delay * 10)
+		return
+	}
+	c.delayHolds(h.Caps.MaxDelay + h.Caps.MaxDelay/2)
+}
+
+func (c *bcase) delayHolds(d time.Duration) {
+	c.t.Helper()
+	due := time.Now().Add(d)
+	c.publish(c.msg("far", due))
+	ds := c.fetchN(1, time.Minute, d+c.tm.DelayBound+c.tm.Prompt*5)
+	at := time.Now()
+	if len(ds) != 1 {
+		c.t.Fatalf("delay promise broken: a message delayed %v (beyond the declared maximum %v) never arrived", d, c.h.Caps.MaxDelay)
+	}
+	if at.Before(due) {
+		c.t.Fatalf("delay promise broken: a message delayed %v (declared maximum %v) arrived %v early", d, c.h.Caps.MaxDelay, due.Sub(at))
+	}
+	c.ack(ds[0])
+}
+
+func fetchCancel(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	ctx, cancel := context.WithCancel(c.ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.b.Fetch(ctx, c.q, 1, time.Minute)
+		errc <- err
+	}()
+	// Let the fetch block on the empty queue (a real wait: time passing).
+	sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/10))
+	cancel()
+	timer := time.NewTimer(c.tm.Prompt)
+	defer timer.Stop()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("errors promise broken: a cancelled Fetch returned %v, want context.Canceled", err)
+		}
+	case <-timer.C:
+		t.Fatalf("errors promise broken: Fetch did not return within %v of its ctx being cancelled (%s)", c.tm.Prompt, c.tm)
+	}
+}
+
+func brokerClosed(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := c.b.Fetch(c.ctx, c.q, 1, time.Minute)
+		blocked <- err
+	}()
+	if err := c.b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	timer := time.NewTimer(c.tm.Prompt * 5)
+	defer timer.Stop()
+	select {
+	case err := <-blocked:
+		if !errors.Is(err, core.ErrClosed) && !errors.Is(err, context.Canceled) {
+			t.Errorf("errors promise broken: a Fetch blocked during Close returned %v, want core.ErrClosed", err)
+		}
+	case <-timer.C:
+		t.Fatalf("errors promise broken: a Fetch blocked during Close did not return within %v", c.tm.Prompt*5)
+	}
+	checks := map[string]error{
+		"Publish": c.b.Publish(c.ctx, c.msg("x", time.Time{})),
+	}
+	_, checks["Fetch"] = c.b.Fetch(c.ctx, c.q, 1, time.Minute)
+	for op, err := range checks {
+		if !errors.Is(err, core.ErrClosed) {
+			t.Errorf("errors promise broken: %s after Close returned %v, want an error satisfying errors.Is(err, core.ErrClosed)", op, err)
+		}
+	}
+}
+
+func payloadTooLarge(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	if h.Caps.MaxPayload == 0 {
+		big := c.msg("big", time.Time{})
+		big.Body = []byte(`{"pad":"` + strings.Repeat("x", 1<<20) + `"}`)
+		c.publish(big)
+		ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+		if len(ds) != 1 || len(ds[0].Body) != len(big.Body) {
+			t.Fatalf("payload promise broken: a broker declaring no payload limit did not carry a 1 MiB message intact")
+		}
+		c.ack(ds[0])
+		return
+	}
+	small := c.msg("small", time.Time{})
+	big := c.msg("big", time.Time{})
+	big.Body = []byte(`{"pad":"` + strings.Repeat("x", h.Caps.MaxPayload) + `"}`)
+	err := c.b.Publish(c.ctx, small, big)
+	if !errors.Is(err, core.ErrPayloadTooLarge) {
+		t.Fatalf("payload promise broken: publishing %d bytes (limit %d) returned %v, want an error satisfying errors.Is(err, core.ErrPayloadTooLarge)", len(big.Body), h.Caps.MaxPayload, err)
+	}
+	if ds := c.fetch(1, time.Minute, c.tm.Prompt); len(ds) != 0 {
+		t.Fatalf("payload promise broken: a batch refused for an oversized message still delivered %v; nothing may be sent", ids(ds))
+	}
+}
+
+func badMessageSetAside(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	bad := c.msg("garbage", time.Time{})
+	bad.Body = []byte("\x00not a signature{")
+	c.publish(bad)
+	ds := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
+	if len(ds) != 1 || string(ds[0].Body) != string(bad.Body) {
+		t.Fatalf("bad input promise broken: a malformed body must be delivered as is (bytes are opaque to the broker); got %d deliveries", len(ds))
+	}
+	reason := "errand: malformed message: conformance " + runID
+	if err := c.b.Reject(c.ctx, ds[0], reason); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
+		t.Fatalf("bad input promise broken: a rejected message was delivered again after %v; it must be set aside for good", c.tm.Lease*3)
+	}
+	dl, err := core.DeadLetters(c.ctx, c.b, c.q)
+	switch {
+	case h.Caps.DeadLetters && err != nil:
+		t.Fatalf("DeadLetters: %v", err)
+	case h.Caps.DeadLetters && (len(dl) != 1 || dl[0].ID != bad.ID || !strings.Contains(dl[0].Reason, reason)):
+		t.Fatalf("bad input promise broken: dead letters hold %+v, want the rejected message with its reason", dl)
+	case !h.Caps.DeadLetters && !isUnsupported(err):
+		t.Fatalf("core.DeadLetters on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+	}
+}
+
+func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	c.publish(c.msg("now", time.Time{}), c.msg("later", time.Now().Add(time.Hour)))
+	pending, delayed, err := core.Inspect(c.ctx, c.b, c.q)
+	if !h.Caps.Inspect {
+		if !isUnsupported(err) {
+			t.Fatalf("core.Inspect on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	if len(pending) != 1 || pending[0].ID != runID+"-now" || len(delayed) != 1 || delayed[0].ID != runID+"-later" {
+		t.Fatalf("inspection promise broken: pending %v, delayed %v; want [now] and [later]", msgIDs(pending), msgIDs(delayed))
+	}
+	if h.Caps.Stats {
+		st, err := core.Stats(c.ctx, c.b, c.q)
+		if err != nil || st.Pending != 1 || st.Delayed != 1 {
+			t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 pending, 1 delayed", st, err)
+		}
+	} else if _, err := core.Stats(c.ctx, c.b, c.q); !isUnsupported(err) {
+		t.Fatalf("core.Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+	}
+}
+
+func msgIDs(ms []core.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = strings.TrimPrefix(m.ID, runID+"-")
+	}
+	return out
+}
+
+func purge(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	c.publish(c.msg("p1", time.Time{}), c.msg("p2", time.Time{}), c.msg("p3", time.Now().Add(time.Hour)))
+	n, err := core.Purge(c.ctx, c.b, c.q)
+	if !h.Caps.Purge {
+		if !isUnsupported(err) {
+			t.Fatalf("core.Purge on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+		}
+		return
+	}
+	if err != nil || n != 3 {
+		t.Fatalf("purge promise broken: Purge = %d, %v; want 3", n, err)
+	}
+	if ds := c.fetch(1, time.Minute, c.tm.Prompt); len(ds) != 0 {
+		t.Fatalf("purge promise broken: %v delivered after Purge", ids(ds))
+	}
+}

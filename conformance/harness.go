@@ -1,0 +1,208 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand/core"
+)
+
+// BrokerHarness tells the kit how to make and judge a broker. It is a struct
+// of fields so that new fields never break an existing harness.
+type BrokerHarness struct {
+	// New returns a fresh broker for one case; register its teardown with
+	// t.Cleanup. Every case uses queue names of its own, prefixed with a
+	// per-run ID, so a shared server needs no flushing between cases.
+	New func(t testing.TB) core.Broker
+	// Caps declares what the broker promises; checked against what it
+	// implements (Broker/Capabilities).
+	Caps BrokerCaps
+	// Timing tunes the waits of the broker cases. Zero fields take defaults.
+	Timing Timing
+}
+
+// BrokerCaps are a broker's declared capabilities.
+type BrokerCaps struct {
+	// MaxPayload is the largest body the broker accepts (0: no limit). Must
+	// equal Limits().MaxPayload when the broker is a core.Limiter.
+	MaxPayload int
+	// MaxDelay is the service's native maximum delay (0: none). Must equal
+	// Limits().MaxDelay. The kit sends a delay of 1.5×MaxDelay and checks it
+	// is still honoured, so a harness configures a short hop (SQS: seconds,
+	// not 15 minutes).
+	MaxDelay time.Duration
+	// OrderedByETA: due messages are delivered in ETA order.
+	OrderedByETA bool
+	// Durable: messages survive a server restart (documentation; fault
+	// tests live with the driver).
+	Durable bool
+	// Optional abilities; each must match the optional interface the broker
+	// implements, both ways.
+	Inspect     bool // core.Inspector
+	DeadLetters bool // core.DeadLetterInspector
+	Purge       bool // core.Purger
+	Stats       bool // core.StatsReporter
+}
+
+// BackendHarness tells the kit how to make and judge a backend.
+type BackendHarness struct {
+	// New returns a fresh backend for one case whose results expire after
+	// resultExpiry (0: the driver's default). Register teardown with
+	// t.Cleanup. IDs are unique per run, so a shared server needs no flushing.
+	New func(t testing.TB, resultExpiry time.Duration) core.Backend
+	// Caps declares what the backend promises.
+	Caps BackendCaps
+	// Timing tunes the waits of the backend cases.
+	Timing Timing
+}
+
+// BackendCaps are a backend's declared capabilities.
+type BackendCaps struct {
+	// Expiry: results expire after the resultExpiry given to New (checked by
+	// Backend/State/Expiry). A backend that cannot expire results declares
+	// false, and the case then checks that it does not claim core.Expirer.
+	Expiry bool
+	// MinExpiry is the shortest expiry the backend honours (memcached and
+	// Redis count whole seconds). Default: 100ms.
+	MinExpiry time.Duration
+	// Lossy: the store may evict entries under memory pressure (memcached).
+	// The kit runs every case; users are told results and group counters
+	// can vanish.
+	Lossy bool
+	// Waiter: the backend implements core.StateWaiter.
+	Waiter bool
+}
+
+// Timing tunes the kit's waits. Every duration is multiplied by
+// ERRAND_CONFORMANCE_TIMEOUT_SCALE (default 1) for slow machines.
+type Timing struct {
+	// Lease is the short lease of redelivery cases. Default: 300ms.
+	Lease time.Duration
+	// Delay is the delay of delay cases. Default: 300ms.
+	Delay time.Duration
+	// DelayBound is how late a delayed message may be. Default: 250ms.
+	DelayBound time.Duration
+	// Prompt bounds how long a cancelled call may take to return.
+	// Default: 1s.
+	Prompt time.Duration
+	// Watchdog bounds one case; a case still running after it fails the
+	// test binary with the case's name instead of hanging. Default: 60s.
+	Watchdog time.Duration
+}
+
+func (tm Timing) withDefaults() Timing {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+		*d = time.Duration(float64(*d) * scale())
+	}
+	def(&tm.Lease, 300*time.Millisecond)
+	def(&tm.Delay, 300*time.Millisecond)
+	def(&tm.DelayBound, 250*time.Millisecond)
+	def(&tm.Prompt, time.Second)
+	def(&tm.Watchdog, 60*time.Second)
+	return tm
+}
+
+func (tm Timing) String() string {
+	return fmt.Sprintf("timing: lease %v, delay %v, delay bound %v, prompt %v, scale %g", tm.Lease, tm.Delay, tm.DelayBound, tm.Prompt, scale())
+}
+
+// ScaleEnv is the environment variable that multiplies every wait.
+const ScaleEnv = "ERRAND_CONFORMANCE_TIMEOUT_SCALE"
+
+func scale() float64 {
+	if v := os.Getenv(ScaleEnv); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+			return f
+		}
+	}
+	return 1
+}
+
+// runID tags every queue, task and group a run creates.
+var runID = func() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+var seq atomic.Int64
+
+// name returns a unique, run-tagged identifier for t's case.
+func name(t testing.TB, what string) string {
+	n := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("errand-conf-%s-%s-%s-%d", runID, n, what, seq.Add(1))
+}
+
+// guard runs fn under a watchdog: if fn has not returned after limit, the
+// process panics naming the case (a hung case must not hang the binary
+// silently until go test's own timeout).
+func guard(t testing.TB, limit time.Duration, fn func()) {
+	t.Helper()
+	tname := t.Name()
+	timer := time.AfterFunc(limit, func() {
+		panic(fmt.Sprintf("conformance: case %s still running after its watchdog of %v: a blocking call ignores its ctx or never returns", tname, limit))
+	})
+	defer timer.Stop()
+	fn()
+}
+
+// caseCtx returns a ctx ending a little before the watchdog.
+func caseCtx(t testing.TB, tm Timing) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), tm.Watchdog*9/10)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sleepUntil waits for the clock to reach at (time passing is the event).
+func sleepUntil(ctx context.Context, at time.Time) error {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkAbility reports a mismatch between a declared ability and the
+// optional interface v implements.
+func checkAbility(t testing.TB, v any, declared bool, iface reflect.Type, capName string) {
+	t.Helper()
+	has := reflect.TypeOf(v).Implements(iface)
+	switch {
+	case declared && !has:
+		t.Errorf("capabilities promise broken: harness declares %s but %T does not implement %s", capName, v, iface)
+	case !declared && has:
+		t.Errorf("capabilities promise broken: %T implements %s but the harness does not declare %s (the kit would not check it)", v, iface, capName)
+	}
+}
+
+// isUnsupported reports whether err says an optional ability is missing.
+func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
+
+type kase[H any] struct {
+	name string
+	run  func(t testing.TB, h H)
+}
+
+func runCases[H any](t *testing.T, h H, tm Timing, cases []kase[H]) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			guard(t, tm.Watchdog, func() { c.run(t, h) })
+		})
+	}
+}
