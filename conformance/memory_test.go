@@ -46,3 +46,8 @@ func TestMemoryBrokerWithPayloadLimit(t *testing.T) {
 	t.Parallel()
 	conformance.RunBroker(t, memoryBroker(memorybroker.Options{MaxPayload: 4096}))
 }
+
+func TestMemoryBackend(t *testing.T) {
+	t.Parallel()
+	conformance.RunBackend(t, memoryBackend())
+}

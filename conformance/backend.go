@@ -1,0 +1,379 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand/core"
+)
+
+// RunBackend runs every backend case against h, as subtests named
+// Backend/<Case>/<Subcase>.
+func RunBackend(t *testing.T, h BackendHarness) {
+	h.Timing = h.Timing.withDefaults()
+	if h.Caps.MinExpiry <= 0 {
+		h.Caps.MinExpiry = 100 * time.Millisecond
+	}
+	t.Run("Backend", func(t *testing.T) { runCases(t, h, h.Timing, backendCases) })
+}
+
+var backendCases = []kase[BackendHarness]{
+	{"Capabilities", backendCapabilities},
+	{"State/RoundTrip", stateRoundTrip},
+	{"State/Unknown", stateUnknown},
+	{"State/Expiry", stateExpiry},
+	{"State/Wait", stateWait},
+	{"Group/CompleteIdempotent", groupIdempotent},
+	{"Group/CountWithoutStates", groupCountWithoutStates},
+	{"Group/StatesInOrder", groupStatesInOrder},
+	{"Group/OutlivesResultExpiry", groupOutlivesExpiry},
+	{"Chord/ClaimOnce", chordClaimOnce},
+	{"Closed/Sentinel", backendClosed},
+}
+
+type becase struct {
+	t   testing.TB
+	h   BackendHarness
+	b   core.Backend
+	ctx context.Context
+}
+
+func newBeCase(t testing.TB, h BackendHarness, expiry time.Duration) *becase {
+	return &becase{t: t, h: h, b: h.New(t, expiry), ctx: caseCtx(t, h.Timing)}
+}
+
+func (c *becase) set(st *core.TaskState) {
+	c.t.Helper()
+	if err := c.b.SetState(c.ctx, st); err != nil {
+		c.t.Fatalf("SetState(%s %s): %v", st.TaskUUID, st.State, err)
+	}
+}
+
+func backendCapabilities(t testing.TB, h BackendHarness) {
+	b := h.New(t, 0)
+	checkAbility(t, b, h.Caps.Waiter, reflect.TypeFor[core.StateWaiter](), "Waiter")
+	checkAbility(t, b, h.Caps.Expiry, reflect.TypeFor[core.Expirer](), "Expiry")
+}
+
+type payload struct {
+	N    int               `json:"n"`
+	Tags []string          `json:"tags"`
+	M    map[string]uint64 `json:"m"`
+	Nest *payload          `json:"nest,omitempty"`
+}
+
+func stateRoundTrip(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	id := name(t, "task")
+	values := []any{42, -1.5, "héllo \"quoted\"", true, nil, []int{1, 2}, map[string]any{"a": []any{"x", 1.0}},
+		payload{N: 7, Tags: []string{"a"}, M: map[string]uint64{"big": 1 << 60}, Nest: &payload{N: 8}}}
+	var results []core.Result
+	for _, v := range values {
+		b, _ := json.Marshal(v)
+		results = append(results, core.Result{Type: fmt.Sprintf("%T", v), Value: b})
+	}
+	created := time.Now().UTC().Truncate(time.Millisecond)
+	want := &core.TaskState{TaskUUID: id, TaskName: "conformance.roundtrip", State: core.StateSuccess, Attempt: 3,
+		Results: results, Error: "", CreatedAt: created, StartedAt: created.Add(time.Second), FinishedAt: created.Add(2 * time.Second)}
+	c.set(&core.TaskState{TaskUUID: id, TaskName: want.TaskName, State: core.StatePending, CreatedAt: created})
+	c.set(want)
+	got, err := c.b.GetState(c.ctx, id)
+	if err != nil {
+		t.Fatalf("GetState: %v", err)
+	}
+	if got.TaskUUID != want.TaskUUID || got.TaskName != want.TaskName || got.State != want.State || got.Attempt != want.Attempt || got.Error != want.Error {
+		t.Fatalf("state promise broken: stored %+v, read back %+v", want, got)
+	}
+	for _, ts := range [][2]time.Time{{got.CreatedAt, want.CreatedAt}, {got.StartedAt, want.StartedAt}, {got.FinishedAt, want.FinishedAt}} {
+		if !ts[0].Equal(ts[1]) {
+			t.Errorf("state promise broken: timestamp %v read back as %v", ts[1], ts[0])
+		}
+	}
+	if len(got.Results) != len(results) {
+		t.Fatalf("state promise broken: %d results stored, %d read back", len(results), len(got.Results))
+	}
+	for i, r := range got.Results {
+		var a, b any
+		json.Unmarshal(r.Value, &a)
+		json.Unmarshal(results[i].Value, &b)
+		if r.Type != results[i].Type || !reflect.DeepEqual(a, b) {
+			t.Errorf("state promise broken: result %d stored as %s %s, read back as %s %s", i, results[i].Type, results[i].Value, r.Type, r.Value)
+		}
+	}
+	// A failure's error text round-trips too.
+	fail := &core.TaskState{TaskUUID: id, TaskName: want.TaskName, State: core.StateFailure, Error: "boom: \"quoted\"\nline 2", CreatedAt: created}
+	c.set(fail)
+	if got, err := c.b.GetState(c.ctx, id); err != nil || got.State != core.StateFailure || got.Error != fail.Error || len(got.Results) != 0 {
+		t.Fatalf("state promise broken: after writing FAILURE, read back %+v, %v; want FAILURE with its error text and no results", got, err)
+	}
+}
+
+func stateUnknown(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	st, err := c.b.GetState(c.ctx, name(t, "never-written"))
+	if !errors.Is(err, core.ErrTaskNotFound) {
+		t.Fatalf("errors promise broken: GetState of an unknown task returned %+v, %v; want an error satisfying errors.Is(err, core.ErrTaskNotFound)", st, err)
+	}
+	if _, err := c.b.ClaimChord(c.ctx, name(t, "no-group"), "x"); !errors.Is(err, core.ErrGroupNotFound) {
+		t.Fatalf("errors promise broken: ClaimChord of an unknown group returned %v; want core.ErrGroupNotFound", err)
+	}
+}
+
+func stateExpiry(t testing.TB, h BackendHarness) {
+	exp := h.Caps.MinExpiry
+	c := newBeCase(t, h, exp)
+	if !h.Caps.Expiry {
+		if _, ok := c.b.(core.Expirer); ok {
+			t.Fatalf("capabilities promise broken: backend implements core.Expirer but declares no expiry")
+		}
+		return
+	}
+	if e, ok := c.b.(core.Expirer); !ok || e.ResultExpiry() != exp {
+		t.Fatalf("expiry promise broken: backend made with expiry %v reports %v", exp, e)
+	}
+	id := name(t, "task")
+	written := time.Now()
+	c.set(&core.TaskState{TaskUUID: id, TaskName: "conformance.expiry", State: core.StateSuccess, CreatedAt: written})
+	if _, err := c.b.GetState(c.ctx, id); err != nil {
+		t.Fatalf("expiry promise broken: a result was gone at once (%v), before its expiry of %v", err, exp)
+	}
+	// Poll until it is gone, with a deadline of expiry + slack.
+	deadline := written.Add(exp*2 + h.Timing.Prompt*2)
+	for {
+		_, err := c.b.GetState(c.ctx, id)
+		if errors.Is(err, core.ErrTaskNotFound) {
+			if gone := time.Since(written); gone < exp*9/10 {
+				t.Fatalf("expiry promise broken: result gone after %v, before its expiry of %v", gone, exp)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("GetState: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expiry promise broken: result with expiry %v still readable after %v", exp, time.Since(written))
+		}
+		sleepUntil(c.ctx, time.Now().Add(exp/10))
+	}
+}
+
+func stateWait(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	id := name(t, "task")
+	c.set(&core.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: core.StateStarted, CreatedAt: time.Now()})
+	r := core.NewAsyncResult(&core.Signature{UUID: id}, c.b)
+	got := make(chan error, 1)
+	go func() {
+		rs, err := r.Get(c.ctx)
+		if err == nil && (len(rs) != 1 || string(rs[0].Value) != "7") {
+			err = fmt.Errorf("results %v, want [7]", rs)
+		}
+		got <- err
+	}()
+	c.set(&core.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: core.StateSuccess, CreatedAt: time.Now(),
+		Results: []core.Result{{Type: "int", Value: json.RawMessage("7")}}})
+	timer := time.NewTimer(h.Timing.Prompt)
+	defer timer.Stop()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("results promise broken: waiting for a result: %v", err)
+		}
+	case <-timer.C:
+		t.Fatalf("results promise broken: a waiter was not told of a SUCCESS within %v", h.Timing.Prompt)
+	}
+}
+
+func (c *becase) group(n int) (string, []string) {
+	c.t.Helper()
+	g := name(c.t, "group")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-m%03d", g, i)
+	}
+	if err := c.b.InitGroup(c.ctx, g, ids); err != nil {
+		c.t.Fatalf("InitGroup: %v", err)
+	}
+	return g, ids
+}
+
+func (c *becase) complete(g, id string) (int, int) {
+	c.t.Helper()
+	d, n, err := c.b.CompleteGroupMember(c.ctx, g, id)
+	if err != nil {
+		c.t.Fatalf("CompleteGroupMember(%s): %v", id, err)
+	}
+	return d, n
+}
+
+func groupIdempotent(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	g, ids := c.group(3)
+	steps := []struct {
+		id       string
+		wantDone int
+	}{{ids[0], 1}, {ids[0], 1}, {ids[1], 2}, {ids[0], 2}, {ids[2], 3}, {ids[2], 3}}
+	for i, s := range steps {
+		d, n := c.complete(g, s.id)
+		if d != s.wantDone || n != 3 {
+			t.Fatalf("no double count promise broken: step %d completing %s returned %d/%d, want %d/3 (a redelivered member counts once)", i, s.id, d, n, s.wantDone)
+		}
+	}
+	// Racing completions, each member completed by two workers at once.
+	g2, ids2 := c.group(20)
+	var wg sync.WaitGroup
+	for _, id := range ids2 {
+		for range 2 {
+			wg.Go(func() {
+				d, n, err := c.b.CompleteGroupMember(c.ctx, g2, id)
+				if err != nil {
+					t.Errorf("CompleteGroupMember: %v", err)
+					return
+				}
+				if d > n {
+					t.Errorf("no double count promise broken: a racing completion returned %d/%d", d, n)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if d, _ := c.complete(g2, ids2[0]); d != 20 {
+		t.Fatalf("no double count promise broken: 20 members each completed twice concurrently count %d", d)
+	}
+}
+
+func groupCountWithoutStates(t testing.TB, h BackendHarness) {
+	// Members complete without any state written: a backend that counts by
+	// reading every member's state (O(N), machinery's way) reports 0.
+	c := newBeCase(t, h, 0)
+	g, ids := c.group(5)
+	for i, id := range ids {
+		if d, n := c.complete(g, id); d != i+1 || n != 5 {
+			t.Fatalf("O(1) group promise broken: completion %d returned %d/%d, want %d/5; the count must be kept by the backend, not derived from member states", i+1, d, n, i+1)
+		}
+	}
+}
+
+func groupStatesInOrder(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	g, ids := c.group(12)
+	// Written in reverse; read back in group order.
+	for i := len(ids) - 1; i >= 0; i-- {
+		if i == 5 {
+			continue // member 5 has no state yet
+		}
+		c.set(&core.TaskState{TaskUUID: ids[i], TaskName: "conformance.member", State: core.StateSuccess, CreatedAt: time.Now(),
+			Results: []core.Result{{Type: "int", Value: json.RawMessage(fmt.Sprint(i))}}})
+	}
+	sts, err := c.b.GroupStates(c.ctx, g)
+	if err != nil {
+		t.Fatalf("GroupStates: %v", err)
+	}
+	if len(sts) != len(ids) {
+		t.Fatalf("workflows promise broken: GroupStates returned %d states for %d members", len(sts), len(ids))
+	}
+	for i, st := range sts {
+		if st.TaskUUID != ids[i] {
+			t.Fatalf("workflows promise broken: GroupStates[%d] is %s, want member %s: states must come in group order", i, st.TaskUUID, ids[i])
+		}
+		if i == 5 {
+			if st.State != core.StatePending {
+				t.Fatalf("GroupStates[5] (never written) is %s, want PENDING", st.State)
+			}
+			continue
+		}
+		if len(st.Results) != 1 || string(st.Results[0].Value) != fmt.Sprint(i) {
+			t.Fatalf("workflows promise broken: GroupStates[%d] results %v, want [%d]", i, st.Results, i)
+		}
+	}
+}
+
+func groupOutlivesExpiry(t testing.TB, h BackendHarness) {
+	exp := h.Caps.MinExpiry
+	c := newBeCase(t, h, exp)
+	g, ids := c.group(3)
+	c.complete(g, ids[0])
+	// The group stays live longer than one result expiry after its creation.
+	if err := sleepUntil(c.ctx, time.Now().Add(exp+exp/2)); err != nil {
+		t.Fatal(err)
+	}
+	c.complete(g, ids[1])
+	if err := sleepUntil(c.ctx, time.Now().Add(exp+exp/2)); err != nil {
+		t.Fatal(err)
+	}
+	d, n, err := c.b.CompleteGroupMember(c.ctx, g, ids[2])
+	if err != nil || d != 3 || n != 3 {
+		t.Fatalf("group lifetime promise broken (machinery#352): a live group's last completion, %v after creation with result expiry %v, returned %d/%d, %v; want 3/3",
+			(exp+exp/2)*2, exp, d, n, err)
+	}
+	if won, err := c.b.ClaimChord(c.ctx, g, ids[2]); err != nil || !won {
+		t.Fatalf("group lifetime promise broken: claiming the chord of a just-completed group returned %v, %v", won, err)
+	}
+}
+
+func chordClaimOnce(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	const k = 64
+	g, ids := c.group(k)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var winners []string
+	for _, id := range ids {
+		wg.Go(func() {
+			<-start
+			won, err := c.b.ClaimChord(c.ctx, g, id)
+			if err != nil {
+				t.Errorf("ClaimChord(%s): %v", id, err)
+				return
+			}
+			if won {
+				mu.Lock()
+				winners = append(winners, id)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("chord promise broken: %d of %d racing claimers won (%v); exactly one must", len(winners), k, winners)
+	}
+	if won, err := c.b.ClaimChord(c.ctx, g, winners[0]); err != nil || !won {
+		t.Fatalf("chord promise broken: the winner claiming again (its redelivery after a crash) got %v, %v; it must win again", won, err)
+	}
+	for _, id := range ids {
+		if id == winners[0] {
+			continue
+		}
+		if won, _ := c.b.ClaimChord(c.ctx, g, id); won {
+			t.Fatalf("chord promise broken: loser %s won when claiming again", id)
+		}
+		break
+	}
+}
+
+func backendClosed(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	if err := c.b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	id := name(t, "task")
+	checks := map[string]error{
+		"SetState":  c.b.SetState(c.ctx, &core.TaskState{TaskUUID: id, State: core.StatePending}),
+		"InitGroup": c.b.InitGroup(c.ctx, id, []string{id}),
+	}
+	_, checks["GetState"] = c.b.GetState(c.ctx, id)
+	_, checks["ClaimChord"] = c.b.ClaimChord(c.ctx, id, id)
+	for op, err := range checks {
+		if !errors.Is(err, core.ErrClosed) {
+			t.Errorf("errors promise broken: %s after Close returned %v, want an error satisfying errors.Is(err, core.ErrClosed)", op, err)
+		}
+	}
+}
