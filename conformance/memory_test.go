@@ -51,3 +51,8 @@ func TestMemoryBackend(t *testing.T) {
 	t.Parallel()
 	conformance.RunBackend(t, memoryBackend())
 }
+
+func TestMemoryWorker(t *testing.T) {
+	t.Parallel()
+	conformance.RunWorker(t, memoryBroker(memorybroker.Options{}), memoryBackend())
+}

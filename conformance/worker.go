@@ -1,0 +1,642 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand/core"
+)
+
+// RunWorker runs the end-to-end cases — retries, workflows, failures,
+// shutdown, redelivery — through the core's real worker loop on a broker and
+// a backend, as subtests named Worker/<Case>/<Subcase>. Every task's
+// recorded state sequence is checked against core.Transitions.
+func RunWorker(t *testing.T, bh BrokerHarness, beh BackendHarness) {
+	bh.Timing = bh.Timing.withDefaults()
+	beh.Timing = beh.Timing.withDefaults()
+	pair := workerPair{bh, beh}
+	t.Run("Worker", func(t *testing.T) { runCases(t, pair, bh.Timing, workerCases) })
+}
+
+type workerPair struct {
+	broker  BrokerHarness
+	backend BackendHarness
+}
+
+var workerCases = []kase[workerPair]{
+	{"Task/ArgumentRoundTrip", taskArgs},
+	{"Retry/Fibonacci", retryFibonacci},
+	{"Retry/Policy", retryPolicy},
+	{"Retry/Later", retryLater},
+	{"Retry/Permanent", retryPermanent},
+	{"Chain/ArgumentOrder", chainOrder},
+	{"Group/Results", groupResults},
+	{"Chord/ArgumentOrder", chordOrder},
+	{"Chord/MemberFails", chordMemberFails},
+	{"Callbacks/OnSuccessOnError", callbacks},
+	{"Failure/Panic", failurePanic},
+	{"Failure/Timeout", failureTimeout},
+	{"Failure/UnknownTask", failureUnknown},
+	{"Failure/BadArguments", failureBadArgs},
+	{"BadMessage/WorkerGoesOn", badMessageWorker},
+	{"Redelivery/CrashedWorker", crashedWorker},
+	{"Shutdown/ReleasesUnfinished", shutdownReleases},
+}
+
+// recorder wraps a backend to record each task's states.
+type recorder struct {
+	core.Backend
+	mu    sync.Mutex
+	paths map[string][]core.State
+}
+
+func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
+	err := r.Backend.SetState(ctx, st)
+	if err == nil {
+		r.mu.Lock()
+		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recorder) path(id string) []core.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]core.State(nil), r.paths[id]...)
+}
+
+// WaitState passes through to the wrapped backend's notifications.
+type waitingRecorder struct{ *recorder }
+
+func (r waitingRecorder) WaitState(ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+	return r.Backend.(core.StateWaiter).WaitState(ctx, id, done)
+}
+
+type wcase struct {
+	t      testing.TB
+	tm     Timing
+	srv    *core.Server
+	broker core.Broker
+	rec    *recorder
+	queue  string
+	ctx    context.Context
+	lease  time.Duration
+}
+
+func newWCase(t testing.TB, p workerPair) *wcase {
+	tm := p.broker.Timing
+	rec := &recorder{Backend: p.backend.New(t, 0), paths: map[string][]core.State{}}
+	var be core.Backend = rec
+	if _, ok := rec.Backend.(core.StateWaiter); ok {
+		be = waitingRecorder{rec}
+	}
+	c := &wcase{t: t, tm: tm, broker: p.broker.New(t), rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
+	srv, err := core.NewServer(core.Config{Broker: c.broker, Backend: be, DefaultQueue: c.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.srv = srv
+	t.Cleanup(func() {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for id, p := range rec.paths {
+			if err := core.ValidPath(p); err != nil {
+				t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
+			}
+		}
+	})
+	return c
+}
+
+func (c *wcase) register(name string, fn any, opts ...core.TaskOption) {
+	c.t.Helper()
+	if err := c.srv.Register(name, fn, opts...); err != nil {
+		c.t.Fatalf("Register(%s): %v", name, err)
+	}
+}
+
+// start runs a worker until the case ends.
+func (c *wcase) start(cfg core.WorkerConfig) *core.Worker {
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = c.lease
+	}
+	if cfg.ErrorBackoff == 0 {
+		cfg.ErrorBackoff = c.tm.Prompt / 10
+	}
+	w := c.srv.NewWorker(cfg)
+	w.Start()
+	c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.tm.Prompt*10)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			c.t.Errorf("worker shutdown: %v", err)
+		}
+	})
+	return w
+}
+
+func (c *wcase) send(sig *core.Signature) *core.AsyncResult {
+	c.t.Helper()
+	r, err := c.srv.SendTask(c.ctx, sig)
+	if err != nil {
+		c.t.Fatalf("SendTask(%s): %v", sig.Name, err)
+	}
+	return r
+}
+
+// failure waits for r and returns its failure, failing the case if it
+// succeeded.
+func (c *wcase) failure(r *core.AsyncResult, promise string) error {
+	c.t.Helper()
+	_, err := r.Get(c.ctx)
+	if !core.IsTaskFailure(err) {
+		c.t.Fatalf("%s promise broken: task %s ended with %v, want FAILURE", promise, r.Signature.Name, err)
+	}
+	return err
+}
+
+func (c *wcase) pathIs(id string, want ...core.State) {
+	c.t.Helper()
+	if got := c.rec.path(id); fmt.Sprint(got) != fmt.Sprint(want) {
+		c.t.Errorf("states promise broken: task %s went through %v, want %v", id, got, want)
+	}
+}
+
+// runLog records when a task ran.
+type runLog struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (l *runLog) add() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.times = append(l.times, time.Now())
+	return len(l.times)
+}
+
+func (l *runLog) gaps() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Duration
+	for i := 1; i < len(l.times); i++ {
+		out = append(out, l.times[i].Sub(l.times[i-1]))
+	}
+	return out
+}
+
+type point struct {
+	X, Y float64
+	Tags []string
+	Meta map[string]int
+}
+
+func taskArgs(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("echo", func(ctx context.Context, n int, s string, xs []uint16, m map[string][]bool, pt point, pp *point) (int, string, []uint16, map[string][]bool, point, *point, error) {
+		return n, s, xs, m, pt, pp, nil
+	})
+	c.start(core.WorkerConfig{})
+	pt := point{X: 1.5, Y: -2, Tags: []string{"a", "é"}, Meta: map[string]int{"k": 3}}
+	in := []any{-42, "héllo \"x\"", []uint16{1, 65535}, map[string][]bool{"t": {true, false}}, pt, &pt}
+	r := c.send(core.NewSignature("echo", in...))
+	var (
+		n  int
+		s  string
+		xs []uint16
+		m  map[string][]bool
+		o  point
+		op *point
+	)
+	if err := r.GetInto(c.ctx, &n, &s, &xs, &m, &o, &op); err != nil {
+		t.Fatalf("arguments promise broken: %v", err)
+	}
+	got := fmt.Sprintf("%v|%v|%v|%v|%+v|%+v", n, s, xs, m, o, *op)
+	want := fmt.Sprintf("%v|%v|%v|%v|%+v|%+v", in[0], in[1], in[2], in[3], pt, pt)
+	if got != want {
+		t.Fatalf("arguments promise broken: values came back as %s, sent %s", got, want)
+	}
+}
+
+func retryFibonacci(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	unit := c.tm.Delay / 3
+	var runs runLog
+	var attempts []int
+	var mu sync.Mutex
+	c.register("fails", func(ctx context.Context) error {
+		runs.add()
+		ti, _ := core.TaskInfoFrom(ctx)
+		mu.Lock()
+		attempts = append(attempts, ti.Attempt)
+		mu.Unlock()
+		return errors.New("always fails")
+	})
+	c.start(core.WorkerConfig{RetryPolicy: core.Fibonacci{Unit: unit}})
+	sig := core.NewSignature("fails")
+	sig.RetryCount = 3
+	c.failure(c.send(sig), "retry")
+	gaps := runs.gaps()
+	if len(gaps) != 3 {
+		t.Fatalf("retry promise broken: RetryCount 3 ran the task %d times, want 4", len(gaps)+1)
+	}
+	for i, mult := range []int{1, 2, 3} {
+		if want := time.Duration(mult) * unit; gaps[i] < want {
+			t.Errorf("retry promise broken: retry %d came %v after the previous run, before its Fibonacci delay %v (unit %v)", i+1, gaps[i], want, unit)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(attempts) != "[1 2 3 4]" {
+		t.Errorf("retry promise broken: attempts seen by the task %v, want [1 2 3 4]", attempts)
+	}
+	c.pathIs(sig.UUID, core.StatePending,
+		core.StateReceived, core.StateStarted, core.StateRetry,
+		core.StateReceived, core.StateStarted, core.StateRetry,
+		core.StateReceived, core.StateStarted, core.StateRetry,
+		core.StateReceived, core.StateStarted, core.StateFailure)
+}
+
+func retryPolicy(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	d := c.tm.Delay / 2
+	var runs runLog
+	c.register("flaky", func() (string, error) {
+		if runs.add() < 3 {
+			return "", errors.New("transient")
+		}
+		return "ok", nil
+	}, core.WithRetryPolicy(core.Fixed(d)))
+	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(time.Hour)}) // the task's own policy wins
+	sig := core.NewSignature("flaky")
+	sig.RetryCount = 5
+	var out string
+	if err := c.send(sig).GetInto(c.ctx, &out); err != nil || out != "ok" {
+		t.Fatalf("retry promise broken: flaky task ended %q, %v; want ok on its third run", out, err)
+	}
+	for i, g := range runs.gaps() {
+		if g < d {
+			t.Errorf("retry promise broken: retry %d after %v, before the policy's fixed %v", i+1, g, d)
+		}
+	}
+}
+
+func retryLater(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	d := c.tm.Delay / 2
+	var runs runLog
+	c.register("later", func() error {
+		runs.add()
+		return fmt.Errorf("wrapped: %w", core.RetryLater(d, errors.New("not ready")))
+	})
+	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(0)})
+	sig := core.NewSignature("later")
+	sig.RetryCount = 2
+	err := c.failure(c.send(sig), "retry-later")
+	if !strings.Contains(err.Error(), "not ready") {
+		t.Errorf("retry-later failure %q lacks the cause", err)
+	}
+	gaps := runs.gaps()
+	if len(gaps) != 2 {
+		t.Fatalf("retry-later promise broken: ran %d times with RetryCount 2, want 3 (retry-later is bounded by the attempt limit)", len(gaps)+1)
+	}
+	for i, g := range gaps {
+		if g < d {
+			t.Errorf("retry-later promise broken: retry %d after %v, before the requested %v", i+1, g, d)
+		}
+	}
+}
+
+func retryPermanent(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	var runs runLog
+	c.register("perm", func() error { runs.add(); return core.Permanent(errors.New("invalid order")) })
+	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(0)})
+	sig := core.NewSignature("perm")
+	sig.RetryCount = 5
+	c.failure(c.send(sig), "fail-without-retry")
+	if n := len(runs.gaps()) + 1; n != 1 {
+		t.Fatalf("fail-without-retry promise broken: a permanent error ran the task %d times, want 1", n)
+	}
+	c.pathIs(sig.UUID, core.StatePending, core.StateReceived, core.StateStarted, core.StateFailure)
+}
+
+func registerEcho(c *wcase) {
+	join := func(xs ...string) string { return "(" + strings.Join(xs, " ") + ")" }
+	c.register("e", func(xs ...string) (string, error) { return join(xs...), nil })
+	c.register("pair", func(s string) (string, int, error) { return s, len(s), nil })
+	c.register("cb", func(prefix string, rest ...any) (string, error) { return prefix + fmt.Sprint(rest), nil })
+}
+
+func chainOrder(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	registerEcho(c)
+	c.start(core.WorkerConfig{})
+	imm := core.NewSignature("e", "x")
+	imm.Immutable = true
+	golden := []struct {
+		tasks []*core.Signature
+		want  string
+	}{
+		{[]*core.Signature{core.NewSignature("e", "a"), core.NewSignature("e", "b"), core.NewSignature("e", "c", "d")}, "(c d (b (a)))"},
+		{[]*core.Signature{core.NewSignature("e", "a"), imm, core.NewSignature("e", "y")}, "(y (x))"},
+	}
+	for _, g := range golden {
+		chain, _ := core.NewChain(g.tasks...)
+		r, err := c.srv.SendChain(c.ctx, chain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := r.GetInto(c.ctx, &got); err != nil {
+			t.Fatalf("chain: %v", err)
+		}
+		if got != g.want {
+			t.Errorf("workflows promise broken: chain gave %q, want %q (own args first, then the previous results; immutable takes none)", got, g.want)
+		}
+	}
+}
+
+func groupResults(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	registerEcho(c)
+	c.start(core.WorkerConfig{Concurrency: 8})
+	var sigs []*core.Signature
+	for i := range 30 {
+		sigs = append(sigs, core.NewSignature("e", fmt.Sprint(i)))
+	}
+	g, _ := core.NewGroup(sigs...)
+	rs, err := c.srv.SendGroup(c.ctx, g, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		var got string
+		if err := r.GetInto(c.ctx, &got); err != nil || got != fmt.Sprintf("(%d)", i) {
+			t.Fatalf("workflows promise broken: group member %d gave %q, %v", i, got, err)
+		}
+	}
+}
+
+func chordOrder(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	registerEcho(c)
+	var calls atomic.Int32
+	c.register("count", func(xs ...int) (int, error) {
+		calls.Add(1)
+		for i, x := range xs {
+			if x != i*i {
+				return 0, core.Permanent(fmt.Errorf("argument %d is %d, want %d: not in group order", i, x, i*i))
+			}
+		}
+		return len(xs), nil
+	})
+	c.register("sq", func(i int) (int, error) { return i * i, nil })
+	c.start(core.WorkerConfig{Concurrency: 8})
+
+	// Golden: own args, then each member's results member by member.
+	g, _ := core.NewGroup(core.NewSignature("pair", "xy"), core.NewSignature("pair", "abc"))
+	ch, _ := core.NewChord(g, core.NewSignature("cb", "P"))
+	r, err := c.srv.SendChord(c.ctx, ch, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := r.GetInto(c.ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := "P[xy 2 abc 3]"; got != want {
+		t.Errorf("workflows promise broken: chord callback got %q, want %q", got, want)
+	}
+
+	const n = 60
+	var sigs []*core.Signature
+	for i := range n {
+		sigs = append(sigs, core.NewSignature("sq", i))
+	}
+	g2, _ := core.NewGroup(sigs...)
+	ch2, _ := core.NewChord(g2, core.NewSignature("count"))
+	r2, err := c.srv.SendChord(c.ctx, ch2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cnt int
+	if err := r2.GetInto(c.ctx, &cnt); err != nil || cnt != n {
+		t.Fatalf("workflows promise broken: chord of %d: callback gave %d, %v", n, cnt, err)
+	}
+	if k := calls.Load(); k != 1 {
+		t.Fatalf("no double count promise broken: chord callback ran %d times, want once", k)
+	}
+}
+
+func chordMemberFails(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	registerEcho(c)
+	ran := make(chan string, 4)
+	c.register("bad", func() (string, error) { return "", errors.New("member exploded") })
+	c.register("never", func(xs ...string) error { ran <- "callback"; return nil })
+	c.register("onerr", func(msg string) error { ran <- msg; return nil })
+	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(0)})
+	bad := core.NewSignature("bad")
+	bad.RetryCount = 1
+	g, _ := core.NewGroup(core.NewSignature("e", "a"), bad, core.NewSignature("e", "c"))
+	cb := core.NewSignature("never")
+	cb.OnError = []*core.Signature{core.NewSignature("onerr")}
+	ch, _ := core.NewChord(g, cb)
+	r, err := c.srv.SendChord(c.ctx, ch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Get(c.ctx)
+	if !core.IsTaskFailure(err) || !strings.Contains(err.Error(), bad.UUID) {
+		t.Fatalf("workflows promise broken: chord with a failed member: Get = %v, want FAILURE naming member %s", err, bad.UUID)
+	}
+	if msg := <-ran; msg == "callback" || !strings.Contains(msg, bad.UUID) || !strings.Contains(msg, "member exploded") {
+		t.Fatalf("workflows promise broken: after a member failed, %q ran; want the callback's OnError with the member named", msg)
+	}
+	c.pathIs(cb.UUID, core.StatePending, core.StateFailure)
+}
+
+func callbacks(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	got := make(chan string, 4)
+	c.register("add", func(a, b int) (int, error) { return a + b, nil })
+	c.register("fail", func(x int) error { return core.Permanent(fmt.Errorf("cannot do %d", x)) })
+	c.register("onok", func(tag string, sum int) error { got <- fmt.Sprint("ok ", tag, " ", sum); return nil })
+	c.register("onerr", func(msg, tag string) error { got <- "err " + tag + ": " + msg; return nil })
+	c.start(core.WorkerConfig{})
+	s := core.NewSignature("add", 1, 2)
+	s.OnSuccess = []*core.Signature{core.NewSignature("onok", "A")}
+	s.OnError = []*core.Signature{core.NewSignature("onerr", "never")}
+	c.send(s)
+	if m := <-got; m != "ok A 3" {
+		t.Fatalf("workflows promise broken: OnSuccess got %q, want %q (own args, then results)", m, "ok A 3")
+	}
+	f := core.NewSignature("fail", 7)
+	f.OnError = []*core.Signature{core.NewSignature("onerr", "B")}
+	c.send(f)
+	if m := <-got; m != "err B: cannot do 7" {
+		t.Fatalf("workflows promise broken: OnError got %q, want %q (error text first, then own args)", m, "err B: cannot do 7")
+	}
+}
+
+func failurePanic(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("panics", func() error { panic("kaboom " + runID) })
+	c.register("ok", func() (string, error) { return "alive", nil })
+	c.start(core.WorkerConfig{})
+	err := c.failure(c.send(core.NewSignature("panics")), "panic")
+	if !strings.Contains(err.Error(), "kaboom "+runID) || !strings.Contains(err.Error(), "goroutine") {
+		t.Fatalf("bad input promise broken: a panicking task failed with %q; want the panic value and a stack", err)
+	}
+	var s string
+	if err := c.send(core.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
+		t.Fatalf("bad input promise broken: worker did not go on after a panic: %v", err)
+	}
+}
+
+func failureTimeout(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("slow", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	c.start(core.WorkerConfig{})
+	sig := core.NewSignature("slow")
+	sig.Timeout = c.tm.Delay / 3
+	err := c.failure(c.send(sig), "timeout")
+	if !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		t.Fatalf("timeout promise broken: failure %q does not say the deadline passed", err)
+	}
+}
+
+func failureUnknown(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.start(core.WorkerConfig{})
+	sig := core.NewSignature("no.such.task", 1)
+	sig.RetryCount = 3
+	err := c.failure(c.send(sig), "bad input")
+	if !strings.Contains(err.Error(), `"no.such.task"`) || !strings.Contains(err.Error(), "unknown task") {
+		t.Fatalf("bad input promise broken: unknown task failed with %q; want the name and 'unknown task'", err)
+	}
+	c.pathIs(sig.UUID, core.StatePending, core.StateReceived, core.StateFailure)
+}
+
+func failureBadArgs(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("add", func(a, b int) (int, error) { return a + b, nil })
+	c.start(core.WorkerConfig{})
+	for _, bad := range []struct {
+		args []any
+		want []string
+	}{
+		{[]any{1, "two"}, []string{`"add"`, "argument 1", "string", "int"}},
+		{[]any{1, 2, 3}, []string{`"add"`, "got 3 arguments"}},
+	} {
+		sig := core.NewSignature("add", bad.args...)
+		sig.RetryCount = 3
+		err := c.failure(c.send(sig), "bad input")
+		for _, w := range bad.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("bad input promise broken: failure %q lacks %q", err, w)
+			}
+		}
+		c.pathIs(sig.UUID, core.StatePending, core.StateReceived, core.StateFailure)
+	}
+}
+
+func badMessageWorker(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("ok", func() (string, error) { return "alive", nil })
+	c.start(core.WorkerConfig{})
+	garbage := core.Message{ID: runID + "-garbage", Queue: c.queue, Body: []byte("{\"UUID\": 12, broken")}
+	if err := c.broker.Publish(c.ctx, garbage); err != nil {
+		t.Fatal(err)
+	}
+	var s string
+	if err := c.send(core.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
+		t.Fatalf("bad input promise broken: worker did not go on after a malformed message: %v", err)
+	}
+	if !p.broker.Caps.DeadLetters {
+		return
+	}
+	deadline := time.Now().Add(c.tm.Prompt * 5)
+	for {
+		dl, err := core.DeadLetters(c.ctx, c.broker, c.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dl) == 1 && dl[0].ID == garbage.ID && strings.Contains(dl[0].Reason, "malformed") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bad input promise broken: the malformed message is not in the dead letters with its reason: %+v", dl)
+		}
+		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
+	}
+}
+
+func crashedWorker(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("add", func(a, b int) (int, error) { return a + b, nil })
+	const n = 5
+	var rs []*core.AsyncResult
+	for i := range n {
+		rs = append(rs, c.send(core.NewSignature("add", i, i)))
+	}
+	// A consumer takes the tasks and dies without settling or extending.
+	var taken int
+	deadline := time.Now().Add(c.tm.Prompt * 5)
+	for taken < n && time.Now().Before(deadline) {
+		fctx, cancel := context.WithDeadline(c.ctx, deadline)
+		ds, _ := c.broker.Fetch(fctx, c.queue, n-taken, c.tm.Lease)
+		cancel()
+		taken += len(ds)
+	}
+	if taken != n {
+		t.Fatalf("the crashing consumer took %d of %d tasks", taken, n)
+	}
+	c.start(core.WorkerConfig{})
+	for i, r := range rs {
+		var sum int
+		if err := r.GetInto(c.ctx, &sum); err != nil || sum != 2*i {
+			t.Fatalf("at-least-once promise broken: task %d of a crashed consumer ended %d, %v; want %d", i, sum, err, 2*i)
+		}
+	}
+}
+
+func shutdownReleases(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	started := make(chan struct{}, 1)
+	var runs atomic.Int32
+	c.register("long", func(ctx context.Context) (string, error) {
+		if runs.Add(1) == 1 {
+			started <- struct{}{}
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		return "finished elsewhere", nil
+	})
+	w1 := c.srv.NewWorker(core.WorkerConfig{Lease: time.Hour, Concurrency: 2})
+	w1.Start()
+	r := c.send(core.NewSignature("long"))
+	<-started
+	sctx, cancel := context.WithTimeout(c.ctx, c.tm.Prompt/10)
+	defer cancel()
+	if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want DeadlineExceeded: the task outlived the shutdown timeout", err)
+	}
+	// The released task must reach a second worker long before the hour-long lease.
+	c.start(core.WorkerConfig{})
+	var out string
+	if err := r.GetInto(c.ctx, &out); err != nil || out != "finished elsewhere" {
+		t.Fatalf("shutdown promise broken: the task a worker gave back on shutdown ended %q, %v; want another worker to finish it", out, err)
+	}
+}
