@@ -127,7 +127,7 @@ func publishFetchAck(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	m := c.msg("one", time.Time{})
 	c.publish(m)
-	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	ds := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
 	if len(ds) != 1 {
 		t.Fatalf("delivery promise broken: published 1 message, fetched %d within %v (%s)", len(ds), c.tm.Prompt*5, c.tm)
 	}
@@ -136,8 +136,9 @@ func publishFetchAck(t testing.TB, h BrokerHarness) {
 		t.Fatalf("delivery promise broken: fetched {ID %q, Queue %q, Body %q}, published {%q, %q, %q}", d.ID, d.Queue, d.Body, m.ID, c.q, m.Body)
 	}
 	c.ack(d)
-	if again := c.fetch(1, time.Minute, c.tm.Lease*2); len(again) != 0 {
-		t.Fatalf("ack promise broken: an acked message was delivered again: %v", ids(again))
+	// Well past the lease it was fetched with, it must not come back.
+	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
+		t.Fatalf("ack promise broken: an acked message was delivered again after its %v lease: %v", c.tm.Lease, ids(again))
 	}
 }
 

@@ -172,6 +172,18 @@ func (c *wcase) pathIs(id string, want ...core.State) {
 	}
 }
 
+// recv waits for a value on ch, failing the case when its ctx ends first.
+func (c *wcase) recv(ch <-chan string, what string) string {
+	c.t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-c.ctx.Done():
+		c.t.Fatalf("workflows promise broken: %s never ran", what)
+		return ""
+	}
+}
+
 // runLog records when a task ran.
 type runLog struct {
 	mu    sync.Mutex
@@ -461,7 +473,7 @@ func chordMemberFails(t testing.TB, p workerPair) {
 	if !core.IsTaskFailure(err) || !strings.Contains(err.Error(), bad.UUID) {
 		t.Fatalf("workflows promise broken: chord with a failed member: Get = %v, want FAILURE naming member %s", err, bad.UUID)
 	}
-	if msg := <-ran; msg == "callback" || !strings.Contains(msg, bad.UUID) || !strings.Contains(msg, "member exploded") {
+	if msg := c.recv(ran, "the chord callback's OnError"); msg == "callback" || !strings.Contains(msg, bad.UUID) || !strings.Contains(msg, "member exploded") {
 		t.Fatalf("workflows promise broken: after a member failed, %q ran; want the callback's OnError with the member named", msg)
 	}
 	c.pathIs(cb.UUID, core.StatePending, core.StateFailure)
@@ -479,13 +491,13 @@ func callbacks(t testing.TB, p workerPair) {
 	s.OnSuccess = []*core.Signature{core.NewSignature("onok", "A")}
 	s.OnError = []*core.Signature{core.NewSignature("onerr", "never")}
 	c.send(s)
-	if m := <-got; m != "ok A 3" {
+	if m := c.recv(got, "the OnSuccess callback"); m != "ok A 3" {
 		t.Fatalf("workflows promise broken: OnSuccess got %q, want %q (own args, then results)", m, "ok A 3")
 	}
 	f := core.NewSignature("fail", 7)
 	f.OnError = []*core.Signature{core.NewSignature("onerr", "B")}
 	c.send(f)
-	if m := <-got; m != "err B: cannot do 7" {
+	if m := c.recv(got, "the OnError callback"); m != "err B: cannot do 7" {
 		t.Fatalf("workflows promise broken: OnError got %q, want %q (error text first, then own args)", m, "err B: cannot do 7")
 	}
 }
@@ -627,7 +639,11 @@ func shutdownReleases(t testing.TB, p workerPair) {
 	w1 := c.srv.NewWorker(core.WorkerConfig{Lease: time.Hour, Concurrency: 2})
 	w1.Start()
 	r := c.send(core.NewSignature("long"))
-	<-started
+	select {
+	case <-started:
+	case <-c.ctx.Done():
+		t.Fatalf("delivery promise broken: the task never started")
+	}
 	sctx, cancel := context.WithTimeout(c.ctx, c.tm.Prompt/10)
 	defer cancel()
 	if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {

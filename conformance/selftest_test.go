@@ -1,0 +1,669 @@
+package conformance
+
+// The kit tests itself: every case is run against a deliberately broken
+// variant of the memory drivers and must fail. A case that cannot fail is a
+// defect of the kit.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/core"
+)
+
+// mockT records failures instead of failing the real test; Fatal ends the
+// case's goroutine like testing.T does.
+type mockT struct {
+	testing.TB // the real T: Name, TempDir, ...
+	mu         sync.Mutex
+	failed     bool
+	msgs       []string
+	cleanups   []func()
+}
+
+func (m *mockT) Helper() {}
+func (m *mockT) Errorf(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failed = true
+	m.msgs = append(m.msgs, fmt.Sprintf(format, args...))
+}
+func (m *mockT) Error(args ...any)                 { m.Errorf("%s", fmt.Sprint(args...)) }
+func (m *mockT) Fatalf(format string, args ...any) { m.Errorf(format, args...); runtime.Goexit() }
+func (m *mockT) Fatal(args ...any)                 { m.Error(args...); runtime.Goexit() }
+func (m *mockT) Fail()                             { m.Errorf("Fail called") }
+func (m *mockT) FailNow()                          { m.Fail(); runtime.Goexit() }
+func (m *mockT) Failed() bool                      { m.mu.Lock(); defer m.mu.Unlock(); return m.failed }
+func (m *mockT) Log(args ...any)                   {}
+func (m *mockT) Logf(format string, args ...any)   {}
+func (m *mockT) Cleanup(f func())                  { m.mu.Lock(); m.cleanups = append(m.cleanups, f); m.mu.Unlock() }
+
+// runMock runs fn as a case on its own goroutine, then its cleanups.
+func runMock(t *testing.T, fn func(testing.TB)) *mockT {
+	m := &mockT{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(m)
+	}()
+	<-done
+	cleanupDone := make(chan struct{})
+	go func() { // cleanups may Fatal too
+		defer close(cleanupDone)
+		for i := len(m.cleanups) - 1; i >= 0; i-- {
+			m.cleanups[i]()
+		}
+	}()
+	<-cleanupDone
+	return m
+}
+
+var selfTiming = Timing{Lease: 100 * time.Millisecond, Delay: 150 * time.Millisecond, DelayBound: 60 * time.Millisecond, Prompt: 500 * time.Millisecond, Watchdog: 6 * time.Second}
+
+// ---- broken brokers ----
+
+type brokenBroker struct {
+	*memorybroker.Broker
+	fetch       func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error)
+	publish     func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error
+	release     func(b *brokenBroker, ctx context.Context, d *core.Delivery, nb time.Time) error
+	extend      func(b *brokenBroker, ctx context.Context, d *core.Delivery, lease time.Duration) error
+	reject      func(b *brokenBroker, ctx context.Context, d *core.Delivery, reason string) error
+	ack         func(b *brokenBroker, ctx context.Context, d *core.Delivery) error
+	limits      *core.Limits
+	delayed     func(b *brokenBroker, ctx context.Context, q string) ([]core.Message, error)
+	purge       func(b *brokenBroker, ctx context.Context, q string) (int, error)
+	plainClosed bool
+}
+
+func (b *brokenBroker) wrap(err error) error {
+	if b.plainClosed && errors.Is(err, core.ErrClosed) {
+		return errors.New("broker is closed")
+	}
+	return err
+}
+
+func (b *brokenBroker) Fetch(ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+	if b.fetch != nil {
+		return b.fetch(b, ctx, q, max, lease)
+	}
+	ds, err := b.Broker.Fetch(ctx, q, max, lease)
+	return ds, b.wrap(err)
+}
+func (b *brokenBroker) Publish(ctx context.Context, msgs ...core.Message) error {
+	if b.publish != nil {
+		return b.publish(b, ctx, msgs...)
+	}
+	return b.wrap(b.Broker.Publish(ctx, msgs...))
+}
+func (b *brokenBroker) Release(ctx context.Context, d *core.Delivery, nb time.Time) error {
+	if b.release != nil {
+		return b.release(b, ctx, d, nb)
+	}
+	return b.Broker.Release(ctx, d, nb)
+}
+func (b *brokenBroker) Extend(ctx context.Context, d *core.Delivery, lease time.Duration) error {
+	if b.extend != nil {
+		return b.extend(b, ctx, d, lease)
+	}
+	return b.Broker.Extend(ctx, d, lease)
+}
+func (b *brokenBroker) Reject(ctx context.Context, d *core.Delivery, reason string) error {
+	if b.reject != nil {
+		return b.reject(b, ctx, d, reason)
+	}
+	return b.Broker.Reject(ctx, d, reason)
+}
+func (b *brokenBroker) Ack(ctx context.Context, d *core.Delivery) error {
+	if b.ack != nil {
+		return b.ack(b, ctx, d)
+	}
+	return b.Broker.Ack(ctx, d)
+}
+func (b *brokenBroker) Limits() core.Limits {
+	if b.limits != nil {
+		return *b.limits
+	}
+	return b.Broker.Limits()
+}
+func (b *brokenBroker) Delayed(ctx context.Context, q string) ([]core.Message, error) {
+	if b.delayed != nil {
+		return b.delayed(b, ctx, q)
+	}
+	return b.Broker.Delayed(ctx, q)
+}
+func (b *brokenBroker) Purge(ctx context.Context, q string) (int, error) {
+	if b.purge != nil {
+		return b.purge(b, ctx, q)
+	}
+	return b.Broker.Purge(ctx, q)
+}
+
+func healthyBroker() BrokerHarness {
+	return BrokerHarness{
+		New: func(t testing.TB) core.Broker {
+			b := memorybroker.New(nil)
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps:   BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
+		Timing: selfTiming,
+	}
+}
+
+func brokenBrokerHarness(mod func(b *brokenBroker)) BrokerHarness {
+	h := healthyBroker()
+	h.New = func(t testing.TB) core.Broker {
+		b := &brokenBroker{Broker: memorybroker.New(nil)}
+		mod(b)
+		t.Cleanup(func() { b.Broker.Close() })
+		return b
+	}
+	return h
+}
+
+var brokenBrokers = map[string]BrokerHarness{
+	// Removes a message when it is fetched: a crashed consumer loses it.
+	"loses-on-fetch": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+			ds, err := b.Broker.Fetch(ctx, q, max, lease)
+			for _, d := range ds {
+				b.Broker.Ack(ctx, d)
+			}
+			return ds, err
+		}
+		b.ack = func(*brokenBroker, context.Context, *core.Delivery) error { return nil }
+	}),
+	// Ignores NotBefore on publish: delivers delayed messages at once.
+	"delivers-early": brokenBrokerHarness(func(b *brokenBroker) {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error {
+			for i := range msgs {
+				msgs[i].NotBefore = time.Time{}
+			}
+			return b.Broker.Publish(ctx, msgs...)
+		}
+	}),
+	"release-ignores-not-before": brokenBrokerHarness(func(b *brokenBroker) {
+		b.release = func(b *brokenBroker, ctx context.Context, d *core.Delivery, _ time.Time) error {
+			return b.Broker.Release(ctx, d, time.Time{})
+		}
+	}),
+	// Release drops the message instead of requeueing it.
+	"release-drops": brokenBrokerHarness(func(b *brokenBroker) {
+		b.release = func(b *brokenBroker, ctx context.Context, d *core.Delivery, _ time.Time) error {
+			return b.Broker.Ack(ctx, d)
+		}
+	}),
+	"extend-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
+		b.extend = func(*brokenBroker, context.Context, *core.Delivery, time.Duration) error { return nil }
+	}),
+	// Hands a message out without a lease: others see it at once.
+	"no-lease": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+			ds, err := b.Broker.Fetch(ctx, q, max, lease)
+			for _, d := range ds {
+				b.Broker.Release(ctx, d, time.Time{})
+			}
+			return ds, err
+		}
+	}),
+	// Ignores its ctx for a while.
+	"fetch-ignores-ctx": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, _ context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*selfTiming.Prompt)
+			defer cancel()
+			return b.Broker.Fetch(ctx, q, max, lease)
+		}
+	}),
+	"closed-without-sentinel": brokenBrokerHarness(func(b *brokenBroker) { b.plainClosed = true }),
+	// Declares a payload limit it does not enforce.
+	"unchecked-payload": func() BrokerHarness {
+		h := brokenBrokerHarness(func(b *brokenBroker) { b.limits = &core.Limits{MaxPayload: 4096} })
+		h.Caps.MaxPayload = 4096
+		return h
+	}(),
+	// Reject puts the message back: a poison message loops forever.
+	"reject-requeues": brokenBrokerHarness(func(b *brokenBroker) {
+		b.reject = func(b *brokenBroker, ctx context.Context, d *core.Delivery, _ string) error {
+			return b.Broker.Release(ctx, d, time.Time{})
+		}
+	}),
+	"batch-drops-last": brokenBrokerHarness(func(b *brokenBroker) {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error {
+			if len(msgs) > 1 {
+				msgs = msgs[:len(msgs)-1]
+			}
+			return b.Broker.Publish(ctx, msgs...)
+		}
+	}),
+	// Reports success for every publish but stores only every other message.
+	"drops-every-other-publish": brokenBrokerHarness(func(b *brokenBroker) {
+		n := 0
+		var mu sync.Mutex
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			var kept []core.Message
+			for _, m := range msgs {
+				if n++; n%2 == 1 {
+					kept = append(kept, m)
+				}
+			}
+			if len(kept) == 0 {
+				return nil
+			}
+			return b.Broker.Publish(ctx, kept...)
+		}
+	}),
+	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
+		b.ack = func(*brokenBroker, context.Context, *core.Delivery) error { return nil }
+	}),
+	"inspect-misses-delayed": brokenBrokerHarness(func(b *brokenBroker) {
+		b.delayed = func(*brokenBroker, context.Context, string) ([]core.Message, error) { return nil, nil }
+	}),
+	"purge-keeps-messages": brokenBrokerHarness(func(b *brokenBroker) {
+		b.purge = func(b *brokenBroker, ctx context.Context, q string) (int, error) {
+			st, err := b.Broker.Stats(ctx, q)
+			return st.Pending + st.Delayed, err
+		}
+	}),
+	// Implements inspection but does not declare it.
+	"undeclared-ability": func() BrokerHarness {
+		h := healthyBroker()
+		h.Caps.Inspect = false
+		return h
+	}(),
+}
+
+// ---- broken backends ----
+
+type brokenBackend struct {
+	*memorybackend.Backend
+	setState    func(b *brokenBackend, ctx context.Context, st *core.TaskState) error
+	getState    func(b *brokenBackend, ctx context.Context, id string) (*core.TaskState, error)
+	complete    func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error)
+	claim       func(b *brokenBackend, ctx context.Context, g, claimer string) (bool, error)
+	groupStates func(b *brokenBackend, ctx context.Context, g string) ([]*core.TaskState, error)
+	initGroup   func(b *brokenBackend, ctx context.Context, g string, ids []string) error
+	waitState   func(b *brokenBackend, ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error)
+	plainClosed bool
+
+	mu      sync.Mutex
+	counts  map[string]int
+	claimed map[string]bool
+	born    map[string]time.Time
+	expiry  time.Duration
+}
+
+func (b *brokenBackend) wrap(err error) error {
+	if b.plainClosed && errors.Is(err, core.ErrClosed) {
+		return errors.New("backend is closed")
+	}
+	return err
+}
+func (b *brokenBackend) SetState(ctx context.Context, st *core.TaskState) error {
+	if b.setState != nil {
+		return b.setState(b, ctx, st)
+	}
+	return b.wrap(b.Backend.SetState(ctx, st))
+}
+func (b *brokenBackend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+	if b.getState != nil {
+		return b.getState(b, ctx, id)
+	}
+	st, err := b.Backend.GetState(ctx, id)
+	return st, b.wrap(err)
+}
+func (b *brokenBackend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
+	if b.complete != nil {
+		return b.complete(b, ctx, g, id)
+	}
+	return b.Backend.CompleteGroupMember(ctx, g, id)
+}
+func (b *brokenBackend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
+	if b.claim != nil {
+		return b.claim(b, ctx, g, claimer)
+	}
+	ok, err := b.Backend.ClaimChord(ctx, g, claimer)
+	return ok, b.wrap(err)
+}
+func (b *brokenBackend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
+	if b.groupStates != nil {
+		return b.groupStates(b, ctx, g)
+	}
+	return b.Backend.GroupStates(ctx, g)
+}
+func (b *brokenBackend) InitGroup(ctx context.Context, g string, ids []string) error {
+	if b.initGroup != nil {
+		return b.initGroup(b, ctx, g, ids)
+	}
+	return b.wrap(b.Backend.InitGroup(ctx, g, ids))
+}
+func (b *brokenBackend) WaitState(ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+	if b.waitState != nil {
+		return b.waitState(b, ctx, id, done)
+	}
+	return b.Backend.WaitState(ctx, id, done)
+}
+
+func healthyBackend() BackendHarness {
+	return BackendHarness{
+		New: func(t testing.TB, expiry time.Duration) core.Backend {
+			b := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps:   BackendCaps{Expiry: true, Waiter: true, MinExpiry: 80 * time.Millisecond},
+		Timing: selfTiming,
+	}
+}
+
+func brokenBackendHarness(mod func(b *brokenBackend)) BackendHarness {
+	h := healthyBackend()
+	h.New = func(t testing.TB, expiry time.Duration) core.Backend {
+		b := &brokenBackend{Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: expiry}),
+			counts: map[string]int{}, claimed: map[string]bool{}, born: map[string]time.Time{}, expiry: expiry}
+		mod(b)
+		t.Cleanup(func() { b.Backend.Close() })
+		return b
+	}
+	return h
+}
+
+var brokenBackends = map[string]BackendHarness{
+	// Counts every completion, redeliveries included.
+	"double-counts": brokenBackendHarness(func(b *brokenBackend) {
+		b.complete = func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error) {
+			_, n, err := b.Backend.CompleteGroupMember(ctx, g, id)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.counts[g]++
+			return b.counts[g], n, err
+		}
+	}),
+	// Derives done from member states (machinery's O(N) way).
+	"counts-from-states": brokenBackendHarness(func(b *brokenBackend) {
+		b.complete = func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error) {
+			_, n, err := b.Backend.CompleteGroupMember(ctx, g, id)
+			sts, _ := b.Backend.GroupStates(ctx, g)
+			done := 0
+			for _, st := range sts {
+				if st.State.Terminal() {
+					done++
+				}
+			}
+			return done, n, err
+		}
+	}),
+	"every-claimer-wins": brokenBackendHarness(func(b *brokenBackend) {
+		b.claim = func(*brokenBackend, context.Context, string, string) (bool, error) { return true, nil }
+	}),
+	// A claim is plain "first call wins": the same claimer loses on redelivery.
+	"claimer-cannot-reclaim": brokenBackendHarness(func(b *brokenBackend) {
+		b.claim = func(b *brokenBackend, ctx context.Context, g, claimer string) (bool, error) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.claimed[g] {
+				return false, nil
+			}
+			b.claimed[g] = true
+			return true, nil
+		}
+	}),
+	"group-states-reversed": brokenBackendHarness(func(b *brokenBackend) {
+		b.groupStates = func(b *brokenBackend, ctx context.Context, g string) ([]*core.TaskState, error) {
+			sts, err := b.Backend.GroupStates(ctx, g)
+			slices.Reverse(sts)
+			return sts, err
+		}
+	}),
+	// Reports the expiry it was given but keeps results for an hour.
+	"never-expires": func() BackendHarness {
+		h := healthyBackend()
+		h.New = func(t testing.TB, expiry time.Duration) core.Backend {
+			b := &lyingExpiry{Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: time.Hour}), expiry: expiry}
+			t.Cleanup(func() { b.Close() })
+			return b
+		}
+		return h
+	}(),
+	// Group metadata expires one result expiry after creation (machinery#352).
+	"group-dies-with-results": brokenBackendHarness(func(b *brokenBackend) {
+		b.initGroup = func(b *brokenBackend, ctx context.Context, g string, ids []string) error {
+			b.mu.Lock()
+			b.born[g] = time.Now()
+			b.mu.Unlock()
+			return b.Backend.InitGroup(ctx, g, ids)
+		}
+		b.complete = func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error) {
+			b.mu.Lock()
+			born := b.born[g]
+			b.mu.Unlock()
+			if b.expiry > 0 && time.Since(born) > b.expiry {
+				return 0, 0, core.ErrGroupNotFound
+			}
+			return b.Backend.CompleteGroupMember(ctx, g, id)
+		}
+	}),
+	// Unknown IDs read as PENDING instead of an error.
+	"unknown-is-pending": brokenBackendHarness(func(b *brokenBackend) {
+		b.getState = func(b *brokenBackend, ctx context.Context, id string) (*core.TaskState, error) {
+			st, err := b.Backend.GetState(ctx, id)
+			if errors.Is(err, core.ErrTaskNotFound) {
+				return &core.TaskState{TaskUUID: id, State: core.StatePending}, nil
+			}
+			return st, err
+		}
+	}),
+	"drops-results": brokenBackendHarness(func(b *brokenBackend) {
+		b.setState = func(b *brokenBackend, ctx context.Context, st *core.TaskState) error {
+			st = st.Copy()
+			st.Results = nil
+			return b.Backend.SetState(ctx, st)
+		}
+	}),
+	// Stores FAILURE as SUCCESS (an update that ignores the state field).
+	"failure-stored-as-success": brokenBackendHarness(func(b *brokenBackend) {
+		b.setState = func(b *brokenBackend, ctx context.Context, st *core.TaskState) error {
+			if st.State == core.StateFailure {
+				st = st.Copy()
+				st.State = core.StateSuccess
+			}
+			return b.Backend.SetState(ctx, st)
+		}
+	}),
+	"closed-without-sentinel": brokenBackendHarness(func(b *brokenBackend) { b.plainClosed = true }),
+	// Waiters are never woken by writes.
+	"waiters-never-woken": brokenBackendHarness(func(b *brokenBackend) {
+		b.waitState = func(b *brokenBackend, ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+			st, err := b.Backend.GetState(ctx, id)
+			if err == nil && done(st) {
+				return st, nil
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	}),
+	"undeclared-ability": func() BackendHarness {
+		h := healthyBackend()
+		h.Caps.Waiter = false
+		return h
+	}(),
+}
+
+type lyingExpiry struct {
+	*memorybackend.Backend
+	expiry time.Duration
+}
+
+func (l *lyingExpiry) ResultExpiry() time.Duration { return l.expiry }
+
+// ---- the self-test ----
+
+// targets maps every case to the broken variant that must make it fail.
+var brokerTargets = map[string]string{
+	"Capabilities":              "undeclared-ability",
+	"PublishFetchAck":           "ack-is-a-no-op",
+	"BatchPublish":              "batch-drops-last",
+	"Release/Immediate":         "release-drops",
+	"Release/NotBefore":         "release-ignores-not-before",
+	"Redelivery/LeaseExpired":   "loses-on-fetch",
+	"Lease/ExtendKeepsAway":     "extend-is-a-no-op",
+	"Lease/ConcurrentConsumers": "no-lease",
+	"Delay/NeverEarly":          "delivers-early",
+	"Delay/OrderByETA":          "delivers-early",
+	"Delay/BeyondMax":           "delivers-early",
+	"Ctx/FetchCancel":           "fetch-ignores-ctx",
+	"Closed/Sentinel":           "closed-without-sentinel",
+	"Payload/TooLarge":          "unchecked-payload",
+	"BadMessage/SetAside":       "reject-requeues",
+	"Inspect/PendingDelayed":    "inspect-misses-delayed",
+	"Purge":                     "purge-keeps-messages",
+}
+
+var backendTargets = map[string]string{
+	"Capabilities":               "undeclared-ability",
+	"State/RoundTrip":            "drops-results",
+	"State/Unknown":              "unknown-is-pending",
+	"State/Expiry":               "never-expires",
+	"State/Wait":                 "waiters-never-woken",
+	"Group/CompleteIdempotent":   "double-counts",
+	"Group/CountWithoutStates":   "counts-from-states",
+	"Group/StatesInOrder":        "group-states-reversed",
+	"Group/OutlivesResultExpiry": "group-dies-with-results",
+	"Chord/ClaimOnce":            "every-claimer-wins",
+	"Closed/Sentinel":            "closed-without-sentinel",
+}
+
+// workerTargets name a broken broker ("broker:NAME") or backend
+// ("backend:NAME") for each worker case.
+var workerTargets = map[string]string{
+	"Task/ArgumentRoundTrip":      "backend:drops-results",
+	"Retry/Fibonacci":             "broker:delivers-early",
+	"Retry/Policy":                "broker:delivers-early",
+	"Retry/Later":                 "broker:delivers-early",
+	"Retry/Permanent":             "backend:failure-stored-as-success",
+	"Chain/ArgumentOrder":         "backend:drops-results",
+	"Group/Results":               "backend:drops-results",
+	"Chord/ArgumentOrder":         "backend:group-states-reversed",
+	"Chord/MemberFails":           "backend:failure-stored-as-success",
+	"Callbacks/OnSuccessOnError":  "broker:drops-every-other-publish",
+	"Failure/Panic":               "backend:failure-stored-as-success",
+	"Failure/Timeout":             "backend:failure-stored-as-success",
+	"Failure/UnknownTask":         "backend:failure-stored-as-success",
+	"Failure/BadArguments":        "backend:failure-stored-as-success",
+	"BadMessage/WorkerGoesOn":     "broker:reject-requeues",
+	"Redelivery/CrashedWorker":    "broker:loses-on-fetch",
+	"Shutdown/ReleasesUnfinished": "broker:release-drops",
+}
+
+func TestEveryCaseHasATarget(t *testing.T) {
+	check := func(kind string, names []string, targets map[string]string) {
+		for _, n := range names {
+			if _, ok := targets[n]; !ok {
+				t.Errorf("%s case %s has no broken variant: a case never shown to fail is a defect", kind, n)
+			}
+		}
+		if len(targets) != len(names) {
+			t.Errorf("%s targets name %d cases, the kit has %d", kind, len(targets), len(names))
+		}
+	}
+	check("broker", caseNames(brokerCases), brokerTargets)
+	check("backend", caseNames(backendCases), backendTargets)
+	check("worker", caseNames(workerCases), workerTargets)
+}
+
+func caseNames[H any](cs []kase[H]) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+func find[H any](cs []kase[H], name string) func(testing.TB, H) {
+	for _, c := range cs {
+		if c.name == name {
+			return c.run
+		}
+	}
+	return nil
+}
+
+// expectFailure runs the case against the broken variant (must fail) and
+// against the healthy drivers (must pass), so the failure is the variant's.
+func expectFailure(t *testing.T, variant string, broken, healthy func(testing.TB)) {
+	t.Helper()
+	if m := runMock(t, broken); !m.Failed() {
+		t.Errorf("case passed against the broken variant %q: it cannot catch that bug", variant)
+	} else {
+		t.Logf("fails as it must against %q: %s", variant, firstLine(m.msgs))
+	}
+	if m := runMock(t, healthy); m.Failed() {
+		t.Errorf("case fails against the healthy memory drivers: %s", strings.Join(m.msgs, "; "))
+	}
+}
+
+func firstLine(msgs []string) string {
+	if len(msgs) == 0 {
+		return ""
+	}
+	return strings.SplitN(msgs[0], "\n", 2)[0]
+}
+
+func TestKitCatchesBrokenBrokers(t *testing.T) {
+	for name, variant := range brokerTargets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			run := find(brokerCases, name)
+			broken, healthy := brokenBrokers[variant], healthyBroker()
+			broken.Timing, healthy.Timing = broken.Timing.withDefaults(), healthy.Timing.withDefaults()
+			expectFailure(t, variant, func(t testing.TB) { run(t, broken) }, func(t testing.TB) { run(t, healthy) })
+		})
+	}
+}
+
+func TestKitCatchesBrokenBackends(t *testing.T) {
+	for name, variant := range backendTargets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			run := find(backendCases, name)
+			broken, healthy := brokenBackends[variant], healthyBackend()
+			for _, h := range []*BackendHarness{&broken, &healthy} {
+				h.Timing = h.Timing.withDefaults()
+			}
+			expectFailure(t, variant, func(t testing.TB) { run(t, broken) }, func(t testing.TB) { run(t, healthy) })
+		})
+	}
+}
+
+func TestKitCatchesBrokenDriversEndToEnd(t *testing.T) {
+	for name, target := range workerTargets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			run := find(workerCases, name)
+			healthy := workerPair{healthyBroker(), healthyBackend()}
+			broken := healthy
+			kind, variant, _ := strings.Cut(target, ":")
+			if kind == "broker" {
+				broken.broker = brokenBrokers[variant]
+			} else {
+				broken.backend = brokenBackends[variant]
+			}
+			for _, p := range []*workerPair{&broken, &healthy} {
+				p.broker.Timing = p.broker.Timing.withDefaults()
+				p.backend.Timing = p.backend.Timing.withDefaults()
+			}
+			expectFailure(t, target, func(t testing.TB) { run(t, broken) }, func(t testing.TB) { run(t, healthy) })
+		})
+	}
+}
