@@ -56,3 +56,7 @@ func TestMemoryWorker(t *testing.T) {
 	t.Parallel()
 	conformance.RunWorker(t, memoryBroker(memorybroker.Options{}), memoryBackend())
 }
+
+func BenchmarkMemoryBroker(b *testing.B) {
+	conformance.BenchmarkBroker(b, memoryBroker(memorybroker.Options{}))
+}
