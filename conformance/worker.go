@@ -56,11 +56,22 @@ type recorder struct {
 	paths map[string][]core.State
 }
 
+// SetState records the state before writing it, so a waiter woken by the
+// write always finds it recorded; a failed write is taken back.
 func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
+	r.mu.Lock()
+	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+	r.mu.Unlock()
 	err := r.Backend.SetState(ctx, st)
-	if err == nil {
+	if err != nil {
 		r.mu.Lock()
-		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+		p := r.paths[st.TaskUUID]
+		for i := len(p) - 1; i >= 0; i-- {
+			if p[i] == st.State {
+				r.paths[st.TaskUUID] = append(p[:i:i], p[i+1:]...)
+				break
+			}
+		}
 		r.mu.Unlock()
 	}
 	return err

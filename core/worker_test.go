@@ -15,6 +15,11 @@ import (
 	"github.com/errand-go/errand/core"
 )
 
+// The end-to-end promises every driver keeps (retries, workflows, failures,
+// bad input, redelivery, shutdown) are checked by conformance.RunWorker over
+// the memory drivers (conformance/memory_test.go). The tests here cover what
+// is the core's alone: concurrency, lease extension, hooks, results, leaks.
+
 func add(a, b int) (int, error) { return a + b, nil }
 
 func TestSendTaskAndGet(t *testing.T) {
@@ -169,155 +174,6 @@ func TestRetryThenSucceed(t *testing.T) {
 	}
 }
 
-func TestRetryExhaustedFails(t *testing.T) {
-	e := newEnv(t)
-	var calls atomic.Int32
-	e.srv.Register("always", func() error { calls.Add(1); return errors.New("boom") })
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-	sig := core.NewSignature("always")
-	sig.RetryCount = 2
-	r, _ := e.srv.SendTask(ctx, sig)
-	_, err := r.Get(ctx)
-	if !core.IsTaskFailure(err) || !strings.Contains(err.Error(), "boom") {
-		t.Fatalf("Get = %v, want the task's failure with its error text", err)
-	}
-	if n := calls.Load(); n != 3 {
-		t.Fatalf("calls = %d, want 3 (1 + RetryCount 2)", n)
-	}
-}
-
-func TestPermanentErrorNoRetry(t *testing.T) {
-	e := newEnv(t)
-	var calls atomic.Int32
-	e.srv.Register("perm", func() error { calls.Add(1); return fmt.Errorf("wrapped: %w", core.Permanent(errors.New("bad input"))) })
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-	sig := core.NewSignature("perm")
-	sig.RetryCount = 5
-	r, _ := e.srv.SendTask(ctx, sig)
-	if _, err := r.Get(ctx); !core.IsTaskFailure(err) {
-		t.Fatalf("Get = %v, want failure", err)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("calls = %d, want 1: a permanent error is never retried", n)
-	}
-}
-
-func TestRetryLaterHonouredAndBounded(t *testing.T) {
-	e := newEnv(t)
-	var mu sync.Mutex
-	var times []time.Time
-	e.srv.Register("later", func() error {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		return core.RetryLater(30*time.Millisecond, errors.New("not yet"))
-	})
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-	sig := core.NewSignature("later")
-	sig.RetryCount = 2
-	r, _ := e.srv.SendTask(ctx, sig)
-	if _, err := r.Get(ctx); !core.IsTaskFailure(err) {
-		t.Fatalf("Get = %v, want failure once retries are used up", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(times) != 3 {
-		t.Fatalf("runs = %d, want 3: retry-later counts against RetryCount 2", len(times))
-	}
-	for i := 1; i < len(times); i++ {
-		if gap := times[i].Sub(times[i-1]); gap < 30*time.Millisecond {
-			t.Fatalf("retry %d ran %v after the previous run, before the requested 30ms", i, gap)
-		}
-	}
-}
-
-func TestPanicBecomesFailureWithStack(t *testing.T) {
-	e := newEnv(t)
-	e.srv.Register("panics", func() error { panic("kaboom") })
-	e.srv.Register("add", add)
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-	r, _ := e.srv.SendTask(ctx, core.NewSignature("panics"))
-	_, err := r.Get(ctx)
-	if !core.IsTaskFailure(err) || !strings.Contains(err.Error(), "kaboom") || !strings.Contains(err.Error(), "worker_test.go") {
-		t.Fatalf("Get = %v, want a failure with the panic value and a stack naming the task's file", err)
-	}
-	// The worker survived: it still runs tasks.
-	r2, _ := e.srv.SendTask(ctx, core.NewSignature("add", 1, 1))
-	if _, err := r2.Get(ctx); err != nil {
-		t.Fatalf("worker did not survive a panicking task: %v", err)
-	}
-}
-
-func TestTimeoutFails(t *testing.T) {
-	e := newEnv(t)
-	e.srv.Register("slow", func(ctx context.Context) error {
-		<-ctx.Done()
-		return ctx.Err()
-	})
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-	sig := core.NewSignature("slow")
-	sig.Timeout = 20 * time.Millisecond
-	r, _ := e.srv.SendTask(ctx, sig)
-	_, err := r.Get(ctx)
-	if !core.IsTaskFailure(err) || !strings.Contains(err.Error(), "deadline exceeded") {
-		t.Fatalf("Get = %v, want FAILURE from the task timeout", err)
-	}
-}
-
-func TestBadInputFailsClearly(t *testing.T) {
-	e := newEnv(t)
-	e.srv.Register("add", add)
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-	cases := []struct {
-		name string
-		sig  *core.Signature
-		want []string
-		is   error
-	}{
-		{"unknown task", core.NewSignature("nope", 1), []string{`"nope"`, "unknown task"}, core.ErrUnknownTask},
-		{"wrong type", core.NewSignature("add", 1, "two"), []string{`task "add"`, "argument 1", "string", "int"}, core.ErrBadArguments},
-		{"wrong count", core.NewSignature("add", 1), []string{`task "add"`, "got 1 arguments", "takes 2"}, core.ErrBadArguments},
-	}
-	for _, c := range cases {
-		c.sig.RetryCount = 3 // must not be retried
-		r, err := e.srv.SendTask(ctx, c.sig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = r.Get(ctx)
-		if !core.IsTaskFailure(err) {
-			t.Fatalf("%s: Get = %v, want FAILURE", c.name, err)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
-			}
-		}
-		if p := e.rec.path(c.sig.UUID); len(p) != 3 {
-			t.Errorf("%s: state path %v, want PENDING RECEIVED FAILURE (no retry, no start)", c.name, p)
-		}
-	}
-	// Malformed bytes straight on the queue: set aside, worker goes on.
-	if err := e.broker.Publish(ctx, core.Message{ID: "garbage", Queue: core.DefaultQueue, Body: []byte("{not json")}); err != nil {
-		t.Fatal(err)
-	}
-	r, _ := e.srv.SendTask(ctx, core.NewSignature("add", 20, 22))
-	var n int
-	if err := r.GetInto(ctx, &n); err != nil || n != 42 {
-		t.Fatalf("after a malformed message, add = %d, %v; want 42", n, err)
-	}
-	waitFor(t, "malformed message in dead letters", func() bool {
-		dl, _ := core.DeadLetters(ctx, e.broker, core.DefaultQueue)
-		return len(dl) == 1 && dl[0].ID == "garbage" && strings.Contains(dl[0].Reason, "malformed")
-	})
-}
-
 // waitFor polls cond until it holds or a deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -344,31 +200,6 @@ func TestOversizedPayloadRefusedBeforeSend(t *testing.T) {
 	}
 	if _, err := e.rec.GetState(ctx, sig.UUID); !errors.Is(err, core.ErrTaskNotFound) {
 		t.Fatalf("an oversized task left a state behind (%v): nothing should be written", err)
-	}
-}
-
-func TestOnSuccessAndOnErrorCallbacks(t *testing.T) {
-	e := newEnv(t)
-	got := make(chan string, 4)
-	e.srv.Register("add", add)
-	e.srv.Register("fail", func(x int) error { return core.Permanent(fmt.Errorf("cannot do %d", x)) })
-	e.srv.Register("onok", func(tag string, sum int) error { got <- fmt.Sprint("ok ", tag, " ", sum); return nil })
-	e.srv.Register("onerr", func(msg, tag string) error { got <- "err " + tag + ": " + msg; return nil })
-	e.start(t, core.WorkerConfig{})
-	ctx := ctxT(t)
-
-	s := core.NewSignature("add", 1, 2)
-	s.OnSuccess = []*core.Signature{core.NewSignature("onok", "A")}
-	s.OnError = []*core.Signature{core.NewSignature("onerr", "never")}
-	e.srv.SendTask(ctx, s)
-	if m := <-got; m != "ok A 3" {
-		t.Fatalf("OnSuccess got %q, want its own args then the results: %q", m, "ok A 3")
-	}
-	f := core.NewSignature("fail", 7)
-	f.OnError = []*core.Signature{core.NewSignature("onerr", "B")}
-	e.srv.SendTask(ctx, f)
-	if m := <-got; m != "err B: cannot do 7" {
-		t.Fatalf("OnError got %q, want the error text first, then its own args", m)
 	}
 }
 
@@ -405,28 +236,6 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 	var out string
 	if err := r.GetInto(ctx, &out); err != nil || out != "done" {
 		t.Fatalf("second worker: %q, %v; want done", out, err)
-	}
-}
-
-// TestCrashedWorkerLeaseRedelivers: a delivery taken and never settled (a
-// crashed consumer) comes back after its lease and is completed.
-func TestCrashedWorkerLeaseRedelivers(t *testing.T) {
-	e := newEnv(t)
-	e.srv.Register("add", add)
-	ctx := ctxT(t)
-	r, _ := e.srv.SendTask(ctx, core.NewSignature("add", 4, 5))
-	ds, err := e.broker.Fetch(ctx, core.DefaultQueue, 1, 30*time.Millisecond)
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("Fetch = %v, %v", ds, err)
-	}
-	// The "crashed" consumer never acks; a worker picks it up after the lease.
-	e.start(t, core.WorkerConfig{})
-	var n int
-	if err := r.GetInto(ctx, &n); err != nil || n != 9 {
-		t.Fatalf("redelivered task: %d, %v; want 9", n, err)
-	}
-	if err := e.broker.Ack(ctx, ds[0]); !errors.Is(err, core.ErrLeaseLost) {
-		t.Fatalf("late ack from the crashed consumer = %v, want ErrLeaseLost", err)
 	}
 }
 

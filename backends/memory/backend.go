@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/internal/named"
 )
 
 // Options configures a Backend.
@@ -255,19 +256,13 @@ func (b *Backend) Close() error {
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
 	if b.name != "" {
-		named.Lock()
-		if named.m[b.name] == b {
-			delete(named.m, b.name)
-		}
-		named.Unlock()
+		instances.Forget(b.name, b)
 	}
 	return nil
 }
 
-var named = struct {
-	sync.Mutex
-	m map[string]*Backend
-}{m: map[string]*Backend{}}
+// instances holds the named backends of memory://NAME URLs.
+var instances named.Registry[*Backend]
 
 // Open returns the backend for a memory:// URL (see the package doc).
 func Open(_ context.Context, u *url.URL) (core.Backend, error) {
@@ -285,15 +280,11 @@ func Open(_ context.Context, u *url.URL) (core.Backend, error) {
 	if name == "" {
 		return New(&opts), nil
 	}
-	named.Lock()
-	defer named.Unlock()
-	if b := named.m[name]; b != nil {
-		return b, nil
-	}
-	b := New(&opts)
-	b.name = name
-	named.m[name] = b
-	return b, nil
+	return instances.Get(name, func() *Backend {
+		b := New(&opts)
+		b.name = name
+		return b
+	}), nil
 }
 
 func init() { core.RegisterBackend("memory", Open) }

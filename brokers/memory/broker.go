@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/internal/named"
 )
 
 // Options configures a Broker.
@@ -61,8 +62,8 @@ type entry struct {
 }
 
 type queue struct {
-	ready    readyHeap
-	delayed  dueHeap
+	ready    entryHeap // due: by priority, due time, publish order
+	delayed  entryHeap // not due: by due time, publish order
 	inflight map[uint64]*entry
 	dead     []core.DeadLetter
 }
@@ -72,7 +73,7 @@ type handle struct{ seq, token uint64 }
 func (b *Broker) queue(name string) *queue {
 	q := b.queues[name]
 	if q == nil {
-		q = &queue{inflight: make(map[uint64]*entry)}
+		q = &queue{inflight: make(map[uint64]*entry), ready: entryHeap{less: byReadiness}, delayed: entryHeap{less: byDue}}
 		b.queues[name] = q
 	}
 	return q
@@ -122,7 +123,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
 // promote moves due delayed messages and expired leases to ready, and
 // returns the earliest time something else will become ready (zero: none).
 func (q *queue) promote(now time.Time) time.Time {
-	for len(q.delayed) > 0 && !q.delayed[0].due.After(now) {
+	for len(q.delayed.es) > 0 && !q.delayed.es[0].due.After(now) {
 		heap.Push(&q.ready, heap.Pop(&q.delayed))
 	}
 	var next time.Time
@@ -135,8 +136,8 @@ func (q *queue) promote(now time.Time) time.Time {
 			next = e.leaseUntil
 		}
 	}
-	if len(q.delayed) > 0 && (next.IsZero() || q.delayed[0].due.Before(next)) {
-		next = q.delayed[0].due
+	if len(q.delayed.es) > 0 && (next.IsZero() || q.delayed.es[0].due.Before(next)) {
+		next = q.delayed.es[0].due
 	}
 	return next
 }
@@ -159,9 +160,9 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease tim
 		now := time.Now()
 		q := b.queue(queueName)
 		next := q.promote(now)
-		if len(q.ready) > 0 {
-			out := make([]*core.Delivery, 0, min(max, len(q.ready)))
-			for len(out) < max && len(q.ready) > 0 {
+		if q.ready.Len() > 0 {
+			out := make([]*core.Delivery, 0, min(max, q.ready.Len()))
+			for len(out) < max && q.ready.Len() > 0 {
 				e := heap.Pop(&q.ready).(*entry)
 				b.seq++
 				e.token, e.leaseUntil = b.seq, now.Add(lease)
@@ -293,11 +294,7 @@ func (b *Broker) Close() error {
 	b.broadcast()
 	b.mu.Unlock()
 	if b.name != "" {
-		named.Lock()
-		if named.m[b.name] == b {
-			delete(named.m, b.name)
-		}
-		named.Unlock()
+		instances.Forget(b.name, b)
 	}
 	return nil
 }
@@ -335,13 +332,13 @@ func cmpU(a, b uint64) int {
 
 // Pending lists the due, undelivered messages of queue.
 func (b *Broker) Pending(_ context.Context, queueName string) (out []core.Message, err error) {
-	err = b.inspect(queueName, func(q *queue) error { out = messages(q.ready); return nil })
+	err = b.inspect(queueName, func(q *queue) error { out = messages(q.ready.es); return nil })
 	return out, err
 }
 
 // Delayed lists the messages of queue that are not due yet, earliest first.
 func (b *Broker) Delayed(_ context.Context, queueName string) (out []core.Message, err error) {
-	err = b.inspect(queueName, func(q *queue) error { out = messages(q.delayed); return nil })
+	err = b.inspect(queueName, func(q *queue) error { out = messages(q.delayed.es); return nil })
 	return out, err
 }
 
@@ -354,8 +351,8 @@ func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []core.De
 // Purge drops the pending and delayed messages of queue.
 func (b *Broker) Purge(_ context.Context, queueName string) (n int, err error) {
 	err = b.inspect(queueName, func(q *queue) error {
-		n = len(q.ready) + len(q.delayed)
-		q.ready, q.delayed = nil, nil
+		n = q.ready.Len() + q.delayed.Len()
+		q.ready.es, q.delayed.es = nil, nil
 		return nil
 	})
 	return n, err
@@ -364,60 +361,48 @@ func (b *Broker) Purge(_ context.Context, queueName string) (n int, err error) {
 // Stats counts queue.
 func (b *Broker) Stats(_ context.Context, queueName string) (s core.QueueStats, err error) {
 	err = b.inspect(queueName, func(q *queue) error {
-		s = core.QueueStats{Pending: len(q.ready), Delayed: len(q.delayed), InFlight: len(q.inflight), Dead: len(q.dead)}
+		s = core.QueueStats{Pending: q.ready.Len(), Delayed: q.delayed.Len(), InFlight: len(q.inflight), Dead: len(q.dead)}
 		return nil
 	})
 	return s, err
 }
 
-// readyHeap orders due messages: higher priority, then earlier due, then
+// entryHeap is a heap of entries under an ordering.
+type entryHeap struct {
+	es   []*entry
+	less func(a, b *entry) bool
+}
+
+func (h *entryHeap) Len() int           { return len(h.es) }
+func (h *entryHeap) Less(i, j int) bool { return h.less(h.es[i], h.es[j]) }
+func (h *entryHeap) Swap(i, j int)      { h.es[i], h.es[j] = h.es[j], h.es[i] }
+func (h *entryHeap) Push(x any)         { h.es = append(h.es, x.(*entry)) }
+func (h *entryHeap) Pop() any {
+	e := h.es[len(h.es)-1]
+	h.es[len(h.es)-1] = nil
+	h.es = h.es[:len(h.es)-1]
+	return e
+}
+
+// byReadiness orders due messages: higher priority, then earlier due, then
 // publish order.
-type readyHeap []*entry
-
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(i, j int) bool {
-	if h[i].msg.Priority != h[j].msg.Priority {
-		return h[i].msg.Priority > h[j].msg.Priority
+func byReadiness(a, b *entry) bool {
+	if a.msg.Priority != b.msg.Priority {
+		return a.msg.Priority > b.msg.Priority
 	}
-	if !h[i].due.Equal(h[j].due) {
-		return h[i].due.Before(h[j].due)
+	return byDue(a, b)
+}
+
+// byDue orders delayed messages by due time, then publish order.
+func byDue(a, b *entry) bool {
+	if !a.due.Equal(b.due) {
+		return a.due.Before(b.due)
 	}
-	return h[i].seq < h[j].seq
-}
-func (h readyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *readyHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
-func (h *readyHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
+	return a.seq < b.seq
 }
 
-// dueHeap orders delayed messages by due time, then publish order.
-type dueHeap []*entry
-
-func (h dueHeap) Len() int { return len(h) }
-func (h dueHeap) Less(i, j int) bool {
-	if !h[i].due.Equal(h[j].due) {
-		return h[i].due.Before(h[j].due)
-	}
-	return h[i].seq < h[j].seq
-}
-func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *dueHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
-func (h *dueHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
-}
-
-var named = struct {
-	sync.Mutex
-	m map[string]*Broker
-}{m: map[string]*Broker{}}
+// instances holds the named brokers of memory://NAME URLs.
+var instances named.Registry[*Broker]
 
 // Open returns the broker for a memory:// URL (see the package doc).
 func Open(_ context.Context, u *url.URL) (core.Broker, error) {
@@ -433,15 +418,11 @@ func Open(_ context.Context, u *url.URL) (core.Broker, error) {
 	if name == "" {
 		return New(&opts), nil
 	}
-	named.Lock()
-	defer named.Unlock()
-	if b := named.m[name]; b != nil {
-		return b, nil
-	}
-	b := New(&opts)
-	b.name = name
-	named.m[name] = b
-	return b, nil
+	return instances.Get(name, func() *Broker {
+		b := New(&opts)
+		b.name = name
+		return b
+	}), nil
 }
 
 func init() { core.RegisterBroker("memory", Open) }
