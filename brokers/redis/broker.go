@@ -1,0 +1,361 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/core"
+)
+
+// Options configures a Broker.
+type Options struct {
+	// Prefix starts every key the broker writes. Default: "errand".
+	Prefix string
+	// MaxPayload is the largest message body accepted, in bytes.
+	// Default: 0, no limit beyond Redis's own 512 MB.
+	MaxPayload int
+	// MaxBlock bounds one blocking wait of an idle Fetch, so a cancelled
+	// ctx or a Close is noticed within it. Publishes wake a blocked Fetch at
+	// once whatever this is. Default: 250ms.
+	MaxBlock time.Duration
+	// CloseClient: Close also closes the client. Set by Open, which makes
+	// its own client. Default: false (the caller owns the client).
+	CloseClient bool
+}
+
+// Broker is a core.Broker on Redis. It is safe for concurrent use.
+type Broker struct {
+	rdb    goredis.UniversalClient
+	opts   Options
+	closed atomic.Bool
+}
+
+var (
+	_ core.Broker              = (*Broker)(nil)
+	_ core.Limiter             = (*Broker)(nil)
+	_ core.Inspector           = (*Broker)(nil)
+	_ core.DeadLetterInspector = (*Broker)(nil)
+	_ core.Purger              = (*Broker)(nil)
+	_ core.StatsReporter       = (*Broker)(nil)
+)
+
+// New returns a broker on rdb: a *redis.Client, *redis.ClusterClient or
+// any UniversalClient (Sentinel included). opts may be nil.
+func New(rdb goredis.UniversalClient, opts *Options) *Broker {
+	b := &Broker{rdb: rdb}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.opts.Prefix == "" {
+		b.opts.Prefix = "errand"
+	}
+	if b.opts.MaxBlock <= 0 {
+		b.opts.MaxBlock = 250 * time.Millisecond
+	}
+	return b
+}
+
+type keys struct{ pending, delayed, inflight, msgs, tokens, count, dead, reasons, notify string }
+
+func (b *Broker) keys(queue string) keys {
+	k := "{" + b.opts.Prefix + ":" + queue + "}:"
+	return keys{k + "pending", k + "delayed", k + "inflight", k + "msgs", k + "tokens", k + "count", k + "dead", k + "reasons", k + "notify"}
+}
+
+// handle is what a Delivery carries back to Ack, Release, Extend, Reject.
+type handle struct{ mid, token string }
+
+// Limits reports the configured maximum payload; Redis has no maximum delay.
+func (b *Broker) Limits() core.Limits { return core.Limits{MaxPayload: b.opts.MaxPayload} }
+
+func (b *Broker) err(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, goredis.ErrClosed) || b.closed.Load():
+		return fmt.Errorf("redis broker: %w", core.ErrClosed)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("redis broker: %w", err)
+}
+
+func randomID() string {
+	var r [12]byte
+	rand.Read(r[:])
+	return hex.EncodeToString(r[:])
+}
+
+// Publish enqueues msgs, one script per queue, all in one pipeline (one
+// round trip). Each queue's messages are stored atomically.
+func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
+	if b.closed.Load() {
+		return fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	byQueue := map[string][]any{}
+	var order []string
+	for _, m := range msgs {
+		if err := core.CheckPayload(m, b.opts.MaxPayload); err != nil {
+			return err
+		}
+		if strings.ContainsRune(m.ID, '\n') {
+			return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
+		}
+		if _, ok := byQueue[m.Queue]; !ok {
+			order = append(order, m.Queue)
+		}
+		var due int64
+		if !m.NotBefore.IsZero() {
+			due = m.NotBefore.UnixMilli()
+			if m.NotBefore.Sub(time.UnixMilli(due)) > 0 {
+				due++ // round up: never early
+			}
+		}
+		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
+		env = append(append(append(env, m.ID...), '\n'), m.Body...)
+		byQueue[m.Queue] = append(byQueue[m.Queue], randomID(), env, due)
+	}
+	send := func(eval func(*goredis.Script, context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) error {
+		pipe := b.rdb.Pipeline()
+		for _, q := range order {
+			k := b.keys(q)
+			eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify}, byQueue[q]...)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := send((*goredis.Script).EvalSha)
+	if isNoScript(err) {
+		// A fresh (or restarted) server: send the script itself.
+		err = send((*goredis.Script).Eval)
+	}
+	return b.err(ctx, err)
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// Fetch runs the fetch script (promote due delayed messages and expired
+// leases, then lease up to max); when nothing is due it blocks on the
+// queue's wake-up list until a publish, the next due time, or MaxBlock.
+func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*core.Delivery, error) {
+	k := b.keys(queue)
+	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count}
+	for {
+		if b.closed.Load() {
+			return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res, err := fetchScript.Run(ctx, b.rdb, keys, max, lease.Milliseconds(), 1000, randomID()).Slice()
+		if err != nil {
+			return nil, b.err(ctx, err)
+		}
+		if len(res) > 0 && res[0] != "wait" {
+			return deliveries(queue, res)
+		}
+		wait := b.opts.MaxBlock
+		if len(res) == 3 {
+			next, _ := res[1].(int64)
+			now, _ := res[2].(int64)
+			if next >= 0 && time.Duration(next-now)*time.Millisecond < wait {
+				wait = time.Duration(next-now) * time.Millisecond
+			}
+		}
+		if wait < time.Millisecond {
+			continue
+		}
+		secs := strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
+		if err := b.rdb.Do(ctx, "BLPOP", k.notify, secs).Err(); err != nil && err != goredis.Nil {
+			return nil, b.err(ctx, err)
+		}
+	}
+}
+
+func deliveries(queue string, res []any) ([]*core.Delivery, error) {
+	out := make([]*core.Delivery, 0, len(res)/4)
+	for i := 0; i+3 < len(res); i += 4 {
+		mid, _ := res[i].(string)
+		env, _ := res[i+1].(string)
+		tok, _ := res[i+2].(string)
+		n, _ := res[i+3].(int64)
+		id, body, ok := strings.Cut(env, "\n")
+		if !ok {
+			body = env // not written by this broker: surface it as is
+		}
+		out = append(out, &core.Delivery{
+			Message: core.Message{ID: id, Queue: queue, Body: []byte(body)},
+			Attempt: int(n),
+			Handle:  handle{mid: mid, token: tok},
+		})
+	}
+	return out, nil
+}
+
+func (b *Broker) settle(ctx context.Context, d *core.Delivery, script *goredis.Script, keys []string, args ...any) error {
+	if b.closed.Load() {
+		return fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	h, ok := d.Handle.(handle)
+	if !ok {
+		return fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
+	}
+	n, err := script.Run(ctx, b.rdb, keys, append([]any{h.mid, h.token}, args...)...).Int()
+	if err != nil {
+		return b.err(ctx, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redis broker: message %q: %w", d.ID, core.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Ack deletes the delivered message.
+func (b *Broker) Ack(ctx context.Context, d *core.Delivery) error {
+	k := b.keys(d.Queue)
+	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count})
+}
+
+// Release requeues the delivered message, due at notBefore.
+func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.Time) error {
+	k := b.keys(d.Queue)
+	var nb int64
+	if !notBefore.IsZero() {
+		nb = notBefore.UnixMilli() + 1
+	}
+	return b.settle(ctx, d, releaseScript, []string{k.inflight, k.tokens, k.pending, k.delayed, k.notify}, nb)
+}
+
+// Extend renews the delivery's lease.
+func (b *Broker) Extend(ctx context.Context, d *core.Delivery, lease time.Duration) error {
+	k := b.keys(d.Queue)
+	return b.settle(ctx, d, extendScript, []string{k.inflight, k.tokens}, lease.Milliseconds())
+}
+
+// Reject moves the delivered message to the queue's dead letters.
+func (b *Broker) Reject(ctx context.Context, d *core.Delivery, reason string) error {
+	k := b.keys(d.Queue)
+	return b.settle(ctx, d, rejectScript, []string{k.inflight, k.tokens, k.count, k.dead, k.reasons},
+		strconv.FormatInt(time.Now().UnixMilli(), 10)+" "+reason)
+}
+
+// Close makes every later call return core.ErrClosed; blocked fetches
+// return within MaxBlock. It closes the client only if Options.CloseClient.
+func (b *Broker) Close() error {
+	if b.closed.Swap(true) || !b.opts.CloseClient {
+		return nil
+	}
+	return b.rdb.Close()
+}
+
+func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(core.Message, int)) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	envs, err := b.rdb.HMGet(ctx, b.keys(q).msgs, ids...).Result()
+	if err != nil {
+		return b.err(ctx, err)
+	}
+	for i, e := range envs {
+		s, ok := e.(string)
+		if !ok {
+			continue
+		}
+		id, body, _ := strings.Cut(s, "\n")
+		dst(core.Message{ID: id, Queue: q, Body: []byte(body)}, i)
+	}
+	return nil
+}
+
+// Pending lists the due, undelivered messages of queue in delivery order.
+func (b *Broker) Pending(ctx context.Context, queue string) ([]core.Message, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	ids, err := b.rdb.LRange(ctx, b.keys(queue).pending, 0, -1).Result()
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	var out []core.Message
+	err = b.messages(ctx, queue, ids, func(m core.Message, _ int) { out = append(out, m) })
+	return out, err
+}
+
+// Delayed lists the messages of queue not due yet, earliest first, with
+// their due times.
+func (b *Broker) Delayed(ctx context.Context, queue string) ([]core.Message, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	zs, err := b.rdb.ZRangeWithScores(ctx, b.keys(queue).delayed, 0, -1).Result()
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	ids := make([]string, len(zs))
+	for i, z := range zs {
+		ids[i] = z.Member.(string)
+	}
+	var out []core.Message
+	err = b.messages(ctx, queue, ids, func(m core.Message, i int) {
+		m.NotBefore = time.UnixMilli(int64(zs[i].Score))
+		out = append(out, m)
+	})
+	return out, err
+}
+
+// DeadLetters lists the rejected messages of queue with their reasons.
+func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]core.DeadLetter, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	k := b.keys(queue)
+	ids, err := b.rdb.LRange(ctx, k.dead, 0, -1).Result()
+	if err != nil || len(ids) == 0 {
+		return nil, b.err(ctx, err)
+	}
+	reasons, err := b.rdb.HMGet(ctx, k.reasons, ids...).Result()
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	var out []core.DeadLetter
+	err = b.messages(ctx, queue, ids, func(m core.Message, i int) {
+		r, _ := reasons[i].(string)
+		ms, reason, _ := strings.Cut(r, " ")
+		at, _ := strconv.ParseInt(ms, 10, 64)
+		out = append(out, core.DeadLetter{Message: m, Reason: reason, At: time.UnixMilli(at)})
+	})
+	return out, err
+}
+
+// Purge drops the pending and delayed messages of queue.
+func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
+	if b.closed.Load() {
+		return 0, fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	k := b.keys(queue)
+	n, err := purgeScript.Run(ctx, b.rdb, []string{k.pending, k.delayed, k.msgs, k.count}).Int()
+	return n, b.err(ctx, err)
+}
+
+// Stats counts queue in one pipeline.
+func (b *Broker) Stats(ctx context.Context, queue string) (core.QueueStats, error) {
+	if b.closed.Load() {
+		return core.QueueStats{}, fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	k := b.keys(queue)
+	pipe := b.rdb.Pipeline()
+	p, d, f, x := pipe.LLen(ctx, k.pending), pipe.ZCard(ctx, k.delayed), pipe.ZCard(ctx, k.inflight), pipe.LLen(ctx, k.dead)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return core.QueueStats{}, b.err(ctx, err)
+	}
+	return core.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val())}, nil
+}

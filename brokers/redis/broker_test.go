@@ -1,0 +1,132 @@
+package redis_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/core"
+)
+
+// servers returns the Redis deployments named by the environment: the
+// single node (ERRAND_REDIS_URL) and the cluster (ERRAND_REDIS_CLUSTER_ADDRS).
+// A missing or unreachable server skips, or fails when
+// ERRAND_REQUIRE_SERVICES=1.
+func servers(t *testing.T) map[string]goredis.UniversalClient {
+	out := map[string]goredis.UniversalClient{}
+	if u := os.Getenv("ERRAND_REDIS_URL"); u != "" {
+		o, err := goredis.ParseURL(u)
+		if err != nil {
+			t.Fatalf("ERRAND_REDIS_URL: %v", err)
+		}
+		out["Single"] = goredis.NewClient(o)
+	}
+	if a := os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"); a != "" {
+		out["Cluster"] = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(a, ",")})
+	}
+	for name, c := range out {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			unavailable(t, name+" Redis unreachable: "+err.Error())
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	if len(out) < 2 {
+		unavailable(t, "ERRAND_REDIS_URL and ERRAND_REDIS_CLUSTER_ADDRS must both be set (scripts/services start exports them)")
+	}
+	return out
+}
+
+func unavailable(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
+		t.Fatalf("required service unavailable: %s", why)
+	}
+	t.Skip("skipping: " + why)
+}
+
+func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
+	return conformance.BrokerHarness{
+		New: func(t testing.TB) core.Broker {
+			b := redis.New(rdb, &redis.Options{Prefix: "errand-test"})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BrokerCaps{OrderedByETA: true, Durable: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
+		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
+	}
+}
+
+func memoryBackend() conformance.BackendHarness {
+	return conformance.BackendHarness{
+		New: func(t testing.TB, expiry time.Duration) core.Backend {
+			b := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BackendCaps{Expiry: true, Waiter: true},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	for name, rdb := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			conformance.RunBroker(t, harness(rdb))
+			conformance.RunWorker(t, harness(rdb), memoryBackend())
+		})
+	}
+}
+
+func BenchmarkBroker(b *testing.B) {
+	u := os.Getenv("ERRAND_REDIS_URL")
+	if u == "" {
+		b.Skip("ERRAND_REDIS_URL not set")
+	}
+	o, _ := goredis.ParseURL(u)
+	rdb := goredis.NewClient(o)
+	defer rdb.Close()
+	conformance.BenchmarkBroker(b, harness(rdb))
+}
+
+func TestOpenByURL(t *testing.T) {
+	servers(t)
+	ctx := context.Background()
+	u := os.Getenv("ERRAND_REDIS_URL") + "?prefix=errand-url"
+	b, err := core.OpenBroker(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	addrs := strings.Split(os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"), ",")
+	cu := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+	cb, err := core.OpenBroker(ctx, cu)
+	if err != nil {
+		t.Fatalf("open cluster by URL: %v", err)
+	}
+	defer cb.Close()
+	q := "url-" + core.NewUUID()
+	for _, br := range []core.Broker{b, cb} {
+		if err := br.Publish(ctx, core.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := br.Fetch(ctx, q, 1, time.Second)
+		if err != nil || len(ds) != 1 || ds[0].ID != "m" {
+			t.Fatalf("fetch through a URL-opened broker: %v, %v", ds, err)
+		}
+		br.Ack(ctx, ds[0])
+	}
+	_, err = core.OpenBroker(ctx, "redis://:hunter2@127.0.0.1:1/0")
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("opening an unreachable server: %v (want an error without the password)", err)
+	}
+}

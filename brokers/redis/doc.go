@@ -1,0 +1,55 @@
+// Package redis is errand's Redis broker, on go-redis's UniversalClient:
+// a single node, Sentinel, or Redis Cluster.
+//
+// # URL form
+//
+//	redis://[user:password@]host:port[/db][?prefix=errand&max_payload=BYTES]
+//	rediss://...                        the same over TLS
+//	redis://[user:password@]host:port?addr=host2:port&addr=host3:port
+//	                                    Redis Cluster (several seed addresses)
+//
+// Import the package for its side effect to register both schemes. Passwords
+// never appear in errors or logs. New takes an injected client instead.
+//
+// # Design: lists, a lease set and Lua
+//
+// A queue is a list of due message IDs, a sorted set of delayed IDs by due
+// time, a sorted set of in-flight IDs by lease deadline and a hash of message
+// bodies. Fetch is one Lua script: it promotes due delayed messages (earliest
+// first, in batches), puts back messages whose lease ran out, then pops up to
+// max IDs and leases them — so a message is never removed when it is fetched,
+// only when it is acked. Each delivery carries a lease token; ack, release,
+// extend and reject check it, so a consumer whose lease ran out cannot settle
+// a message another consumer now holds (core.ErrLeaseLost).
+//
+// Redis Streams with consumer groups were the alternative. They give blocking
+// reads and pending-entry lists, but idle-time based reclaiming (XAUTOCLAIM)
+// has one idle threshold per call rather than a lease per delivery, and
+// delayed tasks would still need a sorted set beside the stream. The list +
+// lease-set design keeps one mechanism for delays, leases and redelivery, each
+// step one atomic script.
+//
+// Every key of a queue carries the hash tag {prefix:queue} and every script
+// receives its keys in KEYS, so it runs unchanged on Redis Cluster. No key
+// has a TTL: recovery depends on nothing that expiry can drop (eviction must
+// be off, as for any queue: maxmemory-policy noeviction).
+//
+// # Delivery semantics
+//
+// At-least-once. A consumer that dies loses nothing: its messages come back
+// when their leases run out (the core worker extends leases while tasks run).
+// An idle Fetch blocks on a per-queue wake-up list; a publish wakes it at once,
+// and it wakes by itself at the earliest due time or lease deadline (and at
+// least every Options.MaxBlock, to notice a cancelled ctx or Close).
+//
+// Delays: never early — due times are compared with the server's clock and
+// rounded up to the millisecond; late by the wake-up latency (about a
+// round trip). There is no maximum delay. Due messages are delivered in the
+// order they became due; priority is not used.
+//
+// # Limits
+//
+// Payload: Options.MaxPayload (default none; Redis strings hold up to
+// 512 MB, but keep tasks small). Rejected (undecodable) messages stay in the
+// queue's dead list with their reason until purged by hand.
+package redis
