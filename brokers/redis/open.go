@@ -20,50 +20,61 @@ func init() {
 // Open returns a broker for a redis:// or rediss:// URL (see the package
 // doc). The broker owns the client it makes and closes it on Close.
 func Open(ctx context.Context, u *url.URL) (core.Broker, error) {
-	rdb, opts, err := client(u)
+	rdb, own, err := ClientFromURL(ctx, u, "prefix", "max_payload")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("redis broker: %w", err)
 	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("redis broker: ping %s: %w", u.Redacted(), err)
+	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
+	if v := own.Get("max_payload"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			rdb.Close()
+			return nil, fmt.Errorf("redis broker: max_payload %q is not a byte count", v)
+		}
+		opts.MaxPayload = n
 	}
 	return New(rdb, opts), nil
 }
 
-// client parses u into a go-redis client: a cluster client when the URL
-// names more than one address (?addr=host:port), else a single-node client.
-// errand's own query parameters (prefix, max_payload) are taken out first.
-func client(u *url.URL) (goredis.UniversalClient, *Options, error) {
-	opts := &Options{CloseClient: true}
+// ClientFromURL makes a go-redis client for a redis:// or rediss:// URL and
+// checks it answers: a cluster client when the URL names more than one
+// address (?addr=host:port), else a single-node client. The query
+// parameters named in own are errand's, not go-redis's: they are taken out
+// first and returned. Errors never contain the URL's password. The result
+// backend shares this parsing.
+func ClientFromURL(ctx context.Context, u *url.URL, own ...string) (goredis.UniversalClient, url.Values, error) {
 	q := u.Query()
-	opts.Prefix = q.Get("prefix")
-	if v := q.Get("max_payload"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, nil, fmt.Errorf("redis broker: max_payload %q is not a byte count", v)
+	mine := url.Values{}
+	for _, k := range own {
+		if q.Has(k) {
+			mine[k] = q[k]
+			q.Del(k)
 		}
-		opts.MaxPayload = n
 	}
-	q.Del("prefix")
-	q.Del("max_payload")
 	clean := *u
 	clean.RawQuery = q.Encode()
+	var rdb goredis.UniversalClient
 	if q.Has("addr") {
 		co, err := goredis.ParseClusterURL(clean.String())
 		if err != nil {
-			return nil, nil, fmt.Errorf("redis broker: %s: %v", core.RedactURL(clean.String()), redactErr(err, u))
+			return nil, nil, fmt.Errorf("%s: %s", core.RedactURL(clean.String()), redactErr(err, u))
 		}
-		return goredis.NewClusterClient(co), opts, nil
+		rdb = goredis.NewClusterClient(co)
+	} else {
+		o, err := goredis.ParseURL(clean.String())
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %s", core.RedactURL(clean.String()), redactErr(err, u))
+		}
+		rdb = goredis.NewClient(o)
 	}
-	o, err := goredis.ParseURL(clean.String())
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis broker: %s: %v", core.RedactURL(clean.String()), redactErr(err, u))
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("ping %s: %s", u.Redacted(), redactErr(err, u))
 	}
-	return goredis.NewClient(o), opts, nil
+	return rdb, mine, nil
 }
 
-// redactErr keeps a parse error from repeating the URL's password.
+// redactErr keeps an error from repeating the URL's password.
 func redactErr(err error, u *url.URL) string {
 	msg := err.Error()
 	if p, ok := u.User.Password(); ok && p != "" {

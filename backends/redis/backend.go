@@ -1,0 +1,280 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/core"
+	redisbroker "github.com/errand-go/errand/brokers/redis"
+)
+
+// Options configures a Backend.
+type Options struct {
+	// Prefix starts every key the backend writes. Default: "errand".
+	Prefix string
+	// ResultExpiry is how long a task's state is kept after its last write.
+	// Default: 1h.
+	ResultExpiry time.Duration
+	// GroupExpiry is how long a group's metadata is kept after its last
+	// completion. Default: 24h; never less than ResultExpiry.
+	GroupExpiry time.Duration
+	// CloseClient: Close also closes the client (set by Open). Default: false.
+	CloseClient bool
+}
+
+// Backend is a core.Backend on Redis. It is safe for concurrent use.
+type Backend struct {
+	rdb    goredis.UniversalClient
+	opts   Options
+	closed atomic.Bool
+}
+
+var (
+	_ core.Backend = (*Backend)(nil)
+	_ core.Expirer = (*Backend)(nil)
+)
+
+// New returns a backend on rdb. opts may be nil.
+func New(rdb goredis.UniversalClient, opts *Options) *Backend {
+	b := &Backend{rdb: rdb}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.opts.Prefix == "" {
+		b.opts.Prefix = "errand"
+	}
+	if b.opts.ResultExpiry <= 0 {
+		b.opts.ResultExpiry = time.Hour
+	}
+	if b.opts.GroupExpiry <= 0 {
+		b.opts.GroupExpiry = 24 * time.Hour
+	}
+	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	return b
+}
+
+func init() {
+	core.RegisterBackend("redis", Open)
+	core.RegisterBackend("rediss", Open)
+}
+
+// Open returns a backend for a redis:// or rediss:// URL (see the package
+// doc). The backend owns the client it makes.
+func Open(ctx context.Context, u *url.URL) (core.Backend, error) {
+	rdb, own, err := redisbroker.ClientFromURL(ctx, u, "prefix", "result_expiry", "group_expiry")
+	if err != nil {
+		return nil, fmt.Errorf("redis backend: %w", err)
+	}
+	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
+	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
+		if v := own.Get(key); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				rdb.Close()
+				return nil, fmt.Errorf("redis backend: %s %q is not a positive duration", key, v)
+			}
+			*dst = d
+		}
+	}
+	return New(rdb, opts), nil
+}
+
+// ResultExpiry returns the configured result expiry.
+func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
+
+func (b *Backend) taskKey(id string) string { return b.opts.Prefix + ":task:" + id }
+
+type groupKeys struct{ meta, members, done string }
+
+func (b *Backend) groupKeys(g string) groupKeys {
+	k := "{" + b.opts.Prefix + ":group:" + g + "}:"
+	return groupKeys{k + "meta", k + "members", k + "done"}
+}
+
+func (b *Backend) err(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, goredis.ErrClosed) || b.closed.Load():
+		return fmt.Errorf("redis backend: %w", core.ErrClosed)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("redis backend: %w", err)
+}
+
+func (b *Backend) check() error {
+	if b.closed.Load() {
+		return fmt.Errorf("redis backend: %w", core.ErrClosed)
+	}
+	return nil
+}
+
+// SetState writes st with one SET ... PX.
+func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	v, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
+	}
+	return b.err(ctx, b.rdb.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry).Err())
+}
+
+func decodeState(id string, v string) (*core.TaskState, error) {
+	var st core.TaskState
+	if err := json.Unmarshal([]byte(v), &st); err != nil {
+		return nil, fmt.Errorf("redis backend: decode state of %s: %w", id, err)
+	}
+	return &st, nil
+}
+
+// GetState reads the task's state.
+func (b *Backend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	v, err := b.rdb.Get(ctx, b.taskKey(id)).Result()
+	if err == goredis.Nil {
+		return nil, fmt.Errorf("redis backend: task %s: %w", id, core.ErrTaskNotFound)
+	}
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	return decodeState(id, v)
+}
+
+// initGroupScript: KEYS meta, members, done; ARGV expiry ms, member IDs...
+var initGroupScript = goredis.NewScript(`
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+for i = 2, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('HSET', KEYS[1], 'total', #ARGV - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return 1
+`)
+
+// InitGroup records the members in order, atomically.
+func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	k := b.groupKeys(g)
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, b.opts.GroupExpiry.Milliseconds())
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return b.err(ctx, initGroupScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, args...).Err())
+}
+
+// completeScript: KEYS meta, members, done; ARGV member, expiry ms.
+// Returns {done, total}, or {-1, 0} for an unknown group.
+var completeScript = goredis.NewScript(`
+local total = redis.call('HGET', KEYS[1], 'total')
+if not total then return {-1, 0} end
+redis.call('SADD', KEYS[3], ARGV[1])
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+return {redis.call('SCARD', KEYS[3]), tonumber(total)}
+`)
+
+// CompleteGroupMember marks the member done (idempotent, O(1)) and extends
+// the group's life.
+func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
+	if err := b.check(); err != nil {
+		return 0, 0, err
+	}
+	k := b.groupKeys(g)
+	r, err := completeScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
+	if err != nil {
+		return 0, 0, b.err(ctx, err)
+	}
+	if r[0] < 0 {
+		return 0, 0, fmt.Errorf("redis backend: group %s: %w", g, core.ErrGroupNotFound)
+	}
+	return int(r[0]), int(r[1]), nil
+}
+
+// claimScript: KEYS meta; ARGV claimer. 1 won, 0 lost, -1 unknown group.
+var claimScript = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local c = redis.call('HGET', KEYS[1], 'claimer')
+if not c then
+  redis.call('HSET', KEYS[1], 'claimer', ARGV[1])
+  return 1
+end
+if c == ARGV[1] then return 1 end
+return 0
+`)
+
+// ClaimChord is a compare-and-set on the group's claimer.
+func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	n, err := claimScript.Run(ctx, b.rdb, []string{b.groupKeys(g).meta}, claimer).Int()
+	if err != nil {
+		return false, b.err(ctx, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("redis backend: group %s: %w", g, core.ErrGroupNotFound)
+	}
+	return n == 1, nil
+}
+
+// GroupStates reads the member list, then all member states in one
+// pipeline (split per node on a cluster).
+func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	ids, err := b.rdb.LRange(ctx, b.groupKeys(g).members, 0, -1).Result()
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("redis backend: group %s: %w", g, core.ErrGroupNotFound)
+	}
+	pipe := b.rdb.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.Get(ctx, b.taskKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != goredis.Nil {
+		return nil, b.err(ctx, err)
+	}
+	out := make([]*core.TaskState, len(ids))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err == goredis.Nil {
+			out[i] = &core.TaskState{TaskUUID: ids[i], State: core.StatePending}
+			continue
+		}
+		if err != nil {
+			return nil, b.err(ctx, err)
+		}
+		if out[i], err = decodeState(ids[i], v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Close makes later calls return core.ErrClosed; it closes the client only
+// if Options.CloseClient.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) || !b.opts.CloseClient {
+		return nil
+	}
+	return b.rdb.Close()
+}

@@ -1,0 +1,38 @@
+// Package redis is errand's Redis result backend, on go-redis's
+// UniversalClient: a single node, Sentinel, or Redis Cluster.
+//
+// # URL form
+//
+//	redis://[user:password@]host:port[/db][?prefix=errand&result_expiry=1h&group_expiry=24h]
+//	rediss://...                                  the same over TLS
+//	redis://host:port?addr=host2:port&addr=...    Redis Cluster
+//
+// Import the package for its side effect to register both schemes (for
+// backends; the broker registers its own).
+//
+// # Storage
+//
+// A task's state is one JSON string, written with one SET ... PX (one round
+// trip per state change) and expiring ResultExpiry after its last write
+// (default 1h). A group is three keys sharing the hash tag {prefix:group:ID}
+// — its metadata hash (size, chord claimer), its member list (group order) and
+// the set of completed members — so every group script runs on Redis Cluster.
+//
+// # Workflow primitives
+//
+//   - CompleteGroupMember is one Lua script: SADD the member to the done
+//     set (a redelivered member is already there) and return SCARD with the
+//     size: idempotent and O(1).
+//   - ClaimChord is one Lua script: set the claimer if none is set, and
+//     report whether the claimer now stored is the caller (so the same
+//     claimer wins again after a crash).
+//   - GroupStates reads the member list, then every member's state in one
+//     pipeline.
+//
+// Group keys expire GroupExpiry (default 24h, never less than ResultExpiry)
+// after the group's last completion, so a live group never loses its
+// metadata to a result's expiry (machinery#352).
+//
+// Result waiters poll with backoff (core's default); the backend does not
+// implement core.StateWaiter.
+package redis
