@@ -11,8 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/errand-go/errand/core"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/core"
 )
 
 // Options configures a Backend.
