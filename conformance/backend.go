@@ -29,6 +29,7 @@ var backendCases = []kase[BackendHarness]{
 	{"State/Unknown", stateUnknown},
 	{"State/Expiry", stateExpiry},
 	{"State/Wait", stateWait},
+	{"State/Batch", stateBatch},
 	{"Group/CompleteIdempotent", groupIdempotent},
 	{"Group/CountWithoutStates", groupCountWithoutStates},
 	{"Group/StatesInOrder", groupStatesInOrder},
@@ -160,6 +161,27 @@ func stateExpiry(t testing.TB, h BackendHarness) {
 			t.Fatalf("expiry promise broken: result with expiry %v still readable after %v", exp, time.Since(written))
 		}
 		sleepUntil(c.ctx, time.Now().Add(exp/10))
+	}
+}
+
+func stateBatch(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	sb, ok := c.b.(core.StateBatcher)
+	if !ok {
+		return // optional: the core writes one state at a time instead
+	}
+	var sts []*core.TaskState
+	for i := range 20 {
+		sts = append(sts, &core.TaskState{TaskUUID: name(t, fmt.Sprint("task", i)), TaskName: "conformance.batch", State: core.StatePending, CreatedAt: time.Now()})
+	}
+	if err := sb.SetStates(c.ctx, sts); err != nil {
+		t.Fatalf("SetStates: %v", err)
+	}
+	for _, st := range sts {
+		got, err := c.b.GetState(c.ctx, st.TaskUUID)
+		if err != nil || got.State != core.StatePending {
+			t.Fatalf("state promise broken: state %s written by SetStates read back as %+v, %v", st.TaskUUID, got, err)
+		}
 	}
 }
 

@@ -294,6 +294,7 @@ type brokenBackend struct {
 	claim       func(b *brokenBackend, ctx context.Context, g, claimer string) (bool, error)
 	groupStates func(b *brokenBackend, ctx context.Context, g string) ([]*core.TaskState, error)
 	initGroup   func(b *brokenBackend, ctx context.Context, g string, ids []string) error
+	setStates   func(b *brokenBackend, ctx context.Context, sts []*core.TaskState) error
 	waitState   func(b *brokenBackend, ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error)
 	plainClosed bool
 
@@ -315,6 +316,17 @@ func (b *brokenBackend) SetState(ctx context.Context, st *core.TaskState) error 
 		return b.setState(b, ctx, st)
 	}
 	return b.wrap(b.Backend.SetState(ctx, st))
+}
+func (b *brokenBackend) SetStates(ctx context.Context, sts []*core.TaskState) error {
+	if b.setStates != nil {
+		return b.setStates(b, ctx, sts)
+	}
+	for _, st := range sts {
+		if err := b.SetState(ctx, st); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 func (b *brokenBackend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
 	if b.getState != nil {
@@ -482,6 +494,12 @@ var brokenBackends = map[string]BackendHarness{
 		}
 	}),
 	"closed-without-sentinel": brokenBackendHarness(func(b *brokenBackend) { b.plainClosed = true }),
+	// A batch write that loses its last state.
+	"batch-drops-last": brokenBackendHarness(func(b *brokenBackend) {
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*core.TaskState) error {
+			return b.Backend.SetStates(ctx, sts[:len(sts)-1])
+		}
+	}),
 	// Waiters are never woken by writes.
 	"waiters-never-woken": brokenBackendHarness(func(b *brokenBackend) {
 		b.waitState = func(b *brokenBackend, ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
@@ -536,6 +554,7 @@ var backendTargets = map[string]string{
 	"State/Unknown":              "unknown-is-pending",
 	"State/Expiry":               "never-expires",
 	"State/Wait":                 "waiters-never-woken",
+	"State/Batch":                "batch-drops-last",
 	"Group/CompleteIdempotent":   "double-counts",
 	"Group/CountWithoutStates":   "counts-from-states",
 	"Group/StatesInOrder":        "group-states-reversed",

@@ -59,6 +59,13 @@ type StateWaiter interface {
 	WaitState(ctx context.Context, taskUUID string, done func(*TaskState) bool) (*TaskState, error)
 }
 
+// StateBatcher is implemented by backends that can write many states in
+// one round trip (a pipeline). The server uses it for the PENDING states of a
+// group or chord.
+type StateBatcher interface {
+	SetStates(ctx context.Context, sts []*TaskState) error
+}
+
 // Expirer is implemented by backends whose results expire. ResultExpiry is
 // the configured time a result is kept after its last write.
 type Expirer interface {

@@ -177,6 +177,28 @@ func (s *Server) setPending(ctx context.Context, sig *Signature) error {
 	})
 }
 
+// setPendings records PENDING for sigs, in one call where the backend
+// batches writes.
+func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
+	if sb, ok := s.cfg.Backend.(StateBatcher); ok {
+		sts := make([]*TaskState, len(sigs))
+		now := time.Now().UTC()
+		for i, sig := range sigs {
+			sts[i] = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StatePending, Attempt: sig.attempt(), CreatedAt: now}
+		}
+		if err := sb.SetStates(ctx, sts); err != nil {
+			return fmt.Errorf("set PENDING for %d tasks: %w", len(sigs), err)
+		}
+		return nil
+	}
+	for _, sig := range sigs {
+		if err := s.setPending(ctx, sig); err != nil {
+			return fmt.Errorf("set PENDING for %s: %w", sig.UUID, err)
+		}
+	}
+	return nil
+}
+
 // SendTask sends one task and returns a handle on its result. The task's
 // state is PENDING before it reaches the broker. An oversized payload is
 // refused before anything is written.
@@ -231,11 +253,9 @@ func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency in
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			for _, sig := range sigs[lo:hi] {
-				if err := s.setPending(ctx, sig); err != nil {
-					cancel(fmt.Errorf("set PENDING for %s: %w", sig.UUID, err))
-					return
-				}
+			if err := s.setPendings(ctx, sigs[lo:hi]); err != nil {
+				cancel(err)
+				return
 			}
 			if err := s.cfg.Broker.Publish(ctx, msgs[lo:hi]...); err != nil {
 				cancel(err)

@@ -36,9 +36,10 @@ type Backend struct {
 }
 
 var (
-	_ core.Backend     = (*Backend)(nil)
-	_ core.StateWaiter = (*Backend)(nil)
-	_ core.Expirer     = (*Backend)(nil)
+	_ core.Backend      = (*Backend)(nil)
+	_ core.StateWaiter  = (*Backend)(nil)
+	_ core.Expirer      = (*Backend)(nil)
+	_ core.StateBatcher = (*Backend)(nil)
 )
 
 type stateEntry struct {
@@ -86,6 +87,16 @@ func (b *Backend) SetState(_ context.Context, st *core.TaskState) error {
 	b.changed = make(chan struct{})
 	if b.writes++; b.writes%4096 == 0 {
 		b.sweep(now)
+	}
+	return nil
+}
+
+// SetStates stores copies of sts under one lock.
+func (b *Backend) SetStates(ctx context.Context, sts []*core.TaskState) error {
+	for _, st := range sts {
+		if err := b.SetState(ctx, st); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -37,8 +37,9 @@ type Backend struct {
 }
 
 var (
-	_ core.Backend = (*Backend)(nil)
-	_ core.Expirer = (*Backend)(nil)
+	_ core.Backend      = (*Backend)(nil)
+	_ core.Expirer      = (*Backend)(nil)
+	_ core.StateBatcher = (*Backend)(nil)
 )
 
 // New returns a backend on rdb. opts may be nil.
@@ -127,6 +128,23 @@ func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
 		return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 	}
 	return b.err(ctx, b.rdb.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry).Err())
+}
+
+// SetStates writes many states in one pipeline.
+func (b *Backend) SetStates(ctx context.Context, sts []*core.TaskState) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	pipe := b.rdb.Pipeline()
+	for _, st := range sts {
+		v, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
+		}
+		pipe.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+	}
+	_, err := pipe.Exec(ctx)
+	return b.err(ctx, err)
 }
 
 func decodeState(id string, v string) (*core.TaskState, error) {
