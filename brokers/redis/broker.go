@@ -163,22 +163,40 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		if len(res) > 0 && res[0] != "wait" {
 			return deliveries(queue, res)
 		}
-		wait := b.opts.MaxBlock
+		// Redis checks blocking timeouts only hz times a second (every
+		// 100ms by default), so a due time nearer than MaxBlock is not left
+		// to the BLPOP timeout: a local timer pushes a wake-up token at that
+		// moment, which wakes a blocked fetcher at once.
+		var waker *time.Timer
 		if len(res) == 3 {
 			next, _ := res[1].(int64)
 			now, _ := res[2].(int64)
-			if next >= 0 && time.Duration(next-now)*time.Millisecond < wait {
-				wait = time.Duration(next-now) * time.Millisecond
+			if until := time.Duration(next-now) * time.Millisecond; next >= 0 && until < b.opts.MaxBlock {
+				if until <= 0 {
+					continue
+				}
+				waker = time.AfterFunc(until, func() { b.wake(k.notify) })
 			}
 		}
-		if wait < time.Millisecond {
-			continue
+		secs := strconv.FormatFloat(b.opts.MaxBlock.Seconds(), 'f', 3, 64)
+		err = b.rdb.Do(ctx, "BLPOP", k.notify, secs).Err()
+		if waker != nil {
+			waker.Stop()
 		}
-		secs := strconv.FormatFloat(wait.Seconds(), 'f', 3, 64)
-		if err := b.rdb.Do(ctx, "BLPOP", k.notify, secs).Err(); err != nil && err != goredis.Nil {
+		if err != nil && err != goredis.Nil {
 			return nil, b.err(ctx, err)
 		}
 	}
+}
+
+// wake pushes one wake-up token to a queue's notify list.
+func (b *Broker) wake(notify string) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.MaxBlock)
+	defer cancel()
+	pipe := b.rdb.Pipeline()
+	pipe.LPush(ctx, notify, "1")
+	pipe.LTrim(ctx, notify, 0, 255)
+	pipe.Exec(ctx) // best effort: a lost token only means waking at MaxBlock
 }
 
 func deliveries(queue string, res []any) ([]*core.Delivery, error) {

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/core"
+)
+
+func scenarios() []scenario {
+	return []scenario{
+		{"enqueue, single producer", enqueueSingle},
+		{"enqueue, batch", enqueueBatch},
+		{"drain, 10 workers", func(r *report) error { return drain(r, 10) }},
+		{"drain, 50 workers", func(r *report) error { return drain(r, 50) }},
+		{"latency at 200/s", latency},
+		{"delayed tasks", delayed},
+		{"chord 1000", func(r *report) error { return chord(r, 1000) }},
+		{"chord 10000", func(r *report) error { return chord(r, 10000) }},
+		{"memory drain", memoryDrain},
+	}
+}
+
+func rawKey() string { return "bench-raw-" + core.NewUUID()[:8] }
+
+func enqueueSingle(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	const sc = "enqueue 20k, single producer"
+	key := rawKey()
+	t0 := time.Now()
+	for i := range *n {
+		if err := r.rdb.LPush(ctx, key, strconv.Itoa(i)).Err(); err != nil {
+			return err
+		}
+	}
+	r.add(sc, "raw LPUSH", rate(*n, time.Since(t0)), "msgs/s")
+	r.rdb.Del(ctx, key)
+
+	srv := redisServer(r.rdb)
+	t0 = time.Now()
+	for i := range *n {
+		if _, err := srv.SendTask(ctx, core.NewSignature("noop", i)); err != nil {
+			return err
+		}
+	}
+	r.compare(sc, "errand SendTask (PENDING state + publish)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 1.0×")
+	return nil
+}
+
+func enqueueBatch(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	const sc = "enqueue 20k, batch"
+	key := rawKey()
+	t0 := time.Now()
+	for i := range *n {
+		if err := r.rdb.LPush(ctx, key, strconv.Itoa(i)).Err(); err != nil {
+			return err
+		}
+	}
+	r.add(sc, "raw LPUSH", rate(*n, time.Since(t0)), "msgs/s")
+	r.rdb.Del(ctx, key)
+
+	srv := redisServer(r.rdb)
+	sigs := make([]*core.Signature, *n)
+	for i := range sigs {
+		sigs[i] = core.NewSignature("noop", i)
+	}
+	g, _ := core.NewGroup(sigs...)
+	t0 = time.Now()
+	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+		return err
+	}
+	r.compare(sc, "errand SendGroup (batches of 100, 4 in flight)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 5×")
+	return nil
+}
+
+// rawDrain preloads n IDs and drains them with w goroutines using pop.
+func rawDrain(ctx context.Context, rdb *goredis.Client, w int, pop func(ctx context.Context, src, proc string) (string, error), ack func(ctx context.Context, proc, v string) error) (time.Duration, error) {
+	src, proc := rawKey(), rawKey()
+	defer rdb.Del(context.Background(), src, proc)
+	pipe := rdb.Pipeline()
+	for i := range *n {
+		pipe.LPush(ctx, src, strconv.Itoa(i))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	o := newOnce(*n)
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range w {
+		wg.Go(func() {
+			for dctx.Err() == nil {
+				v, err := pop(dctx, src, proc)
+				if err != nil {
+					continue
+				}
+				o.mark(v)
+				if ack != nil {
+					ack(dctx, proc, v)
+				}
+			}
+		})
+	}
+	err := o.wait(ctx)
+	d := time.Since(t0)
+	stop()
+	wg.Wait()
+	return d, err
+}
+
+func drain(r *report, w int) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	sc := fmt.Sprintf("drain 20k no-op, %d workers", w)
+	d, err := rawDrain(ctx, r.rdb, w, func(ctx context.Context, src, _ string) (string, error) {
+		v, err := r.rdb.BRPop(ctx, time.Second, src).Result()
+		if err != nil {
+			return "", err
+		}
+		return v[1], nil
+	}, nil)
+	if err != nil {
+		return err
+	}
+	r.add(sc, "raw LPUSH/BRPOP (loses tasks on a crash)", rate(*n, d), "tasks/s")
+	d, err = rawDrain(ctx, r.rdb, w, func(ctx context.Context, src, proc string) (string, error) {
+		return r.rdb.BLMove(ctx, src, proc, "RIGHT", "LEFT", time.Second).Result()
+	}, func(ctx context.Context, proc, v string) error { return r.rdb.LRem(ctx, proc, 1, v).Err() })
+	if err != nil {
+		return err
+	}
+	const floor = "raw LPUSH + BLMOVE + LREM (reliable)"
+	r.add(sc, floor, rate(*n, d), "tasks/s")
+
+	srv := redisServer(r.rdb)
+	o := newOnce(*n)
+	srv.Register("noop", func(i int) error { return nil })
+	sigs := make([]*core.Signature, *n)
+	for i := range sigs {
+		sigs[i] = core.NewSignature("noop", i)
+	}
+	g, _ := core.NewGroup(sigs...)
+	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+		return err
+	}
+	wk := srv.NewWorker(core.WorkerConfig{Concurrency: w, PostTaskHook: func(_ context.Context, sig *core.Signature, st *core.TaskState) {
+		if st.State == core.StateSuccess {
+			o.mark(sig.UUID)
+		}
+	}})
+	t0 := time.Now()
+	wk.Start()
+	err = o.wait(ctx)
+	d = time.Since(t0)
+	wk.Shutdown(context.Background())
+	if err != nil {
+		return err
+	}
+	r.compare(sc, "errand redis broker + redis backend, states recorded", rate(*n, d), "tasks/s", floor, "≥ 1.0×")
+	return nil
+}
+
+func latency(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	total := 2000
+	if *quick {
+		total = 400
+	}
+	srv := redisServer(r.rdb)
+	var mu sync.Mutex
+	var lat []time.Duration
+	o := newOnce(total)
+	srv.Register("stamp", func(id int, sent int64) error {
+		d := time.Since(time.Unix(0, sent))
+		mu.Lock()
+		lat = append(lat, d)
+		mu.Unlock()
+		o.mark(id)
+		return nil
+	})
+	wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10})
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	tick := time.NewTicker(5 * time.Millisecond) // 200/s
+	for i := range total {
+		<-tick.C
+		if _, err := srv.SendTask(ctx, core.NewSignature("stamp", i, time.Now().UnixNano())); err != nil {
+			return err
+		}
+	}
+	tick.Stop()
+	if err := o.wait(ctx); err != nil {
+		return err
+	}
+	p50, p99, mx := percentiles(lat)
+	sc := fmt.Sprintf("latency, %d tasks at 200/s to idle workers (send → handler start)", total)
+	r.add(sc, "errand redis p50", ms(p50), "ms")
+	r.add(sc, "errand redis p99", ms(p99), "ms")
+	r.add(sc, "errand redis max", ms(mx), "ms")
+	r.rows[len(r.rows)-3].target = "≤ 1 ms"
+	r.rows[len(r.rows)-2].target = "≤ 5 ms"
+	return nil
+}
+
+func delayed(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	const total = 200
+	srv := redisServer(r.rdb)
+	var mu sync.Mutex
+	var late []time.Duration
+	early := 0
+	o := newOnce(total)
+	srv.Register("due", func(id int, eta int64) error {
+		d := time.Since(time.Unix(0, eta))
+		mu.Lock()
+		if d < 0 {
+			early++
+		}
+		late = append(late, d)
+		mu.Unlock()
+		o.mark(id)
+		return nil
+	})
+	wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10})
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	start := time.Now().Add(500 * time.Millisecond)
+	for i := range total {
+		eta := start.Add(time.Duration(i) * 5 * time.Second / total)
+		sig := core.NewSignature("due", i, eta.UnixNano())
+		sig.ETA = &eta
+		if _, err := srv.SendTask(ctx, sig); err != nil {
+			return err
+		}
+	}
+	if err := o.wait(ctx); err != nil {
+		return err
+	}
+	p50, p99, mx := percentiles(late)
+	const sc = "200 delayed tasks over 5 s (lateness after ETA)"
+	r.add(sc, "errand redis p50", ms(p50), "ms")
+	r.add(sc, "errand redis p99", ms(p99), "ms")
+	r.rows[len(r.rows)-1].target = "≤ 10 ms"
+	r.add(sc, "errand redis max", ms(mx), "ms")
+	r.add(sc, "started early", float64(early), "tasks")
+	r.rows[len(r.rows)-1].target = "0"
+	return nil
+}
+
+func chord(r *report, size int) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	if *quick {
+		size /= 10
+	}
+	sc := fmt.Sprintf("chord of %d (send → callback start), 10 workers", size)
+
+	// Raw floor: members on a list, a DECR counter, the last one pushes the callback.
+	q, cb, counter := rawKey(), rawKey(), rawKey()
+	defer r.rdb.Del(context.Background(), q, cb, counter)
+	o := newOnce(size)
+	dctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			for dctx.Err() == nil {
+				v, err := r.rdb.BRPop(dctx, time.Second, q).Result()
+				if err != nil {
+					continue
+				}
+				o.mark(v[1])
+				if left, _ := r.rdb.Decr(dctx, counter).Result(); left == 0 {
+					r.rdb.LPush(dctx, cb, "go")
+				}
+			}
+		})
+	}
+	t0 := time.Now()
+	pipe := r.rdb.Pipeline()
+	pipe.Set(ctx, counter, size, 0)
+	for i := range size {
+		pipe.LPush(ctx, q, strconv.Itoa(i))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		stop()
+		return err
+	}
+	if _, err := r.rdb.BRPop(ctx, time.Minute, cb).Result(); err != nil {
+		stop()
+		return fmt.Errorf("raw chord callback: %w", err)
+	}
+	rawD := time.Since(t0)
+	stop()
+	wg.Wait()
+	if err := o.wait(ctx); err != nil {
+		return err
+	}
+	const floor = "raw DECR-counter chord"
+	r.add(sc, floor, ms(rawD), "ms")
+
+	srv := redisServer(r.rdb)
+	o = newOnce(size)
+	fired := make(chan time.Time, 2)
+	srv.Register("member", func(i int) (int, error) { o.mark(i); return i, nil })
+	srv.Register("callback", func(xs ...int) error {
+		fired <- time.Now()
+		if len(xs) != size {
+			return fmt.Errorf("callback got %d results", len(xs))
+		}
+		return nil
+	})
+	wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10})
+	wk.Start()
+	defer wk.Shutdown(context.Background())
+	sigs := make([]*core.Signature, size)
+	for i := range sigs {
+		sigs[i] = core.NewSignature("member", i)
+	}
+	g, _ := core.NewGroup(sigs...)
+	c, _ := core.NewChord(g, core.NewSignature("callback"))
+	t0 = time.Now()
+	res, err := srv.SendChord(ctx, c, 4)
+	if err != nil {
+		return err
+	}
+	var at time.Time
+	select {
+	case at = <-fired:
+	case <-ctx.Done():
+		return fmt.Errorf("chord callback never ran")
+	}
+	if _, err := res.Get(ctx); err != nil {
+		return err
+	}
+	if err := o.wait(ctx); err != nil {
+		return err
+	}
+	if len(fired) != 0 {
+		return fmt.Errorf("chord callback ran twice")
+	}
+	d := at.Sub(t0)
+	r.rows = append(r.rows, row{sc, "errand redis", ms(d), "ms", floor, ms(rawD) / ms(d), "errand ≤ 2× floor time (ratio ≥ 0.5)"})
+	return nil
+}
+
+func memoryDrain(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	const w = 10
+	sc := fmt.Sprintf("memory broker drain %dk no-op, %d workers", *n/1000, w)
+	// Floor: a plain Go channel worker pool.
+	ch := make(chan int, *n)
+	for i := range *n {
+		ch <- i
+	}
+	close(ch)
+	o := newOnce(*n)
+	noop := func(int) error { return nil }
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for range w {
+		wg.Go(func() {
+			for i := range ch {
+				noop(i)
+				o.mark(i)
+			}
+		})
+	}
+	wg.Wait()
+	if err := o.wait(ctx); err != nil {
+		return err
+	}
+	const floor = "Go channel pool"
+	r.add(sc, floor, rate(*n, time.Since(t0)), "tasks/s")
+
+	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: memorybackend.New(nil)})
+	o = newOnce(*n)
+	srv.Register("noop", noop)
+	sigs := make([]*core.Signature, *n)
+	for i := range sigs {
+		sigs[i] = core.NewSignature("noop", i)
+	}
+	g, _ := core.NewGroup(sigs...)
+	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+		return err
+	}
+	wk := srv.NewWorker(core.WorkerConfig{Concurrency: w, PostTaskHook: func(_ context.Context, sig *core.Signature, st *core.TaskState) {
+		if st.State == core.StateSuccess {
+			o.mark(sig.UUID)
+		}
+	}})
+	t0 = time.Now()
+	wk.Start()
+	err := o.wait(ctx)
+	d := time.Since(t0)
+	wk.Shutdown(context.Background())
+	if err != nil {
+		return err
+	}
+	r.compare(sc, "errand memory broker + backend, states recorded", rate(*n, d), "tasks/s", floor, "≥ 0.15×")
+	return nil
+}
+
+// analysis is appended to the report; it is rewritten by hand after a run
+// (see docs/benchmarks.md history).
+const analysis = `
+See "Reading the numbers" below the table in the committed report for what each
+ratio means and what would close a missed target.
+`
