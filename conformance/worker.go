@@ -77,6 +77,27 @@ func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
 	return err
 }
 
+// SetStates records and writes sts in order, batched where the wrapped
+// backend batches, so the kit drives the same path the core takes in
+// production.
+func (r *recorder) SetStates(ctx context.Context, sts []*core.TaskState) error {
+	sb, ok := r.Backend.(core.StateBatcher)
+	if !ok {
+		for _, st := range sts {
+			if err := r.SetState(ctx, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	r.mu.Lock()
+	for _, st := range sts {
+		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+	}
+	r.mu.Unlock()
+	return sb.SetStates(ctx, sts)
+}
+
 func (r *recorder) path(id string) []core.State {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -305,17 +305,22 @@ func (w *Worker) process(ctx context.Context, sig *Signature) (settle, error) {
 		st.CreatedAt = prev.CreatedAt
 	}
 	st.State = StateReceived
-	if err := be.SetState(ctx, st); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
-	}
 
+	// Find the function and decode the arguments before writing anything,
+	// so a runnable task records RECEIVED and STARTED in one round trip.
+	var runnable error
 	tk := w.srv.task(sig.Name)
+	var args []reflect.Value
 	if tk == nil {
-		return w.fail(ctx, sig, st, fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID))
+		runnable = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)
+	} else {
+		args, runnable = tk.decodeArgs(sig.Args)
 	}
-	args, err := tk.decodeArgs(sig.Args)
-	if err != nil {
-		return w.fail(ctx, sig, st, err)
+	if runnable != nil {
+		if err := be.SetState(ctx, st); err != nil {
+			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
+		}
+		return w.fail(ctx, sig, st, runnable)
 	}
 
 	tctx, cancel := w.taskContext(sig)
@@ -323,11 +328,12 @@ func (w *Worker) process(ctx context.Context, sig *Signature) (settle, error) {
 	if w.cfg.PreTaskHook != nil {
 		w.cfg.PreTaskHook(tctx, sig)
 	}
-	st = st.Copy()
-	st.State, st.StartedAt = StateStarted, time.Now().UTC()
-	if err := be.SetState(ctx, st); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): set STARTED: %w", sig.Name, sig.UUID, err)
+	started := st.Copy()
+	started.State, started.StartedAt = StateStarted, time.Now().UTC()
+	if err := w.setStates(ctx, st, started); err != nil {
+		return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 	}
+	st = started
 	results, runErr := safeCall(tctx, tk, args)
 	if runErr != nil && w.hardCtx.Err() != nil {
 		// Shutdown gave up waiting and cancelled the task: give it back
@@ -354,6 +360,20 @@ func (w *Worker) process(ctx context.Context, sig *Signature) (settle, error) {
 		w.cfg.PostTaskHook(tctx, sig, st)
 	}
 	return outcome, err
+}
+
+// setStates writes sts in order, in one call where the backend batches.
+func (w *Worker) setStates(ctx context.Context, sts ...*TaskState) error {
+	be := w.srv.cfg.Backend
+	if sb, ok := be.(StateBatcher); ok {
+		return sb.SetStates(ctx, sts)
+	}
+	for _, st := range sts {
+		if err := be.SetState(ctx, st); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *Worker) taskContext(sig *Signature) (context.Context, context.CancelFunc) {
