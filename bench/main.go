@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ var (
 	out   = flag.String("out", "", "write the markdown report here (default: stdout)")
 	n     = flag.Int("n", 20000, "tasks in enqueue and drain scenarios")
 	quick = flag.Bool("quick", false, "small sizes, for a smoke run")
+	only  = flag.String("only", "", "run only scenarios whose name contains this")
+	cpu   = flag.String("cpuprofile", "", "write a CPU profile here")
 )
 
 func main() {
@@ -52,13 +55,26 @@ func main() {
 	rdb := goredis.NewClient(o)
 	defer rdb.Close()
 	r := &report{rdb: rdb}
+	if *cpu != "" {
+		f, err := os.Create(*cpu)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	for _, s := range scenarios() {
+		if !strings.Contains(s.name, *only) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "bench: %s\n", s.name)
 		if err := s.run(r); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", s.name, err)
 			os.Exit(1)
 		}
 	}
+	pprof.StopCPUProfile()
 	md := r.markdown()
 	if *out == "" {
 		fmt.Print(md)
