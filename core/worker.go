@@ -59,7 +59,9 @@ type Worker struct {
 	cfg WorkerConfig
 	log *slog.Logger
 
-	slots chan struct{}
+	slots   chan struct{}
+	work    chan *Delivery // fetched deliveries, to the runners
+	runners sync.WaitGroup // Concurrency long-lived goroutines running tasks
 
 	startOnce sync.Once
 	stopFetch context.CancelFunc
@@ -97,15 +99,27 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if log == nil {
 		log = s.log
 	}
-	w := &Worker{srv: s, cfg: cfg, log: log, slots: make(chan struct{}, cfg.Concurrency), loopDone: make(chan struct{})}
+	w := &Worker{srv: s, cfg: cfg, log: log, slots: make(chan struct{}, cfg.Concurrency),
+		work: make(chan *Delivery, cfg.Concurrency), loopDone: make(chan struct{})}
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	return w
 }
 
 // Start begins fetching in the background. Calling it again does nothing.
+// Tasks run on Concurrency long-lived goroutines (their stacks, once grown,
+// are kept across tasks).
 func (w *Worker) Start() {
-	w.startOnce.Do(func() { go w.loop() })
+	w.startOnce.Do(func() {
+		for range w.cfg.Concurrency {
+			w.runners.Go(func() {
+				for d := range w.work {
+					w.handle(d)
+				}
+			})
+		}
+		go w.loop()
+	})
 }
 
 // Run starts the worker and blocks until ctx is done, then shuts down
@@ -133,15 +147,16 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		w.tasks.Wait()
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		w.hardStop()
-		return nil
 	case <-ctx.Done():
-		w.hardStop()
-		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	w.hardStop()
+	<-done
+	w.runners.Wait() // the loop closed w.work; runners return once it is drained
+	return err
 }
 
 func (w *Worker) report(err error, msg string, attrs ...any) {
@@ -155,6 +170,7 @@ func (w *Worker) report(err error, msg string, attrs ...any) {
 // its own goroutine.
 func (w *Worker) loop() {
 	defer close(w.loopDone)
+	defer close(w.work)
 	b := w.srv.cfg.Broker
 	for {
 		select {
@@ -178,7 +194,7 @@ func (w *Worker) loop() {
 		}
 		for _, d := range ds {
 			w.tasks.Add(1)
-			go w.handle(d)
+			w.work <- d // never blocks: a slot is held for each delivery
 		}
 		if err != nil {
 			if w.fetchCtx.Err() != nil {
