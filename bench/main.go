@@ -139,6 +139,8 @@ func (r *report) markdown() string {
 
 func num(v float64) string {
 	switch {
+	case v == float64(int64(v)):
+		return fmt.Sprintf("%d", int64(v))
 	case v >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case v >= 1:

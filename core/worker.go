@@ -323,20 +323,20 @@ func (w *Worker) process(ctx context.Context, sig *Signature) (settle, error) {
 	st.State = StateReceived
 
 	// Find the function and decode the arguments before writing anything,
-	// so a runnable task records RECEIVED and STARTED in one round trip.
-	var runnable error
+	// so a cannotRun task records RECEIVED and STARTED in one round trip.
+	var cannotRun error
 	tk := w.srv.task(sig.Name)
 	var args []reflect.Value
 	if tk == nil {
-		runnable = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)
+		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)
 	} else {
-		args, runnable = tk.decodeArgs(sig.Args)
+		args, cannotRun = tk.decodeArgs(sig.Args)
 	}
-	if runnable != nil {
+	if cannotRun != nil {
 		if err := be.SetState(ctx, st); err != nil {
 			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 		}
-		return w.fail(ctx, sig, st, runnable)
+		return w.fail(ctx, sig, st, cannotRun)
 	}
 
 	tctx, cancel := w.taskContext(sig)
