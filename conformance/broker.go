@@ -484,10 +484,18 @@ func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
 	if len(pending) != 1 || pending[0].ID != runID+"-now" || len(delayed) != 1 || delayed[0].ID != runID+"-later" {
 		t.Fatalf("inspection promise broken: pending %v, delayed %v; want [now] and [later]", msgIDs(pending), msgIDs(delayed))
 	}
+	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(ds) != 1 {
+		t.Fatalf("fetched %d, want 1", len(ds))
+	}
+	inflight, err := c.b.(core.Inspector).InFlight(c.ctx, c.q)
+	if err != nil || len(inflight) != 1 || inflight[0].ID != runID+"-now" {
+		t.Fatalf("inspection promise broken: in flight %v, %v; want [now] once it is fetched", msgIDs(inflight), err)
+	}
 	if h.Caps.Stats {
 		st, err := core.Stats(c.ctx, c.b, c.q)
-		if err != nil || st.Pending != 1 || st.Delayed != 1 {
-			t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 pending, 1 delayed", st, err)
+		if err != nil || st.Pending != 0 || st.Delayed != 1 || st.InFlight != 1 {
+			t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed, 1 in flight", st, err)
 		}
 	} else if _, err := core.Stats(c.ctx, c.b, c.q); !isUnsupported(err) {
 		t.Fatalf("core.Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)

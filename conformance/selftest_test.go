@@ -81,6 +81,7 @@ type brokenBroker struct {
 	ack         func(b *brokenBroker, ctx context.Context, d *core.Delivery) error
 	limits      *core.Limits
 	delayed     func(b *brokenBroker, ctx context.Context, q string) ([]core.Message, error)
+	inflight    func(b *brokenBroker, ctx context.Context, q string) ([]core.Message, error)
 	purge       func(b *brokenBroker, ctx context.Context, q string) (int, error)
 	plainClosed bool
 }
@@ -140,6 +141,12 @@ func (b *brokenBroker) Delayed(ctx context.Context, q string) ([]core.Message, e
 		return b.delayed(b, ctx, q)
 	}
 	return b.Broker.Delayed(ctx, q)
+}
+func (b *brokenBroker) InFlight(ctx context.Context, q string) ([]core.Message, error) {
+	if b.inflight != nil {
+		return b.inflight(b, ctx, q)
+	}
+	return b.Broker.InFlight(ctx, q)
 }
 func (b *brokenBroker) Purge(ctx context.Context, q string) (int, error) {
 	if b.purge != nil {
@@ -266,6 +273,9 @@ var brokenBrokers = map[string]BrokerHarness{
 	}),
 	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
 		b.ack = func(*brokenBroker, context.Context, *core.Delivery) error { return nil }
+	}),
+	"inspect-misses-in-flight": brokenBrokerHarness(func(b *brokenBroker) {
+		b.inflight = func(*brokenBroker, context.Context, string) ([]core.Message, error) { return nil, nil }
 	}),
 	"inspect-misses-delayed": brokenBrokerHarness(func(b *brokenBroker) {
 		b.delayed = func(*brokenBroker, context.Context, string) ([]core.Message, error) { return nil, nil }
@@ -548,6 +558,11 @@ var brokerTargets = map[string]string{
 	"Purge":                     "purge-keeps-messages",
 }
 
+// moreBrokerTargets are second variants for cases with more than one promise.
+var moreBrokerTargets = map[string]string{
+	"Inspect/PendingDelayed": "inspect-misses-in-flight",
+}
+
 var backendTargets = map[string]string{
 	"Capabilities":               "undeclared-ability",
 	"State/RoundTrip":            "drops-results",
@@ -561,6 +576,10 @@ var backendTargets = map[string]string{
 	"Group/OutlivesResultExpiry": "group-dies-with-results",
 	"Chord/ClaimOnce":            "every-claimer-wins",
 	"Closed/Sentinel":            "closed-without-sentinel",
+}
+
+var moreBackendTargets = map[string]string{
+	"Chord/ClaimOnce": "claimer-cannot-reclaim",
 }
 
 // workerTargets name a broken broker ("broker:NAME") or backend
@@ -599,6 +618,26 @@ func TestEveryCaseHasATarget(t *testing.T) {
 	check("broker", caseNames(brokerCases), brokerTargets)
 	check("backend", caseNames(backendCases), backendTargets)
 	check("worker", caseNames(workerCases), workerTargets)
+	// And every broken variant is some case's target.
+	used := map[string]bool{}
+	for _, m := range []map[string]string{brokerTargets, moreBrokerTargets, backendTargets, moreBackendTargets, workerTargets} {
+		for _, v := range m {
+			if _, after, ok := strings.Cut(v, ":"); ok {
+				v = after // worker targets name "broker:X" or "backend:X"
+			}
+			used[v] = true
+		}
+	}
+	for name := range brokenBrokers {
+		if !used[name] {
+			t.Errorf("broken broker %q is no case's target", name)
+		}
+	}
+	for name := range brokenBackends {
+		if !used[name] {
+			t.Errorf("broken backend %q is no case's target", name)
+		}
+	}
 }
 
 func caseNames[H any](cs []kase[H]) []string {
@@ -640,8 +679,17 @@ func firstLine(msgs []string) string {
 }
 
 func TestKitCatchesBrokenBrokers(t *testing.T) {
+	type target struct{ name, variant string }
+	var targets []target
 	for name, variant := range brokerTargets {
-		t.Run(name, func(t *testing.T) {
+		targets = append(targets, target{name, variant})
+	}
+	for name, variant := range moreBrokerTargets {
+		targets = append(targets, target{name, variant})
+	}
+	for _, tg := range targets {
+		name, variant := tg.name, tg.variant
+		t.Run(name+"/"+variant, func(t *testing.T) {
 			t.Parallel()
 			run := find(brokerCases, name)
 			broken, healthy := brokenBrokers[variant], healthyBroker()
@@ -652,8 +700,17 @@ func TestKitCatchesBrokenBrokers(t *testing.T) {
 }
 
 func TestKitCatchesBrokenBackends(t *testing.T) {
+	type target struct{ name, variant string }
+	var targets []target
 	for name, variant := range backendTargets {
-		t.Run(name, func(t *testing.T) {
+		targets = append(targets, target{name, variant})
+	}
+	for name, variant := range moreBackendTargets {
+		targets = append(targets, target{name, variant})
+	}
+	for _, tg := range targets {
+		name, variant := tg.name, tg.variant
+		t.Run(name+"/"+variant, func(t *testing.T) {
 			t.Parallel()
 			run := find(backendCases, name)
 			broken, healthy := brokenBackends[variant], healthyBackend()

@@ -93,6 +93,8 @@ type Inspector interface {
 	Pending(ctx context.Context, queue string) ([]Message, error)
 	// Delayed returns messages of queue that are not due yet.
 	Delayed(ctx context.Context, queue string) ([]Message, error)
+	// InFlight returns messages of queue delivered and still leased.
+	InFlight(ctx context.Context, queue string) ([]Message, error)
 }
 
 // DeadLetter is a message set aside by Reject.

@@ -342,6 +342,19 @@ func (b *Broker) Delayed(_ context.Context, queueName string) (out []core.Messag
 	return out, err
 }
 
+// InFlight lists the leased messages of queue.
+func (b *Broker) InFlight(_ context.Context, queueName string) (out []core.Message, err error) {
+	err = b.inspect(queueName, func(q *queue) error {
+		es := make([]*entry, 0, len(q.inflight))
+		for _, e := range q.inflight {
+			es = append(es, e)
+		}
+		out = messages(es)
+		return nil
+	})
+	return out, err
+}
+
 // DeadLetters lists the rejected messages of queue.
 func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []core.DeadLetter, err error) {
 	err = b.inspect(queueName, func(q *queue) error { out = slices.Clone(q.dead); return nil })

@@ -330,6 +330,21 @@ func (b *Broker) Delayed(ctx context.Context, queue string) ([]core.Message, err
 	return out, err
 }
 
+// InFlight lists the leased messages of queue, earliest lease deadline
+// first.
+func (b *Broker) InFlight(ctx context.Context, queue string) ([]core.Message, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
+	}
+	ids, err := b.rdb.ZRange(ctx, b.keys(queue).inflight, 0, -1).Result()
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	var out []core.Message
+	err = b.messages(ctx, queue, ids, func(m core.Message, _ int) { out = append(out, m) })
+	return out, err
+}
+
 // DeadLetters lists the rejected messages of queue with their reasons.
 func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]core.DeadLetter, error) {
 	if b.closed.Load() {
