@@ -544,6 +544,11 @@ func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
 	}
 	be := w.srv.cfg.Backend
 	done, total, err := be.CompleteGroupMember(ctx, sig.GroupUUID, sig.UUID)
+	if errors.Is(err, ErrGroupNotFound) {
+		// The group's metadata expired or was evicted: the chord can never
+		// complete. Say so on the callback instead of retrying forever.
+		return w.failChord(ctx, sig.ChordCallback.Copy(), fmt.Sprintf("chord group %s is gone from the backend (expired or evicted): its callback cannot run", sig.GroupUUID))
+	}
 	if err != nil {
 		return fmt.Errorf("errand: task %s (%s): complete group member: %w", sig.Name, sig.UUID, err)
 	}

@@ -1,10 +1,15 @@
 package core_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/core"
 )
 
@@ -77,5 +82,41 @@ func TestChordOfHundredFiresOnceInOrder(t *testing.T) {
 	}
 	if len(calls) != 1 {
 		t.Fatalf("callback ran %d times, want exactly once", len(calls))
+	}
+}
+
+// TestChordWithVanishedGroupFailsCallback: when a chord's group metadata is
+// gone (expired, evicted), the members' worker marks the callback FAILURE
+// with an error saying so, instead of retrying forever or hanging.
+func TestChordWithVanishedGroupFailsCallback(t *testing.T) {
+	be := memorybackend.New(&memorybackend.Options{ResultExpiry: 40 * time.Millisecond, GroupExpiry: 40 * time.Millisecond})
+	br := memorybroker.New(nil)
+	defer be.Close()
+	defer br.Close()
+	srv, _ := core.NewServer(core.Config{Broker: br, Backend: be})
+	release := make(chan struct{})
+	var ran atomic.Int32
+	must(t, srv.Register("member", func(i int) (int, error) { <-release; return i, nil }))
+	must(t, srv.Register("callback", func(xs ...int) error { ran.Add(1); return nil }))
+	w := srv.NewWorker(core.WorkerConfig{Concurrency: 2})
+	w.Start()
+	defer w.Shutdown(context.Background())
+	ctx := ctxT(t)
+	g, _ := core.NewGroup(core.NewSignature("member", 1), core.NewSignature("member", 2))
+	cb := core.NewSignature("callback")
+	c, _ := core.NewChord(g, cb)
+	if _, err := srv.SendChord(ctx, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Let the group metadata expire while the members run.
+	timer := time.NewTimer(100 * time.Millisecond)
+	<-timer.C
+	close(release)
+	waitFor(t, "the callback marked FAILURE", func() bool {
+		st, err := be.GetState(ctx, cb.UUID)
+		return err == nil && st.State == core.StateFailure && strings.Contains(st.Error, "gone from the backend")
+	})
+	if ran.Load() != 0 {
+		t.Fatal("the callback of a chord whose group vanished ran")
 	}
 }

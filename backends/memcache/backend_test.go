@@ -1,0 +1,164 @@
+package memcache_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gomemcache "github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/errand-go/errand/backends/memcache"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/core"
+)
+
+func unavailable(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
+		t.Fatalf("required service unavailable: %s", why)
+	}
+	t.Skip("skipping: " + why)
+}
+
+// client returns a client of the servers in ERRAND_MEMCACHE_ADDRS.
+func client(t *testing.T) *gomemcache.Client {
+	addrs := os.Getenv("ERRAND_MEMCACHE_ADDRS")
+	if addrs == "" {
+		unavailable(t, "ERRAND_MEMCACHE_ADDRS is not set (scripts/services start exports it)")
+	}
+	mc := gomemcache.New(strings.Split(addrs, ",")...)
+	if err := mc.Ping(); err != nil {
+		unavailable(t, "memcached unreachable: "+err.Error())
+	}
+	t.Cleanup(func() { mc.Close() })
+	return mc
+}
+
+func harness(mc *gomemcache.Client) conformance.BackendHarness {
+	return conformance.BackendHarness{
+		New: func(t testing.TB, expiry time.Duration) core.Backend {
+			b := memcache.New(mc, &memcache.Options{Prefix: "errand-test", ResultExpiry: expiry})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 2 * time.Second, Lossy: true},
+	}
+}
+
+func memoryBroker() conformance.BrokerHarness {
+	return conformance.BrokerHarness{
+		New: func(t testing.TB) core.Broker {
+			b := memorybroker.New(nil)
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	mc := client(t)
+	conformance.RunBackend(t, harness(mc))
+	conformance.RunWorker(t, memoryBroker(), harness(mc))
+}
+
+func TestOversizedStateFailsClearly(t *testing.T) {
+	b := memcache.New(client(t), &memcache.Options{Prefix: "errand-test"})
+	st := &core.TaskState{TaskUUID: core.NewUUID(), State: core.StateSuccess,
+		Results: []core.Result{{Type: "string", Value: []byte(`"` + strings.Repeat("x", 2<<20) + `"`)}}}
+	err := b.SetState(context.Background(), st)
+	if err == nil || !strings.Contains(err.Error(), "item size limit") {
+		t.Fatalf("SetState of a 2 MiB state = %v, want a clear size error", err)
+	}
+}
+
+func TestOpenByURL(t *testing.T) {
+	client(t)
+	b, err := core.OpenBackend(context.Background(), "memcache://"+os.Getenv("ERRAND_MEMCACHE_ADDRS")+"?prefix=errand-url&result_expiry=1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if e := b.(core.Expirer).ResultExpiry(); e != time.Minute {
+		t.Fatalf("result_expiry=1m gave %v", e)
+	}
+}
+
+// TestServerRestartDuringChord: memcached restarts while a chord is in
+// flight. Everything it held is gone; the user sees an error, never a hang.
+func TestServerRestartDuringChord(t *testing.T) {
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		unavailable(t, "memcached not installed (scripts/services start installs it)")
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "16", "-u", "root")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	server := start()
+	defer func() { server.Process.Kill(); server.Wait() }()
+	mc := gomemcache.New("127.0.0.1:" + strconv.Itoa(port))
+	waitPing(t, mc)
+
+	be := memcache.New(mc, nil)
+	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: be})
+	release := make(chan struct{})
+	var ran atomic.Int32
+	srv.Register("member", func(i int) (int, error) { <-release; return i, nil })
+	srv.Register("callback", func(xs ...int) error { ran.Add(1); return nil })
+	w := srv.NewWorker(core.WorkerConfig{Concurrency: 4, ErrorBackoff: 50 * time.Millisecond})
+	w.Start()
+	defer w.Shutdown(context.Background())
+	var sigs []*core.Signature
+	for i := range 8 {
+		sigs = append(sigs, core.NewSignature("member", i))
+	}
+	g, _ := core.NewGroup(sigs...)
+	c, _ := core.NewChord(g, core.NewSignature("callback"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := srv.SendChord(ctx, c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.Process.Kill()
+	server.Wait()
+	server = start()
+	waitPing(t, mc)
+	close(release)
+	_, err = r.Get(ctx)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("chord Get after memcached lost its data = %v; want an error reporting the chord's fate, not success or a hang", err)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("the chord callback ran although its group was lost")
+	}
+	t.Logf("the user sees: %v", err)
+}
+
+func waitPing(t *testing.T, mc *gomemcache.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for mc.Ping() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("memcached did not come up")
+		}
+		<-tick.C
+	}
+}
