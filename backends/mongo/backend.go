@@ -1,0 +1,356 @@
+package mongo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/errand-go/errand/core"
+)
+
+// Options configures a Backend.
+type Options struct {
+	// Database holds the collections. Default: "errand".
+	Database string
+	// Prefix starts the collection names (PREFIX_tasks, PREFIX_groups).
+	// Default: "errand".
+	Prefix string
+	// ResultExpiry is how long a state is kept after its last write.
+	// Default: 1h.
+	ResultExpiry time.Duration
+	// GroupExpiry is how long group metadata is kept after the group's last
+	// completion. Default: 24h; never less than ResultExpiry.
+	GroupExpiry time.Duration
+	// CloseClient: Close also disconnects the client (set by Open).
+	CloseClient bool
+}
+
+// Backend is a core.Backend on MongoDB. It is safe for concurrent use.
+type Backend struct {
+	client        *mongo.Client
+	opts          Options
+	tasks, groups *mongo.Collection
+	closed        atomic.Bool
+}
+
+var (
+	_ core.Backend = (*Backend)(nil)
+	_ core.Expirer = (*Backend)(nil)
+)
+
+// New returns a backend on client. It creates the TTL indexes where the
+// server supports them and carries on without them where it does not (expiry
+// is also checked on every read). opts may be nil.
+func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, error) {
+	b := &Backend{client: client}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.opts.Database == "" {
+		b.opts.Database = "errand"
+	}
+	if b.opts.Prefix == "" {
+		b.opts.Prefix = "errand"
+	}
+	if b.opts.ResultExpiry <= 0 {
+		b.opts.ResultExpiry = time.Hour
+	}
+	if b.opts.GroupExpiry <= 0 {
+		b.opts.GroupExpiry = 24 * time.Hour
+	}
+	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	db := client.Database(b.opts.Database)
+	b.tasks = db.Collection(b.opts.Prefix + "_tasks")
+	b.groups = db.Collection(b.opts.Prefix + "_groups")
+	ttl := mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0)}
+	for _, c := range []*mongo.Collection{b.tasks, b.groups} {
+		if _, err := c.Indexes().CreateOne(ctx, ttl); err != nil && !unsupported(err) {
+			return nil, fmt.Errorf("mongo backend: create TTL index on %s: %w", c.Name(), err)
+		}
+	}
+	return b, nil
+}
+
+// unsupported reports a server refusing a TTL index (FerretDB v1).
+func unsupported(err error) bool {
+	var ce mongo.CommandError
+	if errors.As(err, &ce) && (ce.Code == 115 || ce.Code == 238 || ce.Code == 2) { // CommandNotSupported, NotImplemented, BadValue
+		return true
+	}
+	return strings.Contains(strings.ToLower(err.Error()), "not implemented") || strings.Contains(strings.ToLower(err.Error()), "not supported")
+}
+
+func init() {
+	core.RegisterBackend("mongodb", Open)
+	core.RegisterBackend("mongodb+srv", Open)
+}
+
+// Open connects to a mongodb:// URL (see the package doc).
+func Open(ctx context.Context, u *url.URL) (core.Backend, error) {
+	q := u.Query()
+	opts := &Options{CloseClient: true, Prefix: q.Get("prefix"), Database: strings.TrimPrefix(u.Path, "/")}
+	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
+		if v := q.Get(key); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("mongo backend: %s %q is not a positive duration", key, v)
+			}
+			*dst = d
+		}
+		q.Del(key)
+	}
+	q.Del("prefix")
+	clean := *u
+	clean.RawQuery = q.Encode()
+	client, err := mongo.Connect(options.Client().ApplyURI(clean.String()))
+	if err != nil {
+		return nil, fmt.Errorf("mongo backend: connect %s: %s", u.Redacted(), redact(err, u))
+	}
+	if err := client.Ping(ctx, nil); err != nil {
+		client.Disconnect(context.Background())
+		return nil, fmt.Errorf("mongo backend: ping %s: %s", u.Redacted(), redact(err, u))
+	}
+	b, err := New(ctx, client, opts)
+	if err != nil {
+		client.Disconnect(context.Background())
+		return nil, err
+	}
+	return b, nil
+}
+
+func redact(err error, u *url.URL) string {
+	msg := err.Error()
+	if p, ok := u.User.Password(); ok && p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+	}
+	return msg
+}
+
+// ResultExpiry returns the configured result expiry.
+func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
+
+func (b *Backend) check() error {
+	if b.closed.Load() {
+		return fmt.Errorf("mongo backend: %w", core.ErrClosed)
+	}
+	return nil
+}
+
+func (b *Backend) err(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mongo.ErrClientDisconnected) || b.closed.Load():
+		return fmt.Errorf("mongo backend: %w", core.ErrClosed)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("mongo backend: %w", err)
+}
+
+// taskDoc is a task's document. Results keep their JSON as a string, so no
+// array holds another array.
+type taskDoc struct {
+	ID         string      `bson:"_id"`
+	Name       string      `bson:"name"`
+	State      string      `bson:"state"`
+	Attempt    int         `bson:"attempt"`
+	Results    []resultDoc `bson:"results"`
+	Error      string      `bson:"error"`
+	CreatedAt  time.Time   `bson:"created_at"`
+	StartedAt  time.Time   `bson:"started_at"`
+	FinishedAt time.Time   `bson:"finished_at"`
+	ExpiresAt  time.Time   `bson:"expires_at"`
+}
+
+type resultDoc struct {
+	Type  string `bson:"type"`
+	Value string `bson:"value"`
+}
+
+func toDoc(st *core.TaskState, expires time.Time) taskDoc {
+	d := taskDoc{ID: st.TaskUUID, Name: st.TaskName, State: string(st.State), Attempt: st.Attempt, Error: st.Error,
+		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, ExpiresAt: expires}
+	for _, r := range st.Results {
+		d.Results = append(d.Results, resultDoc{Type: r.Type, Value: string(r.Value)})
+	}
+	return d
+}
+
+func (d taskDoc) state() *core.TaskState {
+	st := &core.TaskState{TaskUUID: d.ID, TaskName: d.Name, State: core.State(d.State), Attempt: d.Attempt, Error: d.Error,
+		CreatedAt: d.CreatedAt.UTC(), StartedAt: d.StartedAt.UTC(), FinishedAt: d.FinishedAt.UTC()}
+	if d.StartedAt.IsZero() {
+		st.StartedAt = time.Time{}
+	}
+	if d.FinishedAt.IsZero() {
+		st.FinishedAt = time.Time{}
+	}
+	for _, r := range d.Results {
+		st.Results = append(st.Results, core.Result{Type: r.Type, Value: json.RawMessage(r.Value)})
+	}
+	return st
+}
+
+func live(now time.Time) bson.E {
+	return bson.E{Key: "expires_at", Value: bson.D{{Key: "$gt", Value: now}}}
+}
+
+// SetState replaces the task's document (upsert).
+func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	doc := toDoc(st, time.Now().Add(b.opts.ResultExpiry))
+	_, err := b.tasks.ReplaceOne(ctx, bson.D{{Key: "_id", Value: st.TaskUUID}}, doc, options.Replace().SetUpsert(true))
+	return b.err(ctx, err)
+}
+
+// GetState reads a live task document.
+func (b *Backend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	var d taskDoc
+	err := b.tasks.FindOne(ctx, bson.D{{Key: "_id", Value: id}, live(time.Now())}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("mongo backend: task %s: %w", id, core.ErrTaskNotFound)
+	}
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	return d.state(), nil
+}
+
+type groupDoc struct {
+	ID      string   `bson:"_id"`
+	Members []string `bson:"members"`
+	Count   int      `bson:"count"`
+	Total   int      `bson:"total"`
+}
+
+// InitGroup writes the group's document.
+func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	doc := bson.D{{Key: "_id", Value: g}, {Key: "members", Value: ids}, {Key: "done", Value: bson.A{}},
+		{Key: "count", Value: 0}, {Key: "total", Value: len(ids)}, {Key: "expires_at", Value: time.Now().Add(b.opts.GroupExpiry)}}
+	_, err := b.groups.ReplaceOne(ctx, bson.D{{Key: "_id", Value: g}}, doc, options.Replace().SetUpsert(true))
+	return b.err(ctx, err)
+}
+
+var countOnly = bson.D{{Key: "count", Value: 1}, {Key: "total", Value: 1}}
+
+// CompleteGroupMember adds the member to done and increments the counter in
+// one update that matches only if the member was not done yet (so a
+// redelivered member changes nothing), then reads the counter.
+func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
+	if err := b.check(); err != nil {
+		return 0, 0, err
+	}
+	now := time.Now()
+	filter := bson.D{{Key: "_id", Value: g}, live(now), {Key: "done", Value: bson.D{{Key: "$ne", Value: id}}}}
+	update := bson.D{
+		{Key: "$addToSet", Value: bson.D{{Key: "done", Value: id}}},
+		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
+		{Key: "$set", Value: bson.D{{Key: "expires_at", Value: now.Add(b.opts.GroupExpiry)}}},
+	}
+	if _, err := b.groups.UpdateOne(ctx, filter, update); err != nil {
+		return 0, 0, b.err(ctx, err)
+	}
+	// Read the counter (two fields, O(1)). Two racing last members may both
+	// read done == total; the chord claim lets only one through.
+	var d groupDoc
+	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(countOnly)).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, 0, fmt.Errorf("mongo backend: group %s: %w", g, core.ErrGroupNotFound)
+	}
+	if err != nil {
+		return 0, 0, b.err(ctx, err)
+	}
+	return d.Count, d.Total, nil
+}
+
+// ClaimChord sets the claimer where none is set or it is already this
+// claimer; it won if the update matched.
+func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	now := time.Now()
+	filter := bson.D{{Key: "_id", Value: g}, live(now), {Key: "$or", Value: bson.A{
+		bson.D{{Key: "claimer", Value: nil}},
+		bson.D{{Key: "claimer", Value: claimer}},
+	}}}
+	res, err := b.groups.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "claimer", Value: claimer}}}})
+	if err != nil {
+		return false, b.err(ctx, err)
+	}
+	if res.MatchedCount == 1 {
+		return true, nil
+	}
+	n, err := b.groups.CountDocuments(ctx, bson.D{{Key: "_id", Value: g}, live(now)})
+	if err != nil {
+		return false, b.err(ctx, err)
+	}
+	if n == 0 {
+		return false, fmt.Errorf("mongo backend: group %s: %w", g, core.ErrGroupNotFound)
+	}
+	return false, nil
+}
+
+// GroupStates reads the group, then every member's state in one query.
+func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var gd groupDoc
+	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(bson.D{{Key: "members", Value: 1}})).Decode(&gd)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("mongo backend: group %s: %w", g, core.ErrGroupNotFound)
+	}
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	cur, err := b.tasks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: gd.Members}}}, live(now)})
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	var docs []taskDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, b.err(ctx, err)
+	}
+	byID := make(map[string]*core.TaskState, len(docs))
+	for _, d := range docs {
+		byID[d.ID] = d.state()
+	}
+	out := make([]*core.TaskState, len(gd.Members))
+	for i, id := range gd.Members {
+		if st, ok := byID[id]; ok {
+			out[i] = st
+		} else {
+			out[i] = &core.TaskState{TaskUUID: id, State: core.StatePending}
+		}
+	}
+	return out, nil
+}
+
+// Close makes later calls return core.ErrClosed; it disconnects the client
+// only if Options.CloseClient.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) || !b.opts.CloseClient {
+		return nil
+	}
+	return b.client.Disconnect(context.Background())
+}

@@ -1,0 +1,97 @@
+package mongo_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	gomongo "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/errand-go/errand/backends/mongo"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/core"
+)
+
+func unavailable(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
+		t.Fatalf("required service unavailable: %s", why)
+	}
+	t.Skip("skipping: " + why)
+}
+
+// client connects to ERRAND_MONGO_URI (FerretDB from scripts/services, or a
+// real MongoDB).
+func client(t *testing.T) *gomongo.Client {
+	uri := os.Getenv("ERRAND_MONGO_URI")
+	if uri == "" {
+		unavailable(t, "ERRAND_MONGO_URI is not set (scripts/services start exports it)")
+	}
+	c, err := gomongo.Connect(options.Client().ApplyURI(uri).SetTimeout(10 * time.Second))
+	if err != nil {
+		t.Fatalf("ERRAND_MONGO_URI: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx, nil); err != nil {
+		unavailable(t, "MongoDB unreachable: "+err.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(context.Background()) })
+	return c
+}
+
+func harness(c *gomongo.Client) conformance.BackendHarness {
+	return conformance.BackendHarness{
+		New: func(t testing.TB, expiry time.Duration) core.Backend {
+			b, err := mongo.New(context.Background(), c, &mongo.Options{Database: "errand_test", ResultExpiry: expiry})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond},
+	}
+}
+
+func memoryBroker() conformance.BrokerHarness {
+	return conformance.BrokerHarness{
+		New: func(t testing.TB) core.Broker {
+			b := memorybroker.New(nil)
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	c := client(t)
+	conformance.RunBackend(t, harness(c))
+	conformance.RunWorker(t, memoryBroker(), harness(c))
+}
+
+func TestOpenByURL(t *testing.T) {
+	client(t)
+	uri := os.Getenv("ERRAND_MONGO_URI")
+	u := strings.Replace(uri, "/?", "/errand_url?", 1) + "&prefix=x&result_expiry=1m"
+	b, err := core.OpenBackend(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if e := b.(core.Expirer).ResultExpiry(); e != time.Minute {
+		t.Fatalf("result_expiry=1m gave %v", e)
+	}
+	id := core.NewUUID()
+	if err := b.SetState(context.Background(), &core.TaskState{TaskUUID: id, State: core.StatePending}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.OpenBackend(context.Background(), "mongodb://u:hunter2@127.0.0.1:1/?serverSelectionTimeoutMS=200"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("unreachable server: %v (want an error without the password)", err)
+	}
+}

@@ -1,0 +1,46 @@
+// Package mongo is errand's MongoDB result backend, on
+// go.mongodb.org/mongo-driver/v2.
+//
+// # URL form
+//
+//	mongodb://[user:password@]host:port[,host:port...]/[database][?options][&prefix=errand&result_expiry=1h&group_expiry=24h]
+//	mongodb+srv://...
+//
+// The database defaults to "errand"; driver options (authSource,
+// replicaSet, maxPoolSize, ...) pass through. Import the package for its side
+// effect to register both schemes; New takes an injected *mongo.Client.
+// Passwords never appear in errors or logs.
+//
+// # Storage
+//
+// Collections PREFIX_tasks (one document per task, _id = task UUID) and
+// PREFIX_groups (one document per group: members in group order, the set of
+// completed members, a completion counter, the group size and the chord
+// claimer). Every document carries expires_at: every read filters on it, so
+// expiry is exact even where the server has no TTL indexes, and a TTL index on
+// it (created when the server supports one) deletes expired documents.
+//
+// # Workflow primitives: one atomic server-side operation each
+//
+//   - CompleteGroupMember is one update filtered on "member not yet in done":
+//     $addToSet the member and $inc the counter together, then a read of the
+//     counter and size alone (O(1); FerretDB v1 has no projection on
+//     findAndModify). A redelivered member does not match and reads the
+//     counter unchanged. Two last members racing may both read done == total;
+//     the chord claim lets only one of them fire the callback.
+//   - ClaimChord is one update filtered on "no claimer yet, or this claimer",
+//     judged by its matched count: exactly one claimer matches first; the same
+//     claimer matches again after a crash. (machinery's Mongo backend waited
+//     for an ErrNoDocuments that UpdateOne never returns, so its chords fired
+//     on every completion.)
+//   - GroupStates reads the group, then all member states in one query.
+//
+// The backend uses no transactions, change streams, $elemMatch, positional
+// operators or nested arrays, so it runs on MongoDB and on FerretDB.
+//
+// # Test server
+//
+// errand's tests run against FerretDB v1 (SQLite handler). FerretDB v1 does
+// not make single-document updates atomic across connections, so the test
+// harness sets maxPoolSize=1; real MongoDB needs no such setting.
+package mongo
