@@ -25,6 +25,7 @@ func scenarios() []scenario {
 		{"chord 1000", func(r *report) error { return chord(r, 1000) }},
 		{"chord 10000", func(r *report) error { return chord(r, 10000) }},
 		{"memory drain", memoryDrain},
+		{"drain by result backend", backendDrains},
 	}
 }
 

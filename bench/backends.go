@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	gomemcache "github.com/bradfitz/gomemcache/memcache"
+	gomongo "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	memcachebackend "github.com/errand-go/errand/backends/memcache"
+	mongobackend "github.com/errand-go/errand/backends/mongo"
+	redisbackend "github.com/errand-go/errand/backends/redis"
+	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/core"
+)
+
+// counting wraps a backend and counts its calls and the states written.
+type counting struct {
+	core.Backend
+	calls, states atomic.Int64
+}
+
+func (c *counting) SetState(ctx context.Context, st *core.TaskState) error {
+	c.calls.Add(1)
+	c.states.Add(1)
+	return c.Backend.SetState(ctx, st)
+}
+
+func (c *counting) SetStates(ctx context.Context, sts []*core.TaskState) error {
+	c.calls.Add(1)
+	c.states.Add(int64(len(sts)))
+	if sb, ok := c.Backend.(core.StateBatcher); ok {
+		return sb.SetStates(ctx, sts)
+	}
+	for _, st := range sts {
+		if err := c.Backend.SetState(ctx, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *counting) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+	c.calls.Add(1)
+	return c.Backend.GetState(ctx, id)
+}
+
+// backendDrains drains no-op tasks through the Redis broker with each result
+// backend, and counts what each task costs the backend.
+func backendDrains(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	type subject struct {
+		name  string
+		tasks int
+		be    func() (core.Backend, func(), error)
+	}
+	subjects := []subject{
+		{"redis", *n, func() (core.Backend, func(), error) {
+			return redisbackend.New(r.rdb, &redisbackend.Options{Prefix: "bench-" + core.NewUUID()[:8]}), func() {}, nil
+		}},
+	}
+	if addrs := os.Getenv("ERRAND_MEMCACHE_ADDRS"); addrs != "" {
+		subjects = append(subjects, subject{"memcache", *n, func() (core.Backend, func(), error) {
+			mc := gomemcache.New(strings.Split(addrs, ",")...)
+			mc.MaxIdleConns = 20
+			return memcachebackend.New(mc, &memcachebackend.Options{Prefix: "bench-" + core.NewUUID()[:8]}), func() { mc.Close() }, nil
+		}})
+	}
+	if uri := os.Getenv("ERRAND_MONGO_URI"); uri != "" {
+		// FerretDB on SQLite with one connection is far slower than MongoDB:
+		// a tenth of the tasks keeps the run short.
+		subjects = append(subjects, subject{"mongo (FerretDB, maxPoolSize=1)", *n / 10, func() (core.Backend, func(), error) {
+			c, err := gomongo.Connect(options.Client().ApplyURI(uri))
+			if err != nil {
+				return nil, nil, err
+			}
+			be, err := mongobackend.New(ctx, c, &mongobackend.Options{Database: "errand_bench", Prefix: "bench" + core.NewUUID()[:8]})
+			return be, func() { c.Disconnect(context.Background()) }, err
+		}})
+	}
+	for _, s := range subjects {
+		be, done, err := s.be()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		cnt := &counting{Backend: be}
+		srv, _ := core.NewServer(core.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + core.NewUUID()[:8]}), Backend: cnt})
+		o := newOnce(s.tasks)
+		srv.Register("noop", func(i int) error { return nil })
+		sigs := make([]*core.Signature, s.tasks)
+		for i := range sigs {
+			sigs[i] = core.NewSignature("noop", i)
+		}
+		g, _ := core.NewGroup(sigs...)
+		if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+			done()
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		cnt.calls.Store(0)
+		cnt.states.Store(0)
+		wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10, PostTaskHook: func(_ context.Context, sig *core.Signature, st *core.TaskState) {
+			if st.State == core.StateSuccess {
+				o.mark(sig.UUID)
+			}
+		}})
+		t0 := time.Now()
+		wk.Start()
+		err = o.wait(ctx)
+		d := time.Since(t0)
+		wk.Shutdown(context.Background())
+		done()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		sc := fmt.Sprintf("drain %d no-op tasks, Redis broker, 10 workers, by result backend", s.tasks)
+		r.add(sc, s.name+": throughput", rate(s.tasks, d), "tasks/s")
+		// A first delivery: one read (redelivery dedupe), RECEIVED+STARTED in
+		// one batched write, SUCCESS.
+		r.add(sc, s.name+": backend calls per task", float64(cnt.calls.Load())/float64(s.tasks), "calls")
+		r.add(sc, s.name+": states written per task", float64(cnt.states.Load())/float64(s.tasks), "states")
+	}
+	return nil
+}
