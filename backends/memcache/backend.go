@@ -53,13 +53,7 @@ func New(mc *memcache.Client, opts *Options) *Backend {
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
-	if b.opts.ResultExpiry <= 0 {
-		b.opts.ResultExpiry = time.Hour
-	}
-	if b.opts.GroupExpiry <= 0 {
-		b.opts.GroupExpiry = 24 * time.Hour
-	}
-	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	if b.opts.MaxItemSize <= 0 {
 		b.opts.MaxItemSize = 1 << 20
 	}
@@ -74,14 +68,8 @@ func Open(_ context.Context, u *url.URL) (core.Backend, error) {
 		return nil, errors.New("memcache backend: URL names no server")
 	}
 	opts := &Options{CloseClient: true, Prefix: u.Query().Get("prefix")}
-	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
-		if v := u.Query().Get(key); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("memcache backend: %s %q is not a positive duration", key, v)
-			}
-			*dst = d
-		}
+	if err := core.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+		return nil, fmt.Errorf("memcache backend: %w", err)
 	}
 	mc := memcache.New(strings.Split(u.Host, ",")...)
 	if err := mc.Ping(); err != nil {

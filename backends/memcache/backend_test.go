@@ -20,23 +20,15 @@ import (
 	"github.com/errand-go/errand/core"
 )
 
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("required service unavailable: %s", why)
-	}
-	t.Skip("skipping: " + why)
-}
-
 // client returns a client of the servers in ERRAND_MEMCACHE_ADDRS.
 func client(t *testing.T) *gomemcache.Client {
 	addrs := os.Getenv("ERRAND_MEMCACHE_ADDRS")
 	if addrs == "" {
-		unavailable(t, "ERRAND_MEMCACHE_ADDRS is not set (scripts/services start exports it)")
+		conformance.ServiceUnavailable(t, "ERRAND_MEMCACHE_ADDRS is not set (scripts/services start exports it)")
 	}
 	mc := gomemcache.New(strings.Split(addrs, ",")...)
 	if err := mc.Ping(); err != nil {
-		unavailable(t, "memcached unreachable: "+err.Error())
+		conformance.ServiceUnavailable(t, "memcached unreachable: "+err.Error())
 	}
 	t.Cleanup(func() { mc.Close() })
 	return mc
@@ -53,21 +45,10 @@ func harness(mc *gomemcache.Client) conformance.BackendHarness {
 	}
 }
 
-func memoryBroker() conformance.BrokerHarness {
-	return conformance.BrokerHarness{
-		New: func(t testing.TB) core.Broker {
-			b := memorybroker.New(nil)
-			t.Cleanup(func() { b.Close() })
-			return b
-		},
-		Caps: conformance.BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
-	}
-}
-
 func TestConformance(t *testing.T) {
 	mc := client(t)
 	conformance.RunBackend(t, harness(mc))
-	conformance.RunWorker(t, memoryBroker(), harness(mc))
+	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), harness(mc))
 }
 
 func TestOversizedStateFailsClearly(t *testing.T) {
@@ -97,7 +78,7 @@ func TestOpenByURL(t *testing.T) {
 func TestServerRestartDuringChord(t *testing.T) {
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
-		unavailable(t, "memcached not installed (scripts/services start installs it)")
+		conformance.ServiceUnavailable(t, "memcached not installed (scripts/services start installs it)")
 	}
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	port := l.Addr().(*net.TCPAddr).Port

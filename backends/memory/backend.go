@@ -61,13 +61,7 @@ func New(opts *Options) *Backend {
 	if opts != nil {
 		b.opts = *opts
 	}
-	if b.opts.ResultExpiry <= 0 {
-		b.opts.ResultExpiry = time.Hour
-	}
-	if b.opts.GroupExpiry <= 0 {
-		b.opts.GroupExpiry = 24 * time.Hour
-	}
-	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	return b
 }
 
@@ -278,14 +272,8 @@ var instances named.Registry[*Backend]
 // Open returns the backend for a memory:// URL (see the package doc).
 func Open(_ context.Context, u *url.URL) (core.Backend, error) {
 	var opts Options
-	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
-		if v := u.Query().Get(key); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("memory backend: %s %q is not a positive duration", key, v)
-			}
-			*dst = d
-		}
+	if err := core.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+		return nil, fmt.Errorf("memory backend: %w", err)
 	}
 	name := u.Host + u.Path
 	if name == "" {

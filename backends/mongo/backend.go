@@ -61,13 +61,7 @@ func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, er
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
-	if b.opts.ResultExpiry <= 0 {
-		b.opts.ResultExpiry = time.Hour
-	}
-	if b.opts.GroupExpiry <= 0 {
-		b.opts.GroupExpiry = 24 * time.Hour
-	}
-	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	db := client.Database(b.opts.Database)
 	b.tasks = db.Collection(b.opts.Prefix + "_tasks")
 	b.groups = db.Collection(b.opts.Prefix + "_groups")
@@ -98,17 +92,12 @@ func init() {
 func Open(ctx context.Context, u *url.URL) (core.Backend, error) {
 	q := u.Query()
 	opts := &Options{CloseClient: true, Prefix: q.Get("prefix"), Database: strings.TrimPrefix(u.Path, "/")}
-	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
-		if v := q.Get(key); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("mongo backend: %s %q is not a positive duration", key, v)
-			}
-			*dst = d
-		}
-		q.Del(key)
+	if err := core.DurationParams(q, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+		return nil, fmt.Errorf("mongo backend: %w", err)
 	}
-	q.Del("prefix")
+	for _, k := range []string{"result_expiry", "group_expiry", "prefix"} {
+		q.Del(k)
+	}
 	clean := *u
 	clean.RawQuery = q.Encode()
 	client, err := mongo.Connect(options.Client().ApplyURI(clean.String()))

@@ -16,20 +16,12 @@ import (
 	"github.com/errand-go/errand/core"
 )
 
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("required service unavailable: %s", why)
-	}
-	t.Skip("skipping: " + why)
-}
-
 // client connects to ERRAND_MONGO_URI (FerretDB from scripts/services, or a
 // real MongoDB).
 func client(t *testing.T) *gomongo.Client {
 	uri := os.Getenv("ERRAND_MONGO_URI")
 	if uri == "" {
-		unavailable(t, "ERRAND_MONGO_URI is not set (scripts/services start exports it)")
+		conformance.ServiceUnavailable(t, "ERRAND_MONGO_URI is not set (scripts/services start exports it)")
 	}
 	c, err := gomongo.Connect(options.Client().ApplyURI(uri).SetTimeout(10 * time.Second))
 	if err != nil {
@@ -38,7 +30,7 @@ func client(t *testing.T) *gomongo.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx, nil); err != nil {
-		unavailable(t, "MongoDB unreachable: "+err.Error())
+		conformance.ServiceUnavailable(t, "MongoDB unreachable: "+err.Error())
 	}
 	t.Cleanup(func() { c.Disconnect(context.Background()) })
 	return c
@@ -58,21 +50,10 @@ func harness(c *gomongo.Client) conformance.BackendHarness {
 	}
 }
 
-func memoryBroker() conformance.BrokerHarness {
-	return conformance.BrokerHarness{
-		New: func(t testing.TB) core.Broker {
-			b := memorybroker.New(nil)
-			t.Cleanup(func() { b.Close() })
-			return b
-		},
-		Caps: conformance.BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
-	}
-}
-
 func TestConformance(t *testing.T) {
 	c := client(t)
 	conformance.RunBackend(t, harness(c))
-	conformance.RunWorker(t, memoryBroker(), harness(c))
+	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), harness(c))
 }
 
 func TestOpenByURL(t *testing.T) {

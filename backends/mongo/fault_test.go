@@ -16,6 +16,7 @@ import (
 
 	"github.com/errand-go/errand/backends/mongo"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/core"
 )
 
@@ -28,7 +29,7 @@ func ferretdb(t *testing.T) string {
 	}
 	bin := filepath.Join(cache, "errand", "ferretdb-v1.24.0", "ferretdb")
 	if _, err := os.Stat(bin); err != nil {
-		unavailable(t, "FerretDB not built (scripts/services start builds it): "+err.Error())
+		conformance.ServiceUnavailable(t, "FerretDB not built (scripts/services start builds it): "+err.Error())
 	}
 	return bin
 }

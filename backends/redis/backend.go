@@ -51,13 +51,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Backend {
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
-	if b.opts.ResultExpiry <= 0 {
-		b.opts.ResultExpiry = time.Hour
-	}
-	if b.opts.GroupExpiry <= 0 {
-		b.opts.GroupExpiry = 24 * time.Hour
-	}
-	b.opts.GroupExpiry = max(b.opts.GroupExpiry, b.opts.ResultExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	return b
 }
 
@@ -74,15 +68,9 @@ func Open(ctx context.Context, u *url.URL) (core.Backend, error) {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
 	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
-	for key, dst := range map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry} {
-		if v := own.Get(key); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				rdb.Close()
-				return nil, fmt.Errorf("redis backend: %s %q is not a positive duration", key, v)
-			}
-			*dst = d
-		}
+	if err := core.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis backend: %w", err)
 	}
 	return New(rdb, opts), nil
 }

@@ -34,22 +34,14 @@ func servers(t *testing.T) map[string]goredis.UniversalClient {
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err != nil {
-			unavailable(t, name+" Redis unreachable: "+err.Error())
+			conformance.ServiceUnavailable(t, name+" Redis unreachable: "+err.Error())
 		}
 		t.Cleanup(func() { c.Close() })
 	}
 	if len(out) < 2 {
-		unavailable(t, "ERRAND_REDIS_URL and ERRAND_REDIS_CLUSTER_ADDRS must both be set (scripts/services start exports them)")
+		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL and ERRAND_REDIS_CLUSTER_ADDRS must both be set (scripts/services start exports them)")
 	}
 	return out
-}
-
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("required service unavailable: %s", why)
-	}
-	t.Skip("skipping: " + why)
 }
 
 func harness(rdb goredis.UniversalClient) conformance.BackendHarness {
@@ -63,23 +55,12 @@ func harness(rdb goredis.UniversalClient) conformance.BackendHarness {
 	}
 }
 
-func memoryBroker() conformance.BrokerHarness {
-	return conformance.BrokerHarness{
-		New: func(t testing.TB) core.Broker {
-			b := memorybroker.New(nil)
-			t.Cleanup(func() { b.Close() })
-			return b
-		},
-		Caps: conformance.BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
-	}
-}
-
 func TestConformance(t *testing.T) {
 	for name, rdb := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			conformance.RunBackend(t, harness(rdb))
-			conformance.RunWorker(t, memoryBroker(), harness(rdb))
+			conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), harness(rdb))
 		})
 	}
 }

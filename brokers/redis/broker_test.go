@@ -9,7 +9,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/core"
@@ -36,22 +35,14 @@ func servers(t *testing.T) map[string]goredis.UniversalClient {
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err != nil {
-			unavailable(t, name+" Redis unreachable: "+err.Error())
+			conformance.ServiceUnavailable(t, name+" Redis unreachable: "+err.Error())
 		}
 		t.Cleanup(func() { c.Close() })
 	}
 	if len(out) < 2 {
-		unavailable(t, "ERRAND_REDIS_URL and ERRAND_REDIS_CLUSTER_ADDRS must both be set (scripts/services start exports them)")
+		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL and ERRAND_REDIS_CLUSTER_ADDRS must both be set (scripts/services start exports them)")
 	}
 	return out
-}
-
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("required service unavailable: %s", why)
-	}
-	t.Skip("skipping: " + why)
 }
 
 func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
@@ -66,23 +57,12 @@ func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 	}
 }
 
-func memoryBackend() conformance.BackendHarness {
-	return conformance.BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
-			b := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
-			t.Cleanup(func() { b.Close() })
-			return b
-		},
-		Caps: conformance.BackendCaps{Expiry: true, Waiter: true},
-	}
-}
-
 func TestConformance(t *testing.T) {
 	for name, rdb := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			conformance.RunBroker(t, harness(rdb))
-			conformance.RunWorker(t, harness(rdb), memoryBackend())
+			conformance.RunWorker(t, harness(rdb), conformance.MemoryBackend())
 		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/core"
 )
 
@@ -125,7 +126,7 @@ func TestWorkerKilledMidTask(t *testing.T) {
 func TestRedisRestartUnderLoad(t *testing.T) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		unavailable(t, "redis-server not installed (scripts/services start installs it)")
+		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
 	}
 	port := freePort(t)
 	dir := t.TempDir()
