@@ -226,9 +226,13 @@ func redeliveryLeaseExpired(t testing.TB, h BrokerHarness) {
 		}
 		c.ack(d)
 	}
-	if err := c.b.Ack(c.ctx, first[0]); err == nil {
+	err := c.b.Ack(c.ctx, first[0])
+	switch {
+	case !h.Caps.DetectsLostLease:
+		t.Logf("broker declares it cannot detect a lost lease; the crashed consumer's late Ack returned %v", err)
+	case err == nil:
 		t.Errorf("lease promise broken: the crashed consumer's late Ack succeeded although another consumer holds the message; want core.ErrLeaseLost")
-	} else if !errors.Is(err, core.ErrLeaseLost) {
+	case !errors.Is(err, core.ErrLeaseLost):
 		t.Errorf("late Ack error %v does not satisfy errors.Is(err, core.ErrLeaseLost)", err)
 	}
 }
@@ -444,7 +448,7 @@ func payloadTooLarge(t testing.TB, h BrokerHarness) {
 func badMessageSetAside(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	bad := c.msg("garbage", time.Time{})
-	bad.Body = []byte("\x00not a signature{")
+	bad.Body = []byte("not a signature {{{")
 	c.publish(bad)
 	ds := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
 	if len(ds) != 1 || string(ds[0].Body) != string(bad.Body) {

@@ -43,6 +43,11 @@ type BrokerCaps struct {
 	MaxDelay time.Duration
 	// OrderedByETA: due messages are delivered in ETA order.
 	OrderedByETA bool
+	// DetectsLostLease: settling a delivery whose lease ran out and whose
+	// message another consumer now holds returns core.ErrLeaseLost. SQS
+	// cannot tell (a stale receipt handle's delete succeeds); the kit then
+	// checks only that nothing is lost.
+	DetectsLostLease bool
 	// Durable: messages survive a server restart (documentation; fault
 	// tests live with the driver).
 	Durable bool

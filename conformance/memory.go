@@ -20,7 +20,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 			return b
 		},
 		Caps: BrokerCaps{
-			MaxPayload: opts.MaxPayload, OrderedByETA: true,
+			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true,
 			Inspect: true, DeadLetters: true, Purge: true, Stats: true,
 		},
 		Timing: Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},

@@ -162,7 +162,7 @@ func healthyBroker() BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BrokerCaps{OrderedByETA: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
+		Caps:   BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
 		Timing: selfTiming,
 	}
 }

@@ -1,0 +1,471 @@
+package sqs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/errand-go/errand/core"
+)
+
+// Options configures a Broker.
+type Options struct {
+	// QueuePrefix starts every queue name. Default: "errand-".
+	QueuePrefix string
+	// NoCreate: missing queues are an error. Default: false, queues (and
+	// their NAME-dead dead-letter queues) are created on first use.
+	NoCreate bool
+	// MaxHop is the longest delay given to SQS in one send (SQS's maximum is
+	// 15 minutes). Longer ETAs hop: the message carries its absolute
+	// not-before time and is sent on again when it arrives early.
+	// Default: 15m. Tests set seconds.
+	MaxHop time.Duration
+	// WaitTime is the long-poll wait of one receive. An idle Fetch notices a
+	// cancelled ctx within it; an in-flight receive is never cancelled.
+	// Default: 1s.
+	WaitTime time.Duration
+}
+
+// Broker is a core.Broker on Amazon SQS (standard queues). It is safe for
+// concurrent use.
+type Broker struct {
+	client *sqs.Client
+	opts   Options
+	closed atomic.Bool
+
+	mu   sync.Mutex
+	urls map[string]string
+}
+
+var (
+	_ core.Broker        = (*Broker)(nil)
+	_ core.Limiter       = (*Broker)(nil)
+	_ core.Purger        = (*Broker)(nil)
+	_ core.StatsReporter = (*Broker)(nil)
+)
+
+// maxBody is SQS's 256 KiB message limit less room for errand's attributes.
+const maxBody = 256*1024 - 1024
+
+const (
+	attrID        = "errand-id"
+	attrNotBefore = "errand-not-before" // Unix milliseconds
+	attrReason    = "errand-reason"
+)
+
+// New returns a broker on client. opts may be nil.
+func New(client *sqs.Client, opts *Options) *Broker {
+	b := &Broker{client: client, urls: map[string]string{}}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.opts.QueuePrefix == "" {
+		b.opts.QueuePrefix = "errand-"
+	}
+	if b.opts.MaxHop <= 0 || b.opts.MaxHop > 15*time.Minute {
+		b.opts.MaxHop = 15 * time.Minute
+	}
+	if b.opts.WaitTime <= 0 {
+		b.opts.WaitTime = time.Second
+	}
+	return b
+}
+
+// Limits: 256 KiB less attributes; the native maximum delay is MaxHop.
+func (b *Broker) Limits() core.Limits {
+	return core.Limits{MaxPayload: maxBody, MaxDelay: b.opts.MaxHop}
+}
+
+var badChars = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
+
+// queueName maps a routing key to a valid SQS name (80 characters of
+// [a-zA-Z0-9_-]); long keys keep a hash so they stay distinct.
+func (b *Broker) queueName(queue string) string {
+	n := badChars.ReplaceAllString(b.opts.QueuePrefix+queue, "-")
+	if len(n) > 70 {
+		h := sha256.Sum256([]byte(n))
+		n = n[:60] + "-" + hex.EncodeToString(h[:4])
+	}
+	return n
+}
+
+// url returns the queue's URL, creating the queue where allowed.
+func (b *Broker) url(ctx context.Context, name string) (string, error) {
+	b.mu.Lock()
+	u, ok := b.urls[name]
+	b.mu.Unlock()
+	if ok {
+		return u, nil
+	}
+	out, err := b.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	if err != nil {
+		var nf *types.QueueDoesNotExist
+		if !errors.As(err, &nf) || b.opts.NoCreate {
+			return "", fmt.Errorf("sqs broker: queue %s: %w", name, err)
+		}
+		created, cerr := b.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+		if cerr != nil {
+			return "", fmt.Errorf("sqs broker: create queue %s: %w", name, cerr)
+		}
+		u = aws.ToString(created.QueueUrl)
+	} else {
+		u = aws.ToString(out.QueueUrl)
+	}
+	b.mu.Lock()
+	b.urls[name] = u
+	b.mu.Unlock()
+	return u, nil
+}
+
+func (b *Broker) check() error {
+	if b.closed.Load() {
+		return fmt.Errorf("sqs broker: %w", core.ErrClosed)
+	}
+	return nil
+}
+
+// delaySeconds returns the SQS delay for a not-before time (rounded up: never
+// early) and whether the message must hop again on arrival.
+func (b *Broker) delaySeconds(notBefore time.Time) (int32, bool) {
+	if notBefore.IsZero() {
+		return 0, false
+	}
+	d := time.Until(notBefore)
+	if d <= 0 {
+		return 0, false
+	}
+	if d > b.opts.MaxHop {
+		return int32(b.opts.MaxHop / time.Second), true
+	}
+	return int32(math.Ceil(d.Seconds())), false
+}
+
+func attrs(m core.Message) map[string]types.MessageAttributeValue {
+	a := map[string]types.MessageAttributeValue{
+		attrID: {DataType: aws.String("String"), StringValue: aws.String(m.ID)},
+	}
+	if !m.NotBefore.IsZero() {
+		a[attrNotBefore] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(m.NotBefore.UnixMilli()+1, 10))}
+	}
+	return a
+}
+
+// Publish sends msgs with SendMessageBatch, 10 per call and at most 256 KiB
+// per call. Every body is checked before anything is sent.
+func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := core.CheckPayload(m, maxBody); err != nil {
+			return err
+		}
+		if m.ID == "" {
+			return errors.New("sqs broker: message without an ID")
+		}
+		if !validBody(string(m.Body)) {
+			return fmt.Errorf("sqs broker: message %q: body holds characters SQS cannot carry (only XML characters: no NUL or other control bytes)", m.ID)
+		}
+	}
+	byQueue := map[string][]core.Message{}
+	var order []string
+	for _, m := range msgs {
+		if _, ok := byQueue[m.Queue]; !ok {
+			order = append(order, m.Queue)
+		}
+		byQueue[m.Queue] = append(byQueue[m.Queue], m)
+	}
+	for _, q := range order {
+		u, err := b.url(ctx, b.queueName(q))
+		if err != nil {
+			return err
+		}
+		var batch []types.SendMessageBatchRequestEntry
+		size := 0
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			out, err := b.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: batch})
+			batch, size = nil, 0
+			if err != nil {
+				return fmt.Errorf("sqs broker: send batch: %w", err)
+			}
+			if len(out.Failed) > 0 {
+				f := out.Failed[0]
+				return fmt.Errorf("sqs broker: %d of the batch refused: %s: %s", len(out.Failed), aws.ToString(f.Code), aws.ToString(f.Message))
+			}
+			return nil
+		}
+		for _, m := range byQueue[q] {
+			if len(batch) == 10 || size+len(m.Body)+1024 > 256*1024 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			delay, _ := b.delaySeconds(m.NotBefore)
+			batch = append(batch, types.SendMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(len(batch))), MessageBody: aws.String(string(m.Body)),
+				DelaySeconds: delay, MessageAttributes: attrs(m),
+			})
+			size += len(m.Body) + 1024
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handle is a delivery's SQS receipt.
+type handle struct {
+	url, receipt string
+	msg          core.Message
+}
+
+// Fetch long-polls for up to max messages (10 per receive). The receive is
+// never cancelled mid-flight (an emulator can lose a message that way):
+// when ctx ends, Fetch returns after the current poll and gives back
+// whatever it received. Messages that arrive before their not-before time
+// (a hop of a long delay) are sent on again, not returned.
+func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*core.Delivery, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	u, err := b.url(ctx, b.queueName(queue))
+	if err != nil {
+		return nil, err
+	}
+	vis := int32(max1(math.Ceil(lease.Seconds())))
+	for {
+		if err := b.check(); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.WaitTime+10*time.Second)
+		out, err := b.client.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(u), MaxNumberOfMessages: int32(min(max, 10)),
+			WaitTimeSeconds: int32(max1(b.opts.WaitTime.Seconds())), VisibilityTimeout: vis,
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+		})
+		cancel()
+		if err != nil {
+			if b.closed.Load() {
+				return nil, fmt.Errorf("sqs broker: %w", core.ErrClosed)
+			}
+			return nil, fmt.Errorf("sqs broker: receive: %w", err)
+		}
+		var ds []*core.Delivery
+		for _, m := range out.Messages {
+			d, due := b.delivery(queue, u, m)
+			if !due {
+				if err := b.resend(ctx, u, d.Handle.(handle)); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			ds = append(ds, d)
+		}
+		if ctx.Err() != nil && len(ds) > 0 {
+			for _, d := range ds {
+				b.resend(context.WithoutCancel(ctx), u, d.Handle.(handle))
+			}
+			return nil, ctx.Err()
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+	}
+}
+
+func max1(f float64) float64 { return math.Max(f, 1) }
+
+func (b *Broker) delivery(queue, u string, m types.Message) (*core.Delivery, bool) {
+	msg := core.Message{Queue: queue, Body: []byte(aws.ToString(m.Body)), ID: aws.ToString(m.MessageId)}
+	if a, ok := m.MessageAttributes[attrID]; ok {
+		msg.ID = aws.ToString(a.StringValue)
+	}
+	due := true
+	if a, ok := m.MessageAttributes[attrNotBefore]; ok {
+		ms, _ := strconv.ParseInt(aws.ToString(a.StringValue), 10, 64)
+		msg.NotBefore = time.UnixMilli(ms)
+		due = !time.Now().Before(msg.NotBefore)
+	}
+	n, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	return &core.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
+}
+
+// resend sends a copy of the message (with its not-before time) and deletes
+// the original: SQS has no "visible now" without a zero visibility timeout,
+// which aws-sdk-go-v2 drops from the request.
+func (b *Broker) resend(ctx context.Context, u string, h handle) error {
+	if err := b.Publish(ctx, h.msg); err != nil {
+		return err
+	}
+	return b.del(ctx, h)
+}
+
+func (b *Broker) del(ctx context.Context, h handle) error {
+	_, err := b.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt)})
+	return b.leaseErr(err, h.msg.ID)
+}
+
+// leaseErr maps a stale receipt handle onto core.ErrLeaseLost.
+func (b *Broker) leaseErr(err error, id string) error {
+	if err == nil {
+		return nil
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight",
+			"AWS.SimpleQueueService.MessageNotInflight", "AWS.SimpleQueueService.ReceiptHandleIsInvalid":
+			return fmt.Errorf("sqs broker: message %q: %w (%s)", id, core.ErrLeaseLost, ae.ErrorCode())
+		}
+	}
+	if b.closed.Load() {
+		return fmt.Errorf("sqs broker: %w", core.ErrClosed)
+	}
+	return fmt.Errorf("sqs broker: %w", err)
+}
+
+func (b *Broker) handle(d *core.Delivery) (handle, error) {
+	if err := b.check(); err != nil {
+		return handle{}, err
+	}
+	h, ok := d.Handle.(handle)
+	if !ok {
+		return handle{}, fmt.Errorf("sqs broker: delivery %q was not fetched from this broker", d.ID)
+	}
+	return h, nil
+}
+
+// Ack deletes the message.
+func (b *Broker) Ack(ctx context.Context, d *core.Delivery) error {
+	h, err := b.handle(d)
+	if err != nil {
+		return err
+	}
+	return b.del(ctx, h)
+}
+
+// Release gives the message back, due at notBefore (sent again, then the
+// original deleted).
+func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.Time) error {
+	h, err := b.handle(d)
+	if err != nil {
+		return err
+	}
+	h.msg.NotBefore = notBefore
+	return b.resend(ctx, h.url, h)
+}
+
+// Extend renews the visibility timeout (whole seconds, at least one).
+func (b *Broker) Extend(ctx context.Context, d *core.Delivery, lease time.Duration) error {
+	h, err := b.handle(d)
+	if err != nil {
+		return err
+	}
+	_, err = b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: int32(max1(math.Ceil(lease.Seconds()))),
+	})
+	return b.leaseErr(err, d.ID)
+}
+
+// Reject moves the message to the queue's dead-letter queue (NAME-dead) with
+// the reason as an attribute, then deletes it.
+func (b *Broker) Reject(ctx context.Context, d *core.Delivery, reason string) error {
+	h, err := b.handle(d)
+	if err != nil {
+		return err
+	}
+	dead, err := b.url(ctx, b.queueName(d.Queue)+"-dead")
+	if err != nil {
+		return err
+	}
+	a := attrs(h.msg)
+	delete(a, attrNotBefore)
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	a[attrReason] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(reason)}
+	body := string(h.msg.Body)
+	if body == "" || !validBody(body) {
+		body = fmt.Sprintf("%q", body)
+	}
+	if _, err := b.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dead), MessageBody: aws.String(body), MessageAttributes: a}); err != nil {
+		return fmt.Errorf("sqs broker: dead-letter %s: %w", d.ID, err)
+	}
+	return b.del(ctx, h)
+}
+
+// validBody reports whether SQS accepts s as a body (XML characters only).
+func validBody(s string) bool {
+	for _, r := range s {
+		if r == 0x9 || r == 0xA || r == 0xD || (r >= 0x20 && r <= 0xD7FF) || (r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Close makes later calls return core.ErrClosed; blocked fetches return
+// after their current poll.
+func (b *Broker) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// Stats reads SQS's approximate counts (eventually consistent on real SQS).
+func (b *Broker) Stats(ctx context.Context, queue string) (core.QueueStats, error) {
+	if err := b.check(); err != nil {
+		return core.QueueStats{}, err
+	}
+	u, err := b.url(ctx, b.queueName(queue))
+	if err != nil {
+		return core.QueueStats{}, err
+	}
+	out, err := b.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{
+		types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	if err != nil {
+		return core.QueueStats{}, fmt.Errorf("sqs broker: %w", err)
+	}
+	n := func(k types.QueueAttributeName) int { v, _ := strconv.Atoi(out.Attributes[string(k)]); return v }
+	return core.QueueStats{
+		Pending:  n(types.QueueAttributeNameApproximateNumberOfMessages),
+		InFlight: n(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible),
+		Delayed:  n(types.QueueAttributeNameApproximateNumberOfMessagesDelayed),
+	}, nil
+}
+
+// Purge empties the queue with PurgeQueue and returns the approximate
+// number of visible and delayed messages it held.
+func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
+	st, err := b.Stats(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	u, _ := b.url(ctx, b.queueName(queue))
+	if _, err := b.client.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(u)}); err != nil {
+		return 0, fmt.Errorf("sqs broker: purge: %w", err)
+	}
+	return st.Pending + st.Delayed, nil
+}

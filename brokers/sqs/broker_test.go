@@ -1,0 +1,84 @@
+package sqs_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/errand-go/errand/brokers/sqs"
+	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/core"
+)
+
+// client returns an SQS client for ERRAND_SQS_ENDPOINT (fauxqs from
+// scripts/services, LocalStack, or AWS), with fixed test credentials.
+func client(t testing.TB) *awssqs.Client {
+	ep := os.Getenv("ERRAND_SQS_ENDPOINT")
+	if ep == "" {
+		conformance.ServiceUnavailable(t, "ERRAND_SQS_ENDPOINT is not set (scripts/services start exports it)")
+	}
+	if _, err := http.Get(ep); err != nil {
+		conformance.ServiceUnavailable(t, "SQS endpoint unreachable: "+err.Error())
+	}
+	return awssqs.New(awssqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(ep),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+const hop = 2 * time.Second
+
+func harness(c *awssqs.Client) conformance.BrokerHarness {
+	return conformance.BrokerHarness{
+		New: func(t testing.TB) core.Broker {
+			b := sqs.New(c, &sqs.Options{QueuePrefix: "errand-test-", MaxHop: hop})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: hop, Purge: true, Stats: true},
+		// SQS counts delays and visibility timeouts in whole seconds, and a
+		// receive is never cancelled mid-poll (1s), so leases are seconds long.
+		Timing: conformance.Timing{Lease: 3 * time.Second, Delay: time.Second, DelayBound: 1500 * time.Millisecond, Prompt: 2 * time.Second},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	c := client(t)
+	conformance.RunBroker(t, harness(c))
+	conformance.RunWorker(t, harness(c), conformance.MemoryBackend())
+}
+
+func TestOpenByURL(t *testing.T) {
+	client(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	ep := strings.TrimPrefix(os.Getenv("ERRAND_SQS_ENDPOINT"), "http://")
+	b, err := core.OpenBroker(context.Background(), "sqs://"+ep+"?region=us-east-1&insecure=1&prefix=errand-url-&max_hop=1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if l := b.(core.Limiter).Limits(); l.MaxDelay != time.Minute {
+		t.Fatalf("max_hop=1m gave MaxDelay %v", l.MaxDelay)
+	}
+	ctx := context.Background()
+	q := "url-" + core.NewUUID()[:8]
+	if err := b.Publish(ctx, core.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Fetch(ctx, q, 1, time.Minute)
+	if err != nil || len(ds) != 1 || ds[0].ID != "m" {
+		t.Fatalf("fetch through a URL-opened broker: %v, %v", ds, err)
+	}
+	if err := b.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,46 @@
+// Package sqs is errand's Amazon SQS broker (standard queues), on
+// aws-sdk-go-v2.
+//
+// # URL form
+//
+//	sqs://?region=eu-west-1[&prefix=errand-&max_hop=15m&wait=1s&create=false]
+//	sqs://HOST:PORT?region=us-east-1&insecure=1     a local endpoint (fauxqs, LocalStack)
+//
+// Credentials come from the AWS default chain, never from the URL. New takes
+// an injected *sqs.Client instead.
+//
+// # Queues
+//
+// One queue per routing key, named PREFIX+key (characters outside
+// [A-Za-z0-9_-] become '-', long names keep a hash), created on first use
+// unless Options.NoCreate; rejected messages go to PREFIX+key+"-dead".
+//
+// # Delivery semantics
+//
+// At-least-once. The lease is the visibility timeout (whole seconds, at
+// least one), extended with ChangeMessageVisibility while a task runs. A
+// receive long-polls for Options.WaitTime and is never cancelled mid-flight:
+// when the caller's ctx ends, Fetch returns after the poll and gives back
+// what it received. Release and shutdown give a message back by sending a
+// copy and deleting the original, because aws-sdk-go-v2 drops a zero
+// visibility timeout from the request. SQS cannot tell a stale receipt
+// handle from a current one: a consumer whose lease ran out may still delete
+// a message another consumer now holds (that consumer's task still runs).
+//
+// # Delays
+//
+// Up to Options.MaxHop (at most SQS's 15 minutes) a delay is SQS's own
+// DelaySeconds, rounded up to the second: never early, up to a second late.
+// Longer ETAs hop: the message carries its absolute not-before time, is sent
+// with the longest delay, and when it arrives early is sent on again with
+// what remains — never early, and late by at most a second plus one receive
+// per hop. Standard queues do not order messages.
+//
+// # Limits
+//
+// A body holds at most 256 KiB less 1 KiB for errand's attributes, and only
+// characters SQS accepts (no NUL or other control bytes): both are checked
+// before anything is sent. Batches are 10 messages and at most 256 KiB.
+// Stats are SQS's approximate counts; purge is PurgeQueue (on real SQS at
+// most once a minute). FIFO queues are not supported yet.
+package sqs

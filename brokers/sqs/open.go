@@ -1,0 +1,44 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/errand-go/errand/core"
+)
+
+func init() { core.RegisterBroker("sqs", Open) }
+
+// Open returns a broker for an sqs:// URL (see the package doc). Credentials
+// come from the AWS default chain (environment, shared config, instance
+// role); never from the URL.
+func Open(ctx context.Context, u *url.URL) (core.Broker, error) {
+	q := u.Query()
+	var loadOpts []func(*config.LoadOptions) error
+	if r := q.Get("region"); r != "" {
+		loadOpts = append(loadOpts, config.WithRegion(r))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("sqs broker: load AWS config: %w", err)
+	}
+	var clientOpts []func(*sqs.Options)
+	if u.Host != "" {
+		scheme := "https"
+		if q.Get("insecure") == "1" || q.Get("insecure") == "true" {
+			scheme = "http"
+		}
+		clientOpts = append(clientOpts, func(o *sqs.Options) { o.BaseEndpoint = aws.String(scheme + "://" + u.Host) })
+	}
+	opts := &Options{QueuePrefix: q.Get("prefix"), NoCreate: q.Get("create") == "false"}
+	if err := core.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime}); err != nil {
+		return nil, fmt.Errorf("sqs broker: %w", err)
+	}
+	return New(sqs.NewFromConfig(cfg, clientOpts...), opts), nil
+}
