@@ -27,9 +27,13 @@ func client(t testing.TB) *awssqs.Client {
 	if _, err := http.Get(ep); err != nil {
 		conformance.ServiceUnavailable(t, "SQS endpoint unreachable: "+err.Error())
 	}
+	return newClient(ep)
+}
+
+func newClient(endpoint string) *awssqs.Client {
 	return awssqs.New(awssqs.Options{
 		Region:       "us-east-1",
-		BaseEndpoint: aws.String(ep),
+		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
 }
