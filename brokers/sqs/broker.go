@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,19 @@ type Options struct {
 	// not-before time and is sent on again when it arrives early.
 	// Default: 15m. Tests set seconds.
 	MaxHop time.Duration
+	// FIFO uses FIFO queues (names end in .fifo): messages of one group are
+	// delivered in send order, one group member in flight at a time.
+	// Deduplication is by a hash of the body, which includes the task UUID and
+	// its attempt, so a retry is not mistaken for a duplicate (deduplicating by
+	// the UUID alone would drop every retry). Delays and releases use
+	// ChangeMessageVisibility (FIFO queues have no per-message delay): a
+	// release "at once" is one second late. Default: false.
+	FIFO bool
+	// MessageGroupID is the FIFO message group of every message: one group
+	// is delivered strictly in order, one message in flight at a time.
+	// Default: empty, each task its own group (tasks run in parallel; SQS's
+	// deduplication still applies).
+	MessageGroupID string
 	// WaitTime is the long-poll wait of one receive. An idle Fetch notices a
 	// cancelled ctx within it; an in-flight receive is never cancelled.
 	// Default: 1s.
@@ -99,6 +113,9 @@ func (b *Broker) queueName(queue string) string {
 		h := sha256.Sum256([]byte(n))
 		n = n[:60] + "-" + hex.EncodeToString(h[:4])
 	}
+	if b.opts.FIFO {
+		n += ".fifo"
+	}
 	return n
 }
 
@@ -116,7 +133,11 @@ func (b *Broker) url(ctx context.Context, name string) (string, error) {
 		if !errors.As(err, &nf) || b.opts.NoCreate {
 			return "", fmt.Errorf("sqs broker: queue %s: %w", name, err)
 		}
-		created, cerr := b.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+		in := &sqs.CreateQueueInput{QueueName: aws.String(name)}
+		if strings.HasSuffix(name, ".fifo") {
+			in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
+		}
+		created, cerr := b.client.CreateQueue(ctx, in)
 		if cerr != nil {
 			return "", fmt.Errorf("sqs broker: create queue %s: %w", name, cerr)
 		}
@@ -216,11 +237,21 @@ func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
 					return err
 				}
 			}
-			delay, _ := b.delaySeconds(m.NotBefore)
-			batch = append(batch, types.SendMessageBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(len(batch))), MessageBody: aws.String(string(m.Body)),
-				DelaySeconds: delay, MessageAttributes: attrs(m),
-			})
+			e := types.SendMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(len(batch))), MessageBody: aws.String(string(m.Body)), MessageAttributes: attrs(m),
+			}
+			if b.opts.FIFO {
+				h := sha256.Sum256(m.Body)
+				group := b.opts.MessageGroupID
+				if group == "" {
+					group = m.ID
+				}
+				e.MessageGroupId = aws.String(group)
+				e.MessageDeduplicationId = aws.String(hex.EncodeToString(h[:]))
+			} else {
+				e.DelaySeconds, _ = b.delaySeconds(m.NotBefore)
+			}
+			batch = append(batch, e)
 			size += len(m.Body) + 1024
 		}
 		if err := flush(); err != nil {
@@ -275,7 +306,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		for _, m := range out.Messages {
 			d, due := b.delivery(queue, u, m)
 			if !due {
-				if err := b.resend(ctx, u, d.Handle.(handle)); err != nil {
+				if err := b.defer_(ctx, d.Handle.(handle)); err != nil {
 					return nil, err
 				}
 				continue
@@ -284,7 +315,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		}
 		if ctx.Err() != nil && len(ds) > 0 {
 			for _, d := range ds {
-				b.resend(context.WithoutCancel(ctx), u, d.Handle.(handle))
+				b.Release(context.WithoutCancel(ctx), d, time.Time{})
 			}
 			return nil, ctx.Err()
 		}
@@ -309,6 +340,26 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*core.Delivery, boo
 	}
 	n, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	return &core.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
+}
+
+// defer_ puts back a message that arrived before its not-before time: sent
+// on again (standard queues), or made invisible until then (FIFO, where a
+// re-send would be deduplicated away).
+func (b *Broker) defer_(ctx context.Context, h handle) error {
+	if !b.opts.FIFO {
+		return b.resend(ctx, h.url, h)
+	}
+	return b.hide(ctx, h, h.msg.NotBefore)
+}
+
+// hide sets the message's visibility timeout to reach notBefore (whole
+// seconds, at least one, at most SQS's 12 hours; a longer wait hides again).
+func (b *Broker) hide(ctx context.Context, h handle, notBefore time.Time) error {
+	secs := max1(math.Ceil(time.Until(notBefore).Seconds()))
+	_, err := b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: int32(math.Min(secs, 12*3600)),
+	})
+	return b.leaseErr(err, h.msg.ID)
 }
 
 // resend sends a copy of the message (with its not-before time) and deletes
@@ -373,6 +424,9 @@ func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.T
 		return err
 	}
 	h.msg.NotBefore = notBefore
+	if b.opts.FIFO {
+		return b.hide(ctx, h, notBefore)
+	}
 	return b.resend(ctx, h.url, h)
 }
 

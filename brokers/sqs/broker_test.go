@@ -40,10 +40,10 @@ func newClient(endpoint string) *awssqs.Client {
 
 const hop = 2 * time.Second
 
-func harness(c *awssqs.Client) conformance.BrokerHarness {
+func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
 	return conformance.BrokerHarness{
 		New: func(t testing.TB) core.Broker {
-			b := sqs.New(c, &sqs.Options{QueuePrefix: "errand-test-", MaxHop: hop})
+			b := sqs.New(c, &sqs.Options{QueuePrefix: "errand-test-", MaxHop: hop, FIFO: fifo})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
@@ -56,8 +56,14 @@ func harness(c *awssqs.Client) conformance.BrokerHarness {
 
 func TestConformance(t *testing.T) {
 	c := client(t)
-	conformance.RunBroker(t, harness(c))
-	conformance.RunWorker(t, harness(c), conformance.MemoryBackend())
+	conformance.RunBroker(t, harness(c, false))
+	conformance.RunWorker(t, harness(c, false), conformance.MemoryBackend())
+}
+
+func TestConformanceFIFO(t *testing.T) {
+	c := client(t)
+	conformance.RunBroker(t, harness(c, true))
+	conformance.RunWorker(t, harness(c, true), conformance.MemoryBackend())
 }
 
 func TestOpenByURL(t *testing.T) {

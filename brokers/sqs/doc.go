@@ -42,5 +42,17 @@
 // characters SQS accepts (no NUL or other control bytes): both are checked
 // before anything is sent. Batches are 10 messages and at most 256 KiB.
 // Stats are SQS's approximate counts; purge is PurgeQueue (on real SQS at
-// most once a minute). FIFO queues are not supported yet.
+// most once a minute).
+//
+// # FIFO queues
+//
+// With Options.FIFO, queues are FIFO queues (NAME.fifo). By default each
+// task is its own message group, so tasks run in parallel; a fixed
+// Options.MessageGroupID delivers every task strictly in send order, one at a
+// time. Deduplication is by a
+// hash of the body — which holds the task UUID and attempt — so duplicates
+// of one publish are dropped but retries are not. FIFO queues have no
+// per-message delay: a delayed message is sent at once with its not-before
+// time and made invisible until then when it arrives, and a release is
+// ChangeMessageVisibility (one second at least).
 package sqs
