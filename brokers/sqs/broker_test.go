@@ -12,6 +12,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/errand-go/errand/backends/redis"
 	"github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/core"
@@ -91,4 +94,32 @@ func TestOpenByURL(t *testing.T) {
 	if err := b.Ack(ctx, ds[0]); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWorkerWithRedisBackend runs the end-to-end cases with the Redis
+// result backend.
+func TestWorkerWithRedisBackend(t *testing.T) {
+	c := client(t)
+	u := os.Getenv("ERRAND_REDIS_URL")
+	if u == "" {
+		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set")
+	}
+	o, err := goredis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := goredis.NewClient(o)
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		conformance.ServiceUnavailable(t, "Redis unreachable: "+err.Error())
+	}
+	backend := conformance.BackendHarness{
+		New: func(t testing.TB, expiry time.Duration) core.Backend {
+			b := redisbackend.New(rdb, &redisbackend.Options{Prefix: "errand-test", ResultExpiry: expiry})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond},
+	}
+	conformance.RunWorker(t, harness(c, false), backend)
 }
