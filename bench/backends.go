@@ -74,8 +74,8 @@ func backendDrains(r *report) error {
 	}
 	if uri := os.Getenv("ERRAND_MONGO_URI"); uri != "" {
 		// FerretDB on SQLite with one connection is far slower than MongoDB:
-		// a tenth of the tasks keeps the run short.
-		subjects = append(subjects, subject{"mongo (FerretDB, maxPoolSize=1)", *n / 10, func() (core.Backend, func(), error) {
+		// a hundredth of the tasks keeps the run short.
+		subjects = append(subjects, subject{"mongo (FerretDB, maxPoolSize=1)", *n / 100, func() (core.Backend, func(), error) {
 			c, err := gomongo.Connect(options.Client().ApplyURI(uri))
 			if err != nil {
 				return nil, nil, err

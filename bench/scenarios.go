@@ -26,6 +26,7 @@ func scenarios() []scenario {
 		{"chord 10000", func(r *report) error { return chord(r, 10000) }},
 		{"memory drain", memoryDrain},
 		{"drain by result backend", backendDrains},
+		{"SQS", sqsScenarios},
 	}
 }
 
@@ -173,14 +174,17 @@ func drain(r *report, w int) error {
 	return nil
 }
 
-func latency(r *report) error {
+func latency(r *report) error { return latencyOn(r, "errand redis", redisServer(r.rdb)) }
+
+// latencyOn sends tasks at 200/s to idle workers of srv and records the time
+// from send to handler start.
+func latencyOn(r *report, subject string, srv *core.Server) error {
 	ctx, cancel := ctxTimeout()
 	defer cancel()
 	total := 2000
 	if *quick {
 		total = 400
 	}
-	srv := redisServer(r.rdb)
 	var mu sync.Mutex
 	var lat []time.Duration
 	o := newOnce(total)
@@ -208,11 +212,13 @@ func latency(r *report) error {
 	}
 	p50, p99, mx := percentiles(lat)
 	sc := fmt.Sprintf("latency, %d tasks at 200/s to idle workers (send → handler start)", total)
-	r.add(sc, "errand redis p50", ms(p50), "ms")
-	r.add(sc, "errand redis p99", ms(p99), "ms")
-	r.add(sc, "errand redis max", ms(mx), "ms")
-	r.rows[len(r.rows)-3].target = "≤ 1 ms"
-	r.rows[len(r.rows)-2].target = "≤ 5 ms"
+	r.add(sc, subject+" p50", ms(p50), "ms")
+	r.add(sc, subject+" p99", ms(p99), "ms")
+	r.add(sc, subject+" max", ms(mx), "ms")
+	if subject == "errand redis" {
+		r.rows[len(r.rows)-3].target = "≤ 1 ms"
+		r.rows[len(r.rows)-2].target = "≤ 5 ms"
+	}
 	return nil
 }
 
@@ -420,14 +426,16 @@ func memoryDrain(r *report) error {
 const analysis = `
 ## Reading the numbers
 
-Met on this machine: batch enqueue (≥ 5× raw single LPUSH), latency p99
-(≤ 5 ms), delayed-task lateness p99 (≤ 10 ms) with none early, and chord
-scaling (the 10 000 chord takes under 12× the 1 000 chord: about 9.5× in
-each run). Every scenario ran every task exactly once.
+Met in this run: batch enqueue (≥ 5× raw single LPUSH), delayed-task
+lateness p99 (≤ 10 ms) with none early, and chord scaling (the 10 000 chord
+took 11.7× the 1 000 chord: under 12×, narrowly; about 9.5× in earlier runs).
+Every scenario ran every task exactly once.
 
-On this 2-core machine Redis, the workers and the producer share the cores,
-and repeated runs vary: the 10-worker drain ratio has ranged 0.11×–0.33×,
-latency p50 0.83–1.15 ms. Compare ratios within one report, not across them.
+On this 2-core machine Redis, memcached, FerretDB, the fauxqs Node process,
+the workers and the producer share the cores, and repeated runs vary: the
+10-worker drain ratio has ranged 0.11×–0.33×, latency p50 0.83–1.30 ms and
+p99 1.86–5.30 ms (this run, with every service up, is the slowest). Compare
+ratios within one report, not across them.
 
 Missed, and why:
 
@@ -448,8 +456,9 @@ Missed, and why:
   SUCCESS with the ack when broker and backend share a client, and ack in
   batches. Those are contract-level changes (a combined "finish" primitive),
   left for a later issue.
-- **Latency p50 (target ≤ 1 ms).** Met in this run (0.83 ms), but on the
-  boundary across runs (0.83–1.15 ms): the same round trips before the handler starts (wake-up, fetch
+- **Latency p50 (target ≤ 1 ms) and p99 (≤ 5 ms).** p50 1.30 ms and p99
+  5.30 ms in this run; 0.83 ms and 1.86 ms in a quieter one. p50 is on the
+  boundary across runs: the same round trips before the handler starts (wake-up, fetch
   script, state read, state write). Folding the state read and write into one
   script would put it reliably under 1 ms.
 - **Chord of 1 000 (target ≤ 2× a raw DECR-counter chord).** Each member pays
@@ -468,9 +477,20 @@ each backend three calls — one read (redelivery dedupe), RECEIVED and STARTED
 in one batched write, SUCCESS — and three states. Redis and memcached drain at
 similar rates; the broker's round trips dominate. The Mongo row runs on
 FerretDB over SQLite with one connection (maxPoolSize=1, which FerretDB v1
-needs for atomic updates), on a tenth of the tasks, and FerretDB's SQLite
+needs for atomic updates), on a hundredth of the tasks, and FerretDB's SQLite
 handler slows as the collection grows (about 69 tasks/s over 200 tasks, 10 over
-2 000): it measures that stand-in, not MongoDB.
+2 000 in an earlier run): it measures that stand-in, not MongoDB.
+
+SQS (fauxqs, an emulator on Node): single-producer enqueue runs at 0.58× the
+raw SDK (a PENDING state write to Redis per task beside the send), batch
+enqueue at 1.03× SendMessageBatch. The drain target
+(≥ 0.7× a raw ReceiveMessage(10) + DeleteMessageBatch loop) is missed: the
+floor deletes ten messages per call and records nothing, while errand deletes
+one message per call (Ack) and records three states per task in Redis, and
+each worker slot polls on its own. Closing it: batch acks per queue
+(DeleteMessageBatch of the deliveries settled within a few milliseconds) and
+the fewer state round trips described above. SQS latency is bounded below by
+the long poll's response time on the emulator, not by errand.
 
 Reproduce (flags: -quick for small sizes, -only NAME, -cpuprofile FILE):
 
