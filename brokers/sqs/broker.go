@@ -62,6 +62,7 @@ type Broker struct {
 
 	mu   sync.Mutex
 	urls map[string]string
+	acks acks
 }
 
 var (
@@ -407,27 +408,31 @@ func (b *Broker) handle(d *core.Delivery) (handle, error) {
 	return h, nil
 }
 
-// Ack deletes the message.
+// Ack deletes the message, sharing a DeleteMessageBatch call with the acks
+// of the same queue that arrive within 2ms (up to 10).
 func (b *Broker) Ack(ctx context.Context, d *core.Delivery) error {
 	h, err := b.handle(d)
 	if err != nil {
 		return err
 	}
-	return b.del(ctx, h)
+	return b.batchDelete(ctx, h)
 }
 
-// Release gives the message back, due at notBefore (sent again, then the
-// original deleted).
+// Release gives the message back, due at notBefore, with
+// ChangeMessageVisibility: whole seconds and at least one, because
+// aws-sdk-go-v2 drops a zero visibility timeout from the request (so "at
+// once" means within a second). Beyond SQS's 12-hour maximum the message is
+// sent again with its not-before time and the original deleted.
 func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.Time) error {
 	h, err := b.handle(d)
 	if err != nil {
 		return err
 	}
 	h.msg.NotBefore = notBefore
-	if b.opts.FIFO {
-		return b.hide(ctx, h, notBefore)
+	if time.Until(notBefore) > 12*time.Hour {
+		return b.resend(ctx, h.url, h) // beyond a visibility timeout: hop
 	}
-	return b.resend(ctx, h.url, h)
+	return b.hide(ctx, h, notBefore)
 }
 
 // Extend renews the visibility timeout (whole seconds, at least one).

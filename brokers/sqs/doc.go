@@ -21,9 +21,10 @@
 // least one), extended with ChangeMessageVisibility while a task runs. A
 // receive long-polls for Options.WaitTime and is never cancelled mid-flight:
 // when the caller's ctx ends, Fetch returns after the poll and gives back
-// what it received. Release and shutdown give a message back by sending a
-// copy and deleting the original, because aws-sdk-go-v2 drops a zero
-// visibility timeout from the request. SQS cannot tell a stale receipt
+// what it received. Release and shutdown give a message back with
+// ChangeMessageVisibility — at least one second, because aws-sdk-go-v2 drops
+// a zero visibility timeout from the request. Acks of one queue share
+// DeleteMessageBatch calls (up to 10 within 2ms). SQS cannot tell a stale receipt
 // handle from a current one: a consumer whose lease ran out may still delete
 // a message another consumer now holds (that consumer's task still runs).
 //
