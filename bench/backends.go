@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
 	gomongo "go.mongodb.org/mongo-driver/v2/mongo"
@@ -91,29 +90,10 @@ func backendDrains(r *report) error {
 		}
 		cnt := &counting{Backend: be}
 		srv, _ := core.NewServer(core.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + core.NewUUID()[:8]}), Backend: cnt})
-		o := newOnce(s.tasks)
-		srv.Register("noop", func(i int) error { return nil })
-		sigs := make([]*core.Signature, s.tasks)
-		for i := range sigs {
-			sigs[i] = core.NewSignature("noop", i)
-		}
-		g, _ := core.NewGroup(sigs...)
-		if _, err := srv.SendGroup(ctx, g, 4); err != nil {
-			done()
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		cnt.calls.Store(0)
-		cnt.states.Store(0)
-		wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10, PostTaskHook: func(_ context.Context, sig *core.Signature, st *core.TaskState) {
-			if st.State == core.StateSuccess {
-				o.mark(sig.UUID)
-			}
-		}})
-		t0 := time.Now()
-		wk.Start()
-		err = o.wait(ctx)
-		d := time.Since(t0)
-		wk.Shutdown(context.Background())
+		d, err := errandDrain(ctx, srv, s.tasks, 10, func() {
+			cnt.calls.Store(0)
+			cnt.states.Store(0)
+		})
 		done()
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)

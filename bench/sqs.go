@@ -161,27 +161,7 @@ func sqsDrain(ctx context.Context, r *report, c *awssqs.Client, total, w int) er
 	r.add(sc, floor, rate(total, d), "tasks/s")
 
 	srv, _ := sqsServer(r, c)
-	o = newOnce(total)
-	srv.Register("noop", func(i int) error { return nil })
-	sigs := make([]*core.Signature, total)
-	for i := range sigs {
-		sigs[i] = core.NewSignature("noop", i)
-	}
-	g, _ := core.NewGroup(sigs...)
-	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
-		return err
-	}
-	wk := srv.NewWorker(core.WorkerConfig{Concurrency: w, PostTaskHook: func(_ context.Context, sig *core.Signature, st *core.TaskState) {
-		if st.State == core.StateSuccess {
-			o.mark(sig.UUID)
-		}
-	}})
-	t0 = time.Now()
-	wk.Start()
-	err = o.wait(ctx)
-	d = time.Since(t0)
-	wk.Shutdown(context.Background())
-	if err != nil {
+	if d, err = errandDrain(ctx, srv, total, w, nil); err != nil {
 		return err
 	}
 	r.compare(sc, "errand SQS broker + Redis backend, states recorded", rate(total, d), "tasks/s", floor, "≥ 0.7×")

@@ -307,7 +307,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		for _, m := range out.Messages {
 			d, due := b.delivery(queue, u, m)
 			if !due {
-				if err := b.defer_(ctx, d.Handle.(handle)); err != nil {
+				if err := b.deferUntilDue(ctx, d.Handle.(handle)); err != nil {
 					return nil, err
 				}
 				continue
@@ -343,10 +343,10 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*core.Delivery, boo
 	return &core.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
 }
 
-// defer_ puts back a message that arrived before its not-before time: sent
+// deferUntilDue puts back a message that arrived before its not-before time: sent
 // on again (standard queues), or made invisible until then (FIFO, where a
 // re-send would be deduplicated away).
-func (b *Broker) defer_(ctx context.Context, h handle) error {
+func (b *Broker) deferUntilDue(ctx context.Context, h handle) error {
 	if !b.opts.FIFO {
 		return b.resend(ctx, h.url, h)
 	}
