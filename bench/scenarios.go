@@ -32,11 +32,11 @@ func scenarios() []scenario {
 
 func rawKey() string { return "bench-raw-" + core.NewUUID()[:8] }
 
-func enqueueSingle(r *report) error {
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	const sc = "enqueue 20k, single producer"
+// rawLPush records the floor of the enqueue scenarios: n LPUSHes, one at a
+// time.
+func rawLPush(ctx context.Context, r *report, sc string) error {
 	key := rawKey()
+	defer r.rdb.Del(context.Background(), key)
 	t0 := time.Now()
 	for i := range *n {
 		if err := r.rdb.LPush(ctx, key, strconv.Itoa(i)).Err(); err != nil {
@@ -44,10 +44,19 @@ func enqueueSingle(r *report) error {
 		}
 	}
 	r.add(sc, "raw LPUSH", rate(*n, time.Since(t0)), "msgs/s")
-	r.rdb.Del(ctx, key)
+	return nil
+}
+
+func enqueueSingle(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	sc := fmt.Sprintf("enqueue %dk, single producer", *n/1000)
+	if err := rawLPush(ctx, r, sc); err != nil {
+		return err
+	}
 
 	srv := redisServer(r.rdb)
-	t0 = time.Now()
+	t0 := time.Now()
 	for i := range *n {
 		if _, err := srv.SendTask(ctx, core.NewSignature("noop", i)); err != nil {
 			return err
@@ -60,16 +69,10 @@ func enqueueSingle(r *report) error {
 func enqueueBatch(r *report) error {
 	ctx, cancel := ctxTimeout()
 	defer cancel()
-	const sc = "enqueue 20k, batch"
-	key := rawKey()
-	t0 := time.Now()
-	for i := range *n {
-		if err := r.rdb.LPush(ctx, key, strconv.Itoa(i)).Err(); err != nil {
-			return err
-		}
+	sc := fmt.Sprintf("enqueue %dk, batch", *n/1000)
+	if err := rawLPush(ctx, r, sc); err != nil {
+		return err
 	}
-	r.add(sc, "raw LPUSH", rate(*n, time.Since(t0)), "msgs/s")
-	r.rdb.Del(ctx, key)
 
 	srv := redisServer(r.rdb)
 	sigs := make([]*core.Signature, *n)
@@ -77,7 +80,7 @@ func enqueueBatch(r *report) error {
 		sigs[i] = core.NewSignature("noop", i)
 	}
 	g, _ := core.NewGroup(sigs...)
-	t0 = time.Now()
+	t0 := time.Now()
 	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
 		return err
 	}

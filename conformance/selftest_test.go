@@ -640,6 +640,19 @@ func TestEveryCaseHasATarget(t *testing.T) {
 	}
 }
 
+// target is one (case, broken variant) pair of the self-test.
+type target struct{ name, variant string }
+
+func targetsOf(ms ...map[string]string) []target {
+	var out []target
+	for _, m := range ms {
+		for name, variant := range m {
+			out = append(out, target{name, variant})
+		}
+	}
+	return out
+}
+
 func caseNames[H any](cs []kase[H]) []string {
 	var out []string
 	for _, c := range cs {
@@ -679,15 +692,7 @@ func firstLine(msgs []string) string {
 }
 
 func TestKitCatchesBrokenBrokers(t *testing.T) {
-	type target struct{ name, variant string }
-	var targets []target
-	for name, variant := range brokerTargets {
-		targets = append(targets, target{name, variant})
-	}
-	for name, variant := range moreBrokerTargets {
-		targets = append(targets, target{name, variant})
-	}
-	for _, tg := range targets {
+	for _, tg := range targetsOf(brokerTargets, moreBrokerTargets) {
 		name, variant := tg.name, tg.variant
 		t.Run(name+"/"+variant, func(t *testing.T) {
 			t.Parallel()
@@ -700,15 +705,7 @@ func TestKitCatchesBrokenBrokers(t *testing.T) {
 }
 
 func TestKitCatchesBrokenBackends(t *testing.T) {
-	type target struct{ name, variant string }
-	var targets []target
-	for name, variant := range backendTargets {
-		targets = append(targets, target{name, variant})
-	}
-	for name, variant := range moreBackendTargets {
-		targets = append(targets, target{name, variant})
-	}
-	for _, tg := range targets {
+	for _, tg := range targetsOf(backendTargets, moreBackendTargets) {
 		name, variant := tg.name, tg.variant
 		t.Run(name+"/"+variant, func(t *testing.T) {
 			t.Parallel()
