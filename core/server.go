@@ -220,9 +220,7 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 	return s.result(sig), nil
 }
 
-func (s *Server) result(sig *Signature) *AsyncResult {
-	return &AsyncResult{Signature: sig, backend: s.cfg.Backend}
-}
+func (s *Server) result(sig *Signature) *AsyncResult { return NewAsyncResult(sig, s.cfg.Backend) }
 
 // sendMany sets every signature PENDING and publishes them in batches of
 // Config.PublishBatch, with up to concurrency batches in flight (< 1: one).

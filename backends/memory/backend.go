@@ -275,11 +275,7 @@ func Open(_ context.Context, u *url.URL) (core.Backend, error) {
 	if err := core.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
 		return nil, fmt.Errorf("memory backend: %w", err)
 	}
-	name := u.Host + u.Path
-	if name == "" {
-		return New(&opts), nil
-	}
-	return instances.Get(name, func() *Backend {
+	return instances.Get(u.Host+u.Path, func(name string) *Backend {
 		b := New(&opts)
 		b.name = name
 		return b

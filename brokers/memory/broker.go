@@ -427,11 +427,7 @@ func Open(_ context.Context, u *url.URL) (core.Broker, error) {
 		}
 		opts.MaxPayload = n
 	}
-	name := u.Host + u.Path
-	if name == "" {
-		return New(&opts), nil
-	}
-	return instances.Get(name, func() *Broker {
+	return instances.Get(u.Host+u.Path, func(name string) *Broker {
 		b := New(&opts)
 		b.name = name
 		return b

@@ -10,8 +10,13 @@ type Registry[T comparable] struct {
 	m  map[string]T
 }
 
-// Get returns the instance named name, creating it with make on first use.
-func (r *Registry[T]) Get(name string, make func() T) T {
+// Get returns the instance named name, creating it with make(name) on first
+// use. An empty name means a private instance: make("") every time, never
+// registered.
+func (r *Registry[T]) Get(name string, make func(name string) T) T {
+	if name == "" {
+		return make("")
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if v, ok := r.m[name]; ok {
@@ -20,7 +25,7 @@ func (r *Registry[T]) Get(name string, make func() T) T {
 	if r.m == nil {
 		r.m = map[string]T{}
 	}
-	v := make()
+	v := make(name)
 	r.m[name] = v
 	return v
 }
