@@ -11,29 +11,30 @@ import (
 	gomongo "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/errand-go/errand"
 	memcachebackend "github.com/errand-go/errand/backends/memcache"
 	mongobackend "github.com/errand-go/errand/backends/mongo"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // counting wraps a backend and counts its calls and the states written.
 type counting struct {
-	core.Backend
+	errand.Backend
 	calls, states atomic.Int64
 }
 
-func (c *counting) SetState(ctx context.Context, st *core.TaskState) error {
+func (c *counting) SetState(ctx context.Context, st *errand.TaskState) error {
 	c.calls.Add(1)
 	c.states.Add(1)
 	return c.Backend.SetState(ctx, st)
 }
 
-func (c *counting) SetStates(ctx context.Context, sts []*core.TaskState) error {
+func (c *counting) SetStates(ctx context.Context, sts []*errand.TaskState) error {
 	c.calls.Add(1)
 	c.states.Add(int64(len(sts)))
-	if sb, ok := c.Backend.(core.StateBatcher); ok {
+	if sb, ok := c.Backend.(driver.StateBatcher); ok {
 		return sb.SetStates(ctx, sts)
 	}
 	for _, st := range sts {
@@ -44,7 +45,7 @@ func (c *counting) SetStates(ctx context.Context, sts []*core.TaskState) error {
 	return nil
 }
 
-func (c *counting) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+func (c *counting) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
 	c.calls.Add(1)
 	return c.Backend.GetState(ctx, id)
 }
@@ -57,29 +58,29 @@ func backendDrains(r *report) error {
 	type subject struct {
 		name  string
 		tasks int
-		be    func() (core.Backend, func(), error)
+		be    func() (errand.Backend, func(), error)
 	}
 	subjects := []subject{
-		{"redis", *n, func() (core.Backend, func(), error) {
-			return redisbackend.New(r.rdb, &redisbackend.Options{Prefix: "bench-" + core.NewUUID()[:8]}), func() {}, nil
+		{"redis", *n, func() (errand.Backend, func(), error) {
+			return redisbackend.New(r.rdb, &redisbackend.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), func() {}, nil
 		}},
 	}
 	if addrs := os.Getenv("ERRAND_MEMCACHE_ADDRS"); addrs != "" {
-		subjects = append(subjects, subject{"memcache", *n, func() (core.Backend, func(), error) {
+		subjects = append(subjects, subject{"memcache", *n, func() (errand.Backend, func(), error) {
 			mc := gomemcache.New(strings.Split(addrs, ",")...)
 			mc.MaxIdleConns = 20
-			return memcachebackend.New(mc, &memcachebackend.Options{Prefix: "bench-" + core.NewUUID()[:8]}), func() { mc.Close() }, nil
+			return memcachebackend.New(mc, &memcachebackend.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), func() { mc.Close() }, nil
 		}})
 	}
 	if uri := os.Getenv("ERRAND_MONGO_URI"); uri != "" {
 		// FerretDB on SQLite with one connection is far slower than MongoDB:
 		// a hundredth of the tasks keeps the run short.
-		subjects = append(subjects, subject{"mongo (FerretDB, maxPoolSize=1)", *n / 100, func() (core.Backend, func(), error) {
+		subjects = append(subjects, subject{"mongo (FerretDB, maxPoolSize=1)", *n / 100, func() (errand.Backend, func(), error) {
 			c, err := gomongo.Connect(options.Client().ApplyURI(uri))
 			if err != nil {
 				return nil, nil, err
 			}
-			be, err := mongobackend.New(ctx, c, &mongobackend.Options{Database: "errand_bench", Prefix: "bench" + core.NewUUID()[:8]})
+			be, err := mongobackend.New(ctx, c, &mongobackend.Options{Database: "errand_bench", Prefix: "bench" + errand.NewUUID()[:8]})
 			return be, func() { c.Disconnect(context.Background()) }, err
 		}})
 	}
@@ -89,7 +90,7 @@ func backendDrains(r *report) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		cnt := &counting{Backend: be}
-		srv, _ := core.NewServer(core.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + core.NewUUID()[:8]}), Backend: cnt})
+		srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), Backend: cnt})
 		d, err := errandDrain(ctx, srv, s.tasks, 10, func() {
 			cnt.calls.Store(0)
 			cnt.states.Store(0)

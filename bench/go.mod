@@ -42,12 +42,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.39.0 // indirect
 )
-
-replace (
-	github.com/errand-go/errand => ../
-	github.com/errand-go/errand/backends/memcache => ../backends/memcache
-	github.com/errand-go/errand/backends/mongo => ../backends/mongo
-	github.com/errand-go/errand/backends/redis => ../backends/redis
-	github.com/errand-go/errand/brokers/redis => ../brokers/redis
-	github.com/errand-go/errand/brokers/sqs => ../brokers/sqs
-)

@@ -23,9 +23,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/errand-go/errand"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/core"
 )
 
 var (
@@ -188,9 +188,9 @@ func ctxTimeout() (context.Context, context.CancelFunc) {
 
 // redisServer returns an errand server on the Redis broker and backend with
 // a fresh prefix.
-func redisServer(rdb *goredis.Client) *core.Server {
-	p := "bench-" + core.NewUUID()[:8]
-	srv, _ := core.NewServer(core.Config{
+func redisServer(rdb *goredis.Client) *errand.Server {
+	p := "bench-" + errand.NewUUID()[:8]
+	srv, _ := errand.NewServer(errand.Config{
 		Broker:  redisbroker.New(rdb, &redisbroker.Options{Prefix: p}),
 		Backend: redisbackend.New(rdb, &redisbackend.Options{Prefix: p, ResultExpiry: 10 * time.Minute}),
 	})

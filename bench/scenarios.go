@@ -9,9 +9,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
 )
 
 func scenarios() []scenario {
@@ -30,7 +30,7 @@ func scenarios() []scenario {
 	}
 }
 
-func rawKey() string { return "bench-raw-" + core.NewUUID()[:8] }
+func rawKey() string { return "bench-raw-" + errand.NewUUID()[:8] }
 
 // rawLPush records the floor of the enqueue scenarios: n LPUSHes, one at a
 // time.
@@ -58,7 +58,7 @@ func enqueueSingle(r *report) error {
 	srv := redisServer(r.rdb)
 	t0 := time.Now()
 	for i := range *n {
-		if _, err := srv.SendTask(ctx, core.NewSignature("noop", i)); err != nil {
+		if _, err := srv.SendTask(ctx, errand.NewSignature("noop", i)); err != nil {
 			return err
 		}
 	}
@@ -75,11 +75,11 @@ func enqueueBatch(r *report) error {
 	}
 
 	srv := redisServer(r.rdb)
-	sigs := make([]*core.Signature, *n)
+	sigs := make([]*errand.Signature, *n)
 	for i := range sigs {
-		sigs[i] = core.NewSignature("noop", i)
+		sigs[i] = errand.NewSignature("noop", i)
 	}
-	g, _ := core.NewGroup(sigs...)
+	g, _ := errand.NewGroup(sigs...)
 	t0 := time.Now()
 	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
 		return err
@@ -161,7 +161,7 @@ func latency(r *report) error { return latencyOn(r, "errand redis", redisServer(
 
 // latencyOn sends tasks at 200/s to idle workers of srv and records the time
 // from send to handler start.
-func latencyOn(r *report, subject string, srv *core.Server) error {
+func latencyOn(r *report, subject string, srv *errand.Server) error {
 	ctx, cancel := ctxTimeout()
 	defer cancel()
 	total := 2000
@@ -179,13 +179,13 @@ func latencyOn(r *report, subject string, srv *core.Server) error {
 		o.mark(id)
 		return nil
 	})
-	wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10})
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})
 	wk.Start()
 	defer wk.Shutdown(context.Background())
 	tick := time.NewTicker(5 * time.Millisecond) // 200/s
 	for i := range total {
 		<-tick.C
-		if _, err := srv.SendTask(ctx, core.NewSignature("stamp", i, time.Now().UnixNano())); err != nil {
+		if _, err := srv.SendTask(ctx, errand.NewSignature("stamp", i, time.Now().UnixNano())); err != nil {
 			return err
 		}
 	}
@@ -225,13 +225,13 @@ func delayed(r *report) error {
 		o.mark(id)
 		return nil
 	})
-	wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10})
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})
 	wk.Start()
 	defer wk.Shutdown(context.Background())
 	start := time.Now().Add(500 * time.Millisecond)
 	for i := range total {
 		eta := start.Add(time.Duration(i) * 5 * time.Second / total)
-		sig := core.NewSignature("due", i, eta.UnixNano())
+		sig := errand.NewSignature("due", i, eta.UnixNano())
 		sig.ETA = &eta
 		if _, err := srv.SendTask(ctx, sig); err != nil {
 			return err
@@ -313,15 +313,15 @@ func chord(r *report, size int) error {
 		}
 		return nil
 	})
-	wk := srv.NewWorker(core.WorkerConfig{Concurrency: 10})
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})
 	wk.Start()
 	defer wk.Shutdown(context.Background())
-	sigs := make([]*core.Signature, size)
+	sigs := make([]*errand.Signature, size)
 	for i := range sigs {
-		sigs[i] = core.NewSignature("member", i)
+		sigs[i] = errand.NewSignature("member", i)
 	}
-	g, _ := core.NewGroup(sigs...)
-	c, _ := core.NewChord(g, core.NewSignature("callback"))
+	g, _ := errand.NewGroup(sigs...)
+	c, _ := errand.NewChord(g, errand.NewSignature("callback"))
 	t0 = time.Now()
 	res, err := srv.SendChord(ctx, c, 4)
 	if err != nil {
@@ -377,7 +377,7 @@ func memoryDrain(r *report) error {
 	const floor = "Go channel pool"
 	r.add(sc, floor, rate(*n, time.Since(t0)), "tasks/s")
 
-	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: memorybackend.New(nil)})
+	srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: memorybackend.New(nil)})
 	d, err := errandDrain(ctx, srv, *n, w, nil)
 	if err != nil {
 		return err
@@ -390,22 +390,22 @@ func memoryDrain(r *report) error {
 // drains them with a worker of w slots and returns how long the drain took,
 // checking every task succeeded exactly once. before runs just before the
 // worker starts (to reset counters).
-func errandDrain(ctx context.Context, srv *core.Server, total, w int, before func()) (time.Duration, error) {
+func errandDrain(ctx context.Context, srv *errand.Server, total, w int, before func()) (time.Duration, error) {
 	o := newOnce(total)
 	srv.Register("noop", func(int) error { return nil })
-	sigs := make([]*core.Signature, total)
+	sigs := make([]*errand.Signature, total)
 	for i := range sigs {
-		sigs[i] = core.NewSignature("noop", i)
+		sigs[i] = errand.NewSignature("noop", i)
 	}
-	g, _ := core.NewGroup(sigs...)
+	g, _ := errand.NewGroup(sigs...)
 	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
 		return 0, err
 	}
 	if before != nil {
 		before()
 	}
-	wk := srv.NewWorker(core.WorkerConfig{Concurrency: w, PostTaskHook: func(_ context.Context, sig *core.Signature, st *core.TaskState) {
-		if st.State == core.StateSuccess {
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: w, PostTaskHook: func(_ context.Context, sig *errand.Signature, st *errand.TaskState) {
+		if st.State == errand.StateSuccess {
 			o.mark(sig.UUID)
 		}
 	}})

@@ -13,9 +13,9 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/errand-go/errand"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	sqsbroker "github.com/errand-go/errand/brokers/sqs"
-	"github.com/errand-go/errand/core"
 )
 
 func sqsClient() *awssqs.Client {
@@ -26,9 +26,9 @@ func sqsClient() *awssqs.Client {
 }
 
 // sqsServer is errand on the SQS broker with the Redis backend.
-func sqsServer(r *report, c *awssqs.Client) (*core.Server, string) {
-	p := "bench-" + core.NewUUID()[:8]
-	srv, _ := core.NewServer(core.Config{
+func sqsServer(r *report, c *awssqs.Client) (*errand.Server, string) {
+	p := "bench-" + errand.NewUUID()[:8]
+	srv, _ := errand.NewServer(errand.Config{
 		Broker:       sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: p + "-"}),
 		Backend:      redisbackend.New(r.rdb, &redisbackend.Options{Prefix: p, ResultExpiry: 10 * time.Minute}),
 		DefaultQueue: "q",
@@ -37,7 +37,7 @@ func sqsServer(r *report, c *awssqs.Client) (*core.Server, string) {
 }
 
 func rawQueue(ctx context.Context, c *awssqs.Client) (string, error) {
-	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bench-raw-" + core.NewUUID()[:8])})
+	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bench-raw-" + errand.NewUUID()[:8])})
 	if err != nil {
 		return "", err
 	}
@@ -82,7 +82,7 @@ func sqsScenarios(r *report) error {
 	srv, _ := sqsServer(r, c)
 	t0 = time.Now()
 	for i := range total {
-		if _, err := srv.SendTask(ctx, core.NewSignature("noop", i)); err != nil {
+		if _, err := srv.SendTask(ctx, errand.NewSignature("noop", i)); err != nil {
 			return err
 		}
 	}
@@ -100,11 +100,11 @@ func sqsScenarios(r *report) error {
 	const floorBatch = "raw SendMessageBatch (10)"
 	r.add(sc, floorBatch, rate(total, time.Since(t0)), "msgs/s")
 	srv, _ = sqsServer(r, c)
-	sigs := make([]*core.Signature, total)
+	sigs := make([]*errand.Signature, total)
 	for i := range sigs {
-		sigs[i] = core.NewSignature("noop", i)
+		sigs[i] = errand.NewSignature("noop", i)
 	}
-	g, _ := core.NewGroup(sigs...)
+	g, _ := errand.NewGroup(sigs...)
 	t0 = time.Now()
 	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
 		return err

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
+	"github.com/errand-go/errand/driver"
 )
 
 // RunBackend runs every backend case against h, as subtests named
@@ -35,13 +36,12 @@ var backendCases = []kase[BackendHarness]{
 	{"Group/StatesInOrder", groupStatesInOrder},
 	{"Group/OutlivesResultExpiry", groupOutlivesExpiry},
 	{"Chord/ClaimOnce", chordClaimOnce},
-	{"Closed/Sentinel", backendClosed},
 }
 
 type becase struct {
 	t   testing.TB
 	h   BackendHarness
-	b   core.Backend
+	b   errand.Backend
 	ctx context.Context
 }
 
@@ -49,7 +49,7 @@ func newBeCase(t testing.TB, h BackendHarness, expiry time.Duration) *becase {
 	return &becase{t: t, h: h, b: h.New(t, expiry), ctx: caseCtx(t, h.Timing)}
 }
 
-func (c *becase) set(st *core.TaskState) {
+func (c *becase) set(st *errand.TaskState) {
 	c.t.Helper()
 	if err := c.b.SetState(c.ctx, st); err != nil {
 		c.t.Fatalf("SetState(%s %s): %v", st.TaskUUID, st.State, err)
@@ -58,8 +58,8 @@ func (c *becase) set(st *core.TaskState) {
 
 func backendCapabilities(t testing.TB, h BackendHarness) {
 	b := h.New(t, 0)
-	checkAbility(t, b, h.Caps.Waiter, reflect.TypeFor[core.StateWaiter](), "Waiter")
-	checkAbility(t, b, h.Caps.Expiry, reflect.TypeFor[core.Expirer](), "Expiry")
+	checkAbility(t, b, h.Caps.Waiter, reflect.TypeFor[driver.StateWaiter](), "Waiter")
+	checkAbility(t, b, h.Caps.Expiry, reflect.TypeFor[driver.Expirer](), "Expiry")
 }
 
 type payload struct {
@@ -74,15 +74,15 @@ func stateRoundTrip(t testing.TB, h BackendHarness) {
 	id := name(t, "task")
 	values := []any{42, -1.5, "héllo \"quoted\"", true, nil, []int{1, 2}, map[string]any{"a": []any{"x", 1.0}},
 		payload{N: 7, Tags: []string{"a"}, M: map[string]uint64{"big": 1 << 60}, Nest: &payload{N: 8}}}
-	var results []core.Result
+	var results []errand.Result
 	for _, v := range values {
 		b, _ := json.Marshal(v)
-		results = append(results, core.Result{Type: fmt.Sprintf("%T", v), Value: b})
+		results = append(results, errand.Result{Type: fmt.Sprintf("%T", v), Value: b})
 	}
 	created := time.Now().UTC().Truncate(time.Millisecond)
-	want := &core.TaskState{TaskUUID: id, TaskName: "conformance.roundtrip", State: core.StateSuccess, Attempt: 3,
+	want := &errand.TaskState{TaskUUID: id, TaskName: "conformance.roundtrip", State: errand.StateSuccess, Attempt: 3,
 		Results: results, Error: "", CreatedAt: created, StartedAt: created.Add(time.Second), FinishedAt: created.Add(2 * time.Second)}
-	c.set(&core.TaskState{TaskUUID: id, TaskName: want.TaskName, State: core.StatePending, CreatedAt: created})
+	c.set(&errand.TaskState{TaskUUID: id, TaskName: want.TaskName, State: errand.StatePending, CreatedAt: created})
 	c.set(want)
 	got, err := c.b.GetState(c.ctx, id)
 	if err != nil {
@@ -108,9 +108,9 @@ func stateRoundTrip(t testing.TB, h BackendHarness) {
 		}
 	}
 	// A failure's error text round-trips too.
-	fail := &core.TaskState{TaskUUID: id, TaskName: want.TaskName, State: core.StateFailure, Error: "boom: \"quoted\"\nline 2", CreatedAt: created}
+	fail := &errand.TaskState{TaskUUID: id, TaskName: want.TaskName, State: errand.StateFailure, Error: "boom: \"quoted\"\nline 2", CreatedAt: created}
 	c.set(fail)
-	if got, err := c.b.GetState(c.ctx, id); err != nil || got.State != core.StateFailure || got.Error != fail.Error || len(got.Results) != 0 {
+	if got, err := c.b.GetState(c.ctx, id); err != nil || got.State != errand.StateFailure || got.Error != fail.Error || len(got.Results) != 0 {
 		t.Fatalf("state promise broken: after writing FAILURE, read back %+v, %v; want FAILURE with its error text and no results", got, err)
 	}
 }
@@ -118,11 +118,11 @@ func stateRoundTrip(t testing.TB, h BackendHarness) {
 func stateUnknown(t testing.TB, h BackendHarness) {
 	c := newBeCase(t, h, 0)
 	st, err := c.b.GetState(c.ctx, name(t, "never-written"))
-	if !errors.Is(err, core.ErrTaskNotFound) {
-		t.Fatalf("errors promise broken: GetState of an unknown task returned %+v, %v; want an error satisfying errors.Is(err, core.ErrTaskNotFound)", st, err)
+	if !errors.Is(err, errand.ErrTaskNotFound) {
+		t.Fatalf("errors promise broken: GetState of an unknown task returned %+v, %v; want an error satisfying errors.Is(err, errand.ErrTaskNotFound)", st, err)
 	}
-	if _, err := c.b.ClaimChord(c.ctx, name(t, "no-group"), "x"); !errors.Is(err, core.ErrGroupNotFound) {
-		t.Fatalf("errors promise broken: ClaimChord of an unknown group returned %v; want core.ErrGroupNotFound", err)
+	if _, err := c.b.ClaimChord(c.ctx, name(t, "no-group"), "x"); !errors.Is(err, errand.ErrGroupNotFound) {
+		t.Fatalf("errors promise broken: ClaimChord of an unknown group returned %v; want errand.ErrGroupNotFound", err)
 	}
 }
 
@@ -130,17 +130,17 @@ func stateExpiry(t testing.TB, h BackendHarness) {
 	exp := h.Caps.MinExpiry
 	c := newBeCase(t, h, exp)
 	if !h.Caps.Expiry {
-		if _, ok := c.b.(core.Expirer); ok {
-			t.Fatalf("capabilities promise broken: backend implements core.Expirer but declares no expiry")
+		if _, ok := c.b.(driver.Expirer); ok {
+			t.Fatalf("capabilities promise broken: backend implements driver.Expirer but declares no expiry")
 		}
 		return
 	}
-	if e, ok := c.b.(core.Expirer); !ok || e.ResultExpiry() != exp {
+	if e, ok := c.b.(driver.Expirer); !ok || e.ResultExpiry() != exp {
 		t.Fatalf("expiry promise broken: backend made with expiry %v reports %v", exp, e)
 	}
 	id := name(t, "task")
 	written := time.Now()
-	c.set(&core.TaskState{TaskUUID: id, TaskName: "conformance.expiry", State: core.StateSuccess, CreatedAt: written})
+	c.set(&errand.TaskState{TaskUUID: id, TaskName: "conformance.expiry", State: errand.StateSuccess, CreatedAt: written})
 	if _, err := c.b.GetState(c.ctx, id); err != nil {
 		t.Fatalf("expiry promise broken: a result was gone at once (%v), before its expiry of %v", err, exp)
 	}
@@ -148,7 +148,7 @@ func stateExpiry(t testing.TB, h BackendHarness) {
 	deadline := written.Add(exp*2 + h.Timing.Prompt*2)
 	for {
 		_, err := c.b.GetState(c.ctx, id)
-		if errors.Is(err, core.ErrTaskNotFound) {
+		if errors.Is(err, errand.ErrTaskNotFound) {
 			if gone := time.Since(written); gone < exp*9/10 {
 				t.Fatalf("expiry promise broken: result gone after %v, before its expiry of %v", gone, exp)
 			}
@@ -166,20 +166,20 @@ func stateExpiry(t testing.TB, h BackendHarness) {
 
 func stateBatch(t testing.TB, h BackendHarness) {
 	c := newBeCase(t, h, 0)
-	sb, ok := c.b.(core.StateBatcher)
+	sb, ok := c.b.(driver.StateBatcher)
 	if !ok {
 		return // optional: the core writes one state at a time instead
 	}
-	var sts []*core.TaskState
+	var sts []*errand.TaskState
 	for i := range 20 {
-		sts = append(sts, &core.TaskState{TaskUUID: name(t, fmt.Sprint("task", i)), TaskName: "conformance.batch", State: core.StatePending, CreatedAt: time.Now()})
+		sts = append(sts, &errand.TaskState{TaskUUID: name(t, fmt.Sprint("task", i)), TaskName: "conformance.batch", State: errand.StatePending, CreatedAt: time.Now()})
 	}
 	if err := sb.SetStates(c.ctx, sts); err != nil {
 		t.Fatalf("SetStates: %v", err)
 	}
 	for _, st := range sts {
 		got, err := c.b.GetState(c.ctx, st.TaskUUID)
-		if err != nil || got.State != core.StatePending {
+		if err != nil || got.State != errand.StatePending {
 			t.Fatalf("state promise broken: state %s written by SetStates read back as %+v, %v", st.TaskUUID, got, err)
 		}
 	}
@@ -188,8 +188,8 @@ func stateBatch(t testing.TB, h BackendHarness) {
 func stateWait(t testing.TB, h BackendHarness) {
 	c := newBeCase(t, h, 0)
 	id := name(t, "task")
-	c.set(&core.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: core.StateStarted, CreatedAt: time.Now()})
-	r := core.NewAsyncResult(&core.Signature{UUID: id}, c.b)
+	c.set(&errand.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: errand.StateStarted, CreatedAt: time.Now()})
+	r := errand.NewAsyncResult(&errand.Signature{UUID: id}, c.b)
 	got := make(chan error, 1)
 	go func() {
 		rs, err := r.Get(c.ctx)
@@ -200,8 +200,8 @@ func stateWait(t testing.TB, h BackendHarness) {
 	}()
 	// Let the waiter block before the write that must wake it.
 	sleepUntil(c.ctx, time.Now().Add(h.Timing.Prompt/5))
-	c.set(&core.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: core.StateSuccess, CreatedAt: time.Now(),
-		Results: []core.Result{{Type: "int", Value: json.RawMessage("7")}}})
+	c.set(&errand.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: errand.StateSuccess, CreatedAt: time.Now(),
+		Results: []errand.Result{{Type: "int", Value: json.RawMessage("7")}}})
 	timer := time.NewTimer(h.Timing.Prompt)
 	defer timer.Stop()
 	select {
@@ -292,8 +292,8 @@ func groupStatesInOrder(t testing.TB, h BackendHarness) {
 		if i == 5 {
 			continue // member 5 has no state yet
 		}
-		c.set(&core.TaskState{TaskUUID: ids[i], TaskName: "conformance.member", State: core.StateSuccess, CreatedAt: time.Now(),
-			Results: []core.Result{{Type: "int", Value: json.RawMessage(fmt.Sprint(i))}}})
+		c.set(&errand.TaskState{TaskUUID: ids[i], TaskName: "conformance.member", State: errand.StateSuccess, CreatedAt: time.Now(),
+			Results: []errand.Result{{Type: "int", Value: json.RawMessage(fmt.Sprint(i))}}})
 	}
 	sts, err := c.b.GroupStates(c.ctx, g)
 	if err != nil {
@@ -307,7 +307,7 @@ func groupStatesInOrder(t testing.TB, h BackendHarness) {
 			t.Fatalf("workflows promise broken: GroupStates[%d] is %s, want member %s: states must come in group order", i, st.TaskUUID, ids[i])
 		}
 		if i == 5 {
-			if st.State != core.StatePending {
+			if st.State != errand.StatePending {
 				t.Fatalf("GroupStates[5] (never written) is %s, want PENDING", st.State)
 			}
 			continue
@@ -382,24 +382,5 @@ func chordClaimOnce(t testing.TB, h BackendHarness) {
 			t.Fatalf("chord promise broken: loser %s won when claiming again", id)
 		}
 		break
-	}
-}
-
-func backendClosed(t testing.TB, h BackendHarness) {
-	c := newBeCase(t, h, 0)
-	if err := c.b.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	id := name(t, "task")
-	checks := map[string]error{
-		"SetState":  c.b.SetState(c.ctx, &core.TaskState{TaskUUID: id, State: core.StatePending}),
-		"InitGroup": c.b.InitGroup(c.ctx, id, []string{id}),
-	}
-	_, checks["GetState"] = c.b.GetState(c.ctx, id)
-	_, checks["ClaimChord"] = c.b.ClaimChord(c.ctx, id, id)
-	for op, err := range checks {
-		if !errors.Is(err, core.ErrClosed) {
-			t.Errorf("errors promise broken: %s after Close returned %v, want an error satisfying errors.Is(err, core.ErrClosed)", op, err)
-		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
 )
 
 // BenchmarkBroker measures a broker's throughput: b.N messages published in
@@ -24,9 +24,9 @@ func BenchmarkBroker(b *testing.B, h BrokerHarness) {
 	b.ResetTimer()
 	start := time.Now()
 	for lo := 0; lo < b.N; lo += 100 {
-		var msgs []core.Message
+		var msgs []errand.Message
 		for i := lo; i < min(lo+100, b.N); i++ {
-			msgs = append(msgs, core.Message{ID: fmt.Sprint(i), Queue: q, Body: body})
+			msgs = append(msgs, errand.Message{ID: fmt.Sprint(i), Queue: q, Body: body})
 		}
 		if err := br.Publish(ctx, msgs...); err != nil {
 			b.Fatalf("Publish: %v", err)

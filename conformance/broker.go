@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/driver"
 )
 
 // RunBroker runs every broker case against h, as subtests named
@@ -35,8 +37,10 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Delay/OrderByETA", delayOrder},
 	{"Delay/BeyondMax", delayBeyondMax},
 	{"Ctx/FetchCancel", fetchCancel},
-	{"Closed/Sentinel", brokerClosed},
-	{"Payload/TooLarge", payloadTooLarge},
+	{"Close/WakesFetch", closeWakesFetch},
+	{"Payload/Limit", payloadLimit},
+	{"Ack/Batch", ackBatch},
+	{"Ack/Concurrent", ackConcurrent},
 	{"BadMessage/SetAside", badMessageSetAside},
 	{"Inspect/PendingDelayed", inspectPendingDelayed},
 	{"Purge", purge},
@@ -46,21 +50,38 @@ type bcase struct {
 	t   testing.TB
 	h   BrokerHarness
 	tm  Timing
-	b   core.Broker
+	drv errand.Broker // the driver as the harness made it
+	b   errand.Broker // the same driver in errand's portable layer, as a Server uses it
 	q   string
 	ctx context.Context
 }
 
+// newBCase makes the case's broker. Cases call it through errand's
+// portable layer (what every user of errand gets: ack batching, payload and
+// closed checks), and the driver directly where a promise is the driver's
+// alone.
 func newBCase(t testing.TB, h BrokerHarness) *bcase {
-	return &bcase{t: t, h: h, tm: h.Timing, b: h.New(t), q: name(t, "q"), ctx: caseCtx(t, h.Timing)}
+	drv := h.New(t)
+	return &bcase{t: t, h: h, tm: h.Timing, drv: drv, b: portable(t, drv), q: name(t, "q"), ctx: caseCtx(t, h.Timing)}
 }
 
-func (c *bcase) msg(id string, notBefore time.Time) core.Message {
+// portable returns drv wrapped in errand's portable layer, as a Server
+// built on it uses it.
+func portable(t testing.TB, drv errand.Broker) errand.Broker {
+	srv, err := errand.NewServer(errand.Config{Broker: drv, Backend: memorybackend.New(nil)})
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	t.Cleanup(func() { srv.Backend().Close() })
+	return srv.Broker()
+}
+
+func (c *bcase) msg(id string, notBefore time.Time) errand.Message {
 	id = runID + "-" + id
-	return core.Message{ID: id, Queue: c.q, Body: []byte(`{"conformance":"` + id + `"}`), NotBefore: notBefore}
+	return errand.Message{ID: id, Queue: c.q, Body: []byte(`{"conformance":"` + id + `"}`), NotBefore: notBefore}
 }
 
-func (c *bcase) publish(ms ...core.Message) {
+func (c *bcase) publish(ms ...errand.Message) {
 	c.t.Helper()
 	if err := c.b.Publish(c.ctx, ms...); err != nil {
 		c.t.Fatalf("Publish(%d messages): %v", len(ms), err)
@@ -69,7 +90,7 @@ func (c *bcase) publish(ms ...core.Message) {
 
 // fetch waits up to within for one fetch; it returns nothing (not an error)
 // when nothing arrived in time.
-func (c *bcase) fetch(max int, lease, within time.Duration) []*core.Delivery {
+func (c *bcase) fetch(max int, lease, within time.Duration) []*driver.Delivery {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(c.ctx, within)
 	defer cancel()
@@ -81,24 +102,24 @@ func (c *bcase) fetch(max int, lease, within time.Duration) []*core.Delivery {
 }
 
 // fetchN fetches until n deliveries arrived or within passed.
-func (c *bcase) fetchN(n int, lease, within time.Duration) []*core.Delivery {
+func (c *bcase) fetchN(n int, lease, within time.Duration) []*driver.Delivery {
 	c.t.Helper()
 	deadline := time.Now().Add(within)
-	var out []*core.Delivery
+	var out []*driver.Delivery
 	for len(out) < n && time.Now().Before(deadline) {
 		out = append(out, c.fetch(n-len(out), lease, time.Until(deadline))...)
 	}
 	return out
 }
 
-func (c *bcase) ack(d *core.Delivery) {
+func (c *bcase) ack(d *driver.Delivery) {
 	c.t.Helper()
 	if err := c.b.Ack(c.ctx, d); err != nil {
 		c.t.Fatalf("Ack(%s): %v", d.ID, err)
 	}
 }
 
-func ids(ds []*core.Delivery) []string {
+func ids(ds []*driver.Delivery) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = strings.TrimPrefix(d.ID, runID+"-")
@@ -109,18 +130,19 @@ func ids(ds []*core.Delivery) []string {
 func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	b := h.New(t)
 	caps := h.Caps
-	var lim core.Limits
-	if l, ok := b.(core.Limiter); ok {
+	var lim driver.Limits
+	if l, ok := b.(driver.Limiter); ok {
 		lim = l.Limits()
 	}
 	if lim.MaxPayload != caps.MaxPayload || lim.MaxDelay != caps.MaxDelay {
 		t.Errorf("capabilities promise broken: harness declares MaxPayload %d, MaxDelay %v; broker Limits() reports %d, %v",
 			caps.MaxPayload, caps.MaxDelay, lim.MaxPayload, lim.MaxDelay)
 	}
-	checkAbility(t, b, caps.Inspect, reflect.TypeFor[core.Inspector](), "Inspect")
-	checkAbility(t, b, caps.DeadLetters, reflect.TypeFor[core.DeadLetterInspector](), "DeadLetters")
-	checkAbility(t, b, caps.Purge, reflect.TypeFor[core.Purger](), "Purge")
-	checkAbility(t, b, caps.Stats, reflect.TypeFor[core.StatsReporter](), "Stats")
+	checkAbility(t, b, caps.Inspect, reflect.TypeFor[driver.Inspector](), "Inspect")
+	checkAbility(t, b, caps.DeadLetters, reflect.TypeFor[driver.DeadLetterInspector](), "DeadLetters")
+	checkAbility(t, b, caps.Purge, reflect.TypeFor[driver.Purger](), "Purge")
+	checkAbility(t, b, caps.Stats, reflect.TypeFor[driver.StatsReporter](), "Stats")
+	checkAbility(t, b, caps.BatchAck, reflect.TypeFor[driver.BatchAcker](), "BatchAck")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {
@@ -145,7 +167,7 @@ func publishFetchAck(t testing.TB, h BrokerHarness) {
 func batchPublish(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	const n = 25
-	var ms []core.Message
+	var ms []errand.Message
 	for i := range n {
 		ms = append(ms, c.msg(fmt.Sprintf("m%02d", i), time.Time{}))
 	}
@@ -231,9 +253,9 @@ func redeliveryLeaseExpired(t testing.TB, h BrokerHarness) {
 	case !h.Caps.DetectsLostLease:
 		t.Logf("broker declares it cannot detect a lost lease; the crashed consumer's late Ack returned %v", err)
 	case err == nil:
-		t.Errorf("lease promise broken: the crashed consumer's late Ack succeeded although another consumer holds the message; want core.ErrLeaseLost")
-	case !errors.Is(err, core.ErrLeaseLost):
-		t.Errorf("late Ack error %v does not satisfy errors.Is(err, core.ErrLeaseLost)", err)
+		t.Errorf("lease promise broken: the crashed consumer's late Ack succeeded although another consumer holds the message; want errand.ErrLeaseLost")
+	case !errors.Is(err, errand.ErrLeaseLost):
+		t.Errorf("late Ack error %v does not satisfy errors.Is(err, errand.ErrLeaseLost)", err)
 	}
 }
 
@@ -260,7 +282,7 @@ func leaseExtend(t testing.TB, h BrokerHarness) {
 func concurrentConsumers(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	const n, consumers = 40, 4
-	var ms []core.Message
+	var ms []errand.Message
 	for i := range n {
 		ms = append(ms, c.msg(fmt.Sprintf("c%02d", i), time.Time{}))
 	}
@@ -389,13 +411,16 @@ func fetchCancel(t testing.TB, h BrokerHarness) {
 	}
 }
 
-func brokerClosed(t testing.TB, h BrokerHarness) {
+func closeWakesFetch(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	blocked := make(chan error, 1)
 	go func() {
 		_, err := c.b.Fetch(c.ctx, c.q, 1, time.Minute)
 		blocked <- err
 	}()
+	// Give the Fetch time to block in the driver (nothing is queued); a
+	// blocked call has no event to wait on, so the passing of time is it.
+	sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/5))
 	if err := c.b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -403,45 +428,115 @@ func brokerClosed(t testing.TB, h BrokerHarness) {
 	defer timer.Stop()
 	select {
 	case err := <-blocked:
-		if !errors.Is(err, core.ErrClosed) && !errors.Is(err, context.Canceled) {
-			t.Errorf("errors promise broken: a Fetch blocked during Close returned %v, want core.ErrClosed", err)
+		if !errors.Is(err, errand.ErrClosed) {
+			t.Errorf("errors promise broken: a Fetch blocked during Close returned %v, want an error satisfying errors.Is(err, errand.ErrClosed)", err)
 		}
 	case <-timer.C:
-		t.Fatalf("errors promise broken: a Fetch blocked during Close did not return within %v", c.tm.Prompt*5)
+		t.Fatalf("close promise broken: a Fetch blocked in the driver did not return within %v of Close; the driver's Close must wake blocked fetches", c.tm.Prompt*5)
 	}
-	checks := map[string]error{
-		"Publish": c.b.Publish(c.ctx, c.msg("x", time.Time{})),
-	}
-	_, checks["Fetch"] = c.b.Fetch(c.ctx, c.q, 1, time.Minute)
-	for op, err := range checks {
-		if !errors.Is(err, core.ErrClosed) {
-			t.Errorf("errors promise broken: %s after Close returned %v, want an error satisfying errors.Is(err, core.ErrClosed)", op, err)
-		}
+	if err := c.b.Publish(c.ctx, c.msg("x", time.Time{})); !errors.Is(err, errand.ErrClosed) {
+		t.Errorf("errors promise broken: Publish after Close returned %v, want errand.ErrClosed", err)
 	}
 }
 
-func payloadTooLarge(t testing.TB, h BrokerHarness) {
+func payloadLimit(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
+	pad := func(id string, size int) errand.Message {
+		m := c.msg(id, time.Time{})
+		head := `{"pad":"`
+		m.Body = []byte(head + strings.Repeat("x", max(size-len(head)-2, 0)) + `"}`)
+		return m
+	}
 	if h.Caps.MaxPayload == 0 {
-		big := c.msg("big", time.Time{})
-		big.Body = []byte(`{"pad":"` + strings.Repeat("x", 1<<20) + `"}`)
+		big := pad("big", 1<<20)
 		c.publish(big)
 		ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
-		if len(ds) != 1 || len(ds[0].Body) != len(big.Body) {
+		if len(ds) != 1 || string(ds[0].Body) != string(big.Body) {
 			t.Fatalf("payload promise broken: a broker declaring no payload limit did not carry a 1 MiB message intact")
 		}
 		c.ack(ds[0])
 		return
 	}
+	// The driver carries what it declares: a body of exactly MaxPayload.
+	full := pad("full", h.Caps.MaxPayload)
+	if err := c.drv.Publish(c.ctx, full); err != nil {
+		t.Fatalf("payload promise broken: publishing %d bytes to a broker declaring MaxPayload %d failed: %v", len(full.Body), h.Caps.MaxPayload, err)
+	}
+	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(ds) != 1 || string(ds[0].Body) != string(full.Body) {
+		t.Fatalf("payload promise broken: a body of exactly MaxPayload (%d bytes) did not arrive intact", h.Caps.MaxPayload)
+	}
+	c.ack(ds[0])
+	// errand refuses one byte more, before anything of the batch is sent.
 	small := c.msg("small", time.Time{})
-	big := c.msg("big", time.Time{})
-	big.Body = []byte(`{"pad":"` + strings.Repeat("x", h.Caps.MaxPayload) + `"}`)
+	big := pad("big", h.Caps.MaxPayload+1)
 	err := c.b.Publish(c.ctx, small, big)
-	if !errors.Is(err, core.ErrPayloadTooLarge) {
-		t.Fatalf("payload promise broken: publishing %d bytes (limit %d) returned %v, want an error satisfying errors.Is(err, core.ErrPayloadTooLarge)", len(big.Body), h.Caps.MaxPayload, err)
+	if !errors.Is(err, errand.ErrPayloadTooLarge) {
+		t.Fatalf("payload promise broken: publishing %d bytes (limit %d) returned %v, want an error satisfying errors.Is(err, errand.ErrPayloadTooLarge)", len(big.Body), h.Caps.MaxPayload, err)
 	}
 	if ds := c.fetch(1, time.Minute, c.tm.Prompt); len(ds) != 0 {
 		t.Fatalf("payload promise broken: a batch refused for an oversized message still delivered %v; nothing may be sent", ids(ds))
+	}
+}
+
+// ackBatch checks a driver.BatchAcker's AckBatch directly: every delivery of
+// the batch is acked, and each slot reports its own outcome.
+func ackBatch(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	ba, ok := c.drv.(driver.BatchAcker)
+	if !h.Caps.BatchAck || !ok {
+		t.Logf("broker does not declare BatchAck; errand acks its deliveries one by one (Capabilities checks the declaration)")
+		return
+	}
+	const n = 6
+	for i := range n {
+		c.publish(c.msg(fmt.Sprintf("b%d", i), time.Time{}))
+	}
+	ds := c.fetchN(n, c.tm.Lease, c.tm.Prompt*5)
+	if len(ds) != n {
+		t.Fatalf("fetched %d of %d", len(ds), n)
+	}
+	errs := ba.AckBatch(c.ctx, ds)
+	if len(errs) != n {
+		t.Fatalf("batch ack promise broken: AckBatch of %d deliveries returned %d results, want one per delivery", n, len(errs))
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("batch ack promise broken: AckBatch slot %d (%s) = %v, want nil for a live lease", i, ds[i].ID, err)
+		}
+	}
+	if again := c.fetch(n, time.Minute, c.tm.Lease*3); len(again) != 0 {
+		t.Fatalf("batch ack promise broken: %v came back after AckBatch acked them (waited %v, lease %v)", ids(again), c.tm.Lease*3, c.tm.Lease)
+	}
+}
+
+// ackConcurrent acks many deliveries at once through errand, which batches
+// them for a BatchAcker: none may come back.
+func ackConcurrent(t testing.TB, h BrokerHarness) {
+	c := newBCase(t, h)
+	const n = 30
+	msgs := make([]errand.Message, n)
+	for i := range msgs {
+		msgs[i] = c.msg(fmt.Sprintf("c%d", i), time.Time{})
+	}
+	c.publish(msgs...)
+	ds := c.fetchN(n, c.tm.Lease, c.tm.Prompt*5)
+	if len(ds) != n {
+		t.Fatalf("fetched %d of %d", len(ds), n)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, d := range ds {
+		wg.Go(func() { errs[i] = c.b.Ack(c.ctx, d) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("ack promise broken: concurrent Ack of %s = %v", ds[i].ID, err)
+		}
+	}
+	if again := c.fetch(n, time.Minute, c.tm.Lease*3); len(again) != 0 {
+		t.Fatalf("ack promise broken: %d of %d deliveries acked concurrently came back: %v", len(again), n, ids(again))
 	}
 }
 
@@ -461,24 +556,24 @@ func badMessageSetAside(t testing.TB, h BrokerHarness) {
 	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
 		t.Fatalf("bad input promise broken: a rejected message was delivered again after %v; it must be set aside for good", c.tm.Lease*3)
 	}
-	dl, err := core.DeadLetters(c.ctx, c.b, c.q)
+	dl, err := errand.DeadLetters(c.ctx, c.b, c.q)
 	switch {
 	case h.Caps.DeadLetters && err != nil:
 		t.Fatalf("DeadLetters: %v", err)
 	case h.Caps.DeadLetters && (len(dl) != 1 || dl[0].ID != bad.ID || !strings.Contains(dl[0].Reason, reason)):
 		t.Fatalf("bad input promise broken: dead letters hold %+v, want the rejected message with its reason", dl)
 	case !h.Caps.DeadLetters && !isUnsupported(err):
-		t.Fatalf("core.DeadLetters on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+		t.Fatalf("errand.DeadLetters on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 	}
 }
 
 func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	c.publish(c.msg("now", time.Time{}), c.msg("later", time.Now().Add(time.Hour)))
-	pending, delayed, err := core.Inspect(c.ctx, c.b, c.q)
+	pending, delayed, err := errand.Inspect(c.ctx, c.b, c.q)
 	if !h.Caps.Inspect {
 		if !isUnsupported(err) {
-			t.Fatalf("core.Inspect on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+			t.Fatalf("errand.Inspect on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 		}
 		return
 	}
@@ -492,21 +587,21 @@ func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
 	if len(ds) != 1 {
 		t.Fatalf("fetched %d, want 1", len(ds))
 	}
-	inflight, err := c.b.(core.Inspector).InFlight(c.ctx, c.q)
+	inflight, err := errand.InFlight(c.ctx, c.b, c.q)
 	if err != nil || len(inflight) != 1 || inflight[0].ID != runID+"-now" {
 		t.Fatalf("inspection promise broken: in flight %v, %v; want [now] once it is fetched", msgIDs(inflight), err)
 	}
 	if h.Caps.Stats {
-		st, err := core.Stats(c.ctx, c.b, c.q)
+		st, err := errand.Stats(c.ctx, c.b, c.q)
 		if err != nil || st.Pending != 0 || st.Delayed != 1 || st.InFlight != 1 {
 			t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed, 1 in flight", st, err)
 		}
-	} else if _, err := core.Stats(c.ctx, c.b, c.q); !isUnsupported(err) {
-		t.Fatalf("core.Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+	} else if _, err := errand.Stats(c.ctx, c.b, c.q); !isUnsupported(err) {
+		t.Fatalf("errand.Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 	}
 }
 
-func msgIDs(ms []core.Message) []string {
+func msgIDs(ms []errand.Message) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = strings.TrimPrefix(m.ID, runID+"-")
@@ -517,10 +612,10 @@ func msgIDs(ms []core.Message) []string {
 func purge(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	c.publish(c.msg("p1", time.Time{}), c.msg("p2", time.Time{}), c.msg("p3", time.Now().Add(time.Hour)))
-	n, err := core.Purge(c.ctx, c.b, c.q)
+	n, err := errand.Purge(c.ctx, c.b, c.q)
 	if !h.Caps.Purge {
 		if !isUnsupported(err) {
-			t.Fatalf("core.Purge on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+			t.Fatalf("errand.Purge on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 		}
 		return
 	}

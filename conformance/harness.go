@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
 )
 
 // BrokerHarness tells the kit how to make and judge a broker. It is a struct
@@ -23,7 +23,7 @@ type BrokerHarness struct {
 	// New returns a fresh broker for one case; register its teardown with
 	// t.Cleanup. Every case uses queue names of its own, prefixed with a
 	// per-run ID, so a shared server needs no flushing between cases.
-	New func(t testing.TB) core.Broker
+	New func(t testing.TB) errand.Broker
 	// Caps declares what the broker promises; checked against what it
 	// implements (Broker/Capabilities).
 	Caps BrokerCaps
@@ -34,7 +34,7 @@ type BrokerHarness struct {
 // BrokerCaps are a broker's declared capabilities.
 type BrokerCaps struct {
 	// MaxPayload is the largest body the broker accepts (0: no limit). Must
-	// equal Limits().MaxPayload when the broker is a core.Limiter.
+	// equal Limits().MaxPayload when the broker is a driver.Limiter.
 	MaxPayload int
 	// MaxDelay is the service's native maximum delay (0: none). Must equal
 	// Limits().MaxDelay. The kit sends a delay of 1.5×MaxDelay and checks it
@@ -44,7 +44,7 @@ type BrokerCaps struct {
 	// OrderedByETA: due messages are delivered in ETA order.
 	OrderedByETA bool
 	// DetectsLostLease: settling a delivery whose lease ran out and whose
-	// message another consumer now holds returns core.ErrLeaseLost. SQS
+	// message another consumer now holds returns errand.ErrLeaseLost. SQS
 	// cannot tell (a stale receipt handle's delete succeeds); the kit then
 	// checks only that nothing is lost.
 	DetectsLostLease bool
@@ -53,10 +53,11 @@ type BrokerCaps struct {
 	Durable bool
 	// Optional abilities; each must match the optional interface the broker
 	// implements, both ways.
-	Inspect     bool // core.Inspector
-	DeadLetters bool // core.DeadLetterInspector
-	Purge       bool // core.Purger
-	Stats       bool // core.StatsReporter
+	Inspect     bool // driver.Inspector
+	DeadLetters bool // driver.DeadLetterInspector
+	Purge       bool // driver.Purger
+	Stats       bool // driver.StatsReporter
+	BatchAck    bool // driver.BatchAcker
 }
 
 // BackendHarness tells the kit how to make and judge a backend.
@@ -64,7 +65,7 @@ type BackendHarness struct {
 	// New returns a fresh backend for one case whose results expire after
 	// resultExpiry (0: the driver's default). Register teardown with
 	// t.Cleanup. IDs are unique per run, so a shared server needs no flushing.
-	New func(t testing.TB, resultExpiry time.Duration) core.Backend
+	New func(t testing.TB, resultExpiry time.Duration) errand.Backend
 	// Caps declares what the backend promises.
 	Caps BackendCaps
 	// Timing tunes the waits of the backend cases.
@@ -75,7 +76,7 @@ type BackendHarness struct {
 type BackendCaps struct {
 	// Expiry: results expire after the resultExpiry given to New (checked by
 	// Backend/State/Expiry). A backend that cannot expire results declares
-	// false, and the case then checks that it does not claim core.Expirer.
+	// false, and the case then checks that it does not claim driver.Expirer.
 	Expiry bool
 	// MinExpiry is the shortest expiry the backend honours (memcached and
 	// Redis count whole seconds). Default: 100ms.
@@ -84,7 +85,7 @@ type BackendCaps struct {
 	// The kit runs every case; users are told results and group counters
 	// can vanish.
 	Lossy bool
-	// Waiter: the backend implements core.StateWaiter.
+	// Waiter: the backend implements driver.StateWaiter.
 	Waiter bool
 }
 

@@ -5,23 +5,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
 )
 
 // MemoryBroker is the harness of errand's in-memory broker, for pairing
 // with a backend under test in RunWorker (and the kit's own reference).
 func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 	return BrokerHarness{
-		New: func(t testing.TB) core.Broker {
+		New: func(t testing.TB) errand.Broker {
 			b := memorybroker.New(&opts)
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
 		Caps: BrokerCaps{
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true,
-			Inspect: true, DeadLetters: true, Purge: true, Stats: true,
+			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
 		},
 		Timing: Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
 	}
@@ -31,7 +31,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 // pairing with a broker under test in RunWorker.
 func MemoryBackend() BackendHarness {
 	return BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
+		New: func(t testing.TB, expiry time.Duration) errand.Backend {
 			b := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
 			t.Cleanup(func() { b.Close() })
 			return b

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // mockT records failures instead of failing the real test; Fatal ends the
@@ -73,76 +74,84 @@ var selfTiming = Timing{Lease: 100 * time.Millisecond, Delay: 150 * time.Millise
 
 type brokenBroker struct {
 	*memorybroker.Broker
-	fetch       func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error)
-	publish     func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error
-	release     func(b *brokenBroker, ctx context.Context, d *core.Delivery, nb time.Time) error
-	extend      func(b *brokenBroker, ctx context.Context, d *core.Delivery, lease time.Duration) error
-	reject      func(b *brokenBroker, ctx context.Context, d *core.Delivery, reason string) error
-	ack         func(b *brokenBroker, ctx context.Context, d *core.Delivery) error
-	limits      *core.Limits
-	delayed     func(b *brokenBroker, ctx context.Context, q string) ([]core.Message, error)
-	inflight    func(b *brokenBroker, ctx context.Context, q string) ([]core.Message, error)
-	purge       func(b *brokenBroker, ctx context.Context, q string) (int, error)
-	plainClosed bool
+	fetch    func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error)
+	publish  func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error
+	release  func(b *brokenBroker, ctx context.Context, d *driver.Delivery, nb time.Time) error
+	extend   func(b *brokenBroker, ctx context.Context, d *driver.Delivery, lease time.Duration) error
+	reject   func(b *brokenBroker, ctx context.Context, d *driver.Delivery, reason string) error
+	ack      func(b *brokenBroker, ctx context.Context, d *driver.Delivery) error
+	limits   *driver.Limits
+	delayed  func(b *brokenBroker, ctx context.Context, q string) ([]errand.Message, error)
+	inflight func(b *brokenBroker, ctx context.Context, q string) ([]errand.Message, error)
+	purge    func(b *brokenBroker, ctx context.Context, q string) (int, error)
+	ackBatch func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error
 }
 
-func (b *brokenBroker) wrap(err error) error {
-	if b.plainClosed && errors.Is(err, core.ErrClosed) {
-		return errors.New("broker is closed")
+// AckBatch acks through the variant's Ack when it breaks Ack, so a broken
+// Ack is broken on errand's batched path too.
+func (b *brokenBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+	if b.ackBatch != nil {
+		return b.ackBatch(b, ctx, ds)
 	}
-	return err
+	if b.ack == nil {
+		return b.Broker.AckBatch(ctx, ds)
+	}
+	errs := make([]error, len(ds))
+	for i, d := range ds {
+		errs[i] = b.Ack(ctx, d)
+	}
+	return errs
 }
 
-func (b *brokenBroker) Fetch(ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+func (b *brokenBroker) Fetch(ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 	if b.fetch != nil {
 		return b.fetch(b, ctx, q, max, lease)
 	}
-	ds, err := b.Broker.Fetch(ctx, q, max, lease)
-	return ds, b.wrap(err)
+	return b.Broker.Fetch(ctx, q, max, lease)
 }
-func (b *brokenBroker) Publish(ctx context.Context, msgs ...core.Message) error {
+func (b *brokenBroker) Publish(ctx context.Context, msgs ...errand.Message) error {
 	if b.publish != nil {
 		return b.publish(b, ctx, msgs...)
 	}
-	return b.wrap(b.Broker.Publish(ctx, msgs...))
+	return b.Broker.Publish(ctx, msgs...)
 }
-func (b *brokenBroker) Release(ctx context.Context, d *core.Delivery, nb time.Time) error {
+func (b *brokenBroker) Release(ctx context.Context, d *driver.Delivery, nb time.Time) error {
 	if b.release != nil {
 		return b.release(b, ctx, d, nb)
 	}
 	return b.Broker.Release(ctx, d, nb)
 }
-func (b *brokenBroker) Extend(ctx context.Context, d *core.Delivery, lease time.Duration) error {
+func (b *brokenBroker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
 	if b.extend != nil {
 		return b.extend(b, ctx, d, lease)
 	}
 	return b.Broker.Extend(ctx, d, lease)
 }
-func (b *brokenBroker) Reject(ctx context.Context, d *core.Delivery, reason string) error {
+func (b *brokenBroker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
 	if b.reject != nil {
 		return b.reject(b, ctx, d, reason)
 	}
 	return b.Broker.Reject(ctx, d, reason)
 }
-func (b *brokenBroker) Ack(ctx context.Context, d *core.Delivery) error {
+func (b *brokenBroker) Ack(ctx context.Context, d *driver.Delivery) error {
 	if b.ack != nil {
 		return b.ack(b, ctx, d)
 	}
 	return b.Broker.Ack(ctx, d)
 }
-func (b *brokenBroker) Limits() core.Limits {
+func (b *brokenBroker) Limits() driver.Limits {
 	if b.limits != nil {
 		return *b.limits
 	}
 	return b.Broker.Limits()
 }
-func (b *brokenBroker) Delayed(ctx context.Context, q string) ([]core.Message, error) {
+func (b *brokenBroker) Delayed(ctx context.Context, q string) ([]errand.Message, error) {
 	if b.delayed != nil {
 		return b.delayed(b, ctx, q)
 	}
 	return b.Broker.Delayed(ctx, q)
 }
-func (b *brokenBroker) InFlight(ctx context.Context, q string) ([]core.Message, error) {
+func (b *brokenBroker) InFlight(ctx context.Context, q string) ([]errand.Message, error) {
 	if b.inflight != nil {
 		return b.inflight(b, ctx, q)
 	}
@@ -157,19 +166,19 @@ func (b *brokenBroker) Purge(ctx context.Context, q string) (int, error) {
 
 func healthyBroker() BrokerHarness {
 	return BrokerHarness{
-		New: func(t testing.TB) core.Broker {
+		New: func(t testing.TB) errand.Broker {
 			b := memorybroker.New(nil)
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
+		Caps:   BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true},
 		Timing: selfTiming,
 	}
 }
 
 func brokenBrokerHarness(mod func(b *brokenBroker)) BrokerHarness {
 	h := healthyBroker()
-	h.New = func(t testing.TB) core.Broker {
+	h.New = func(t testing.TB) errand.Broker {
 		b := &brokenBroker{Broker: memorybroker.New(nil)}
 		mod(b)
 		t.Cleanup(func() { b.Broker.Close() })
@@ -181,18 +190,18 @@ func brokenBrokerHarness(mod func(b *brokenBroker)) BrokerHarness {
 var brokenBrokers = map[string]BrokerHarness{
 	// Removes a message when it is fetched: a crashed consumer loses it.
 	"loses-on-fetch": brokenBrokerHarness(func(b *brokenBroker) {
-		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 			ds, err := b.Broker.Fetch(ctx, q, max, lease)
 			for _, d := range ds {
 				b.Broker.Ack(ctx, d)
 			}
 			return ds, err
 		}
-		b.ack = func(*brokenBroker, context.Context, *core.Delivery) error { return nil }
+		b.ack = func(*brokenBroker, context.Context, *driver.Delivery) error { return nil }
 	}),
 	// Ignores NotBefore on publish: delivers delayed messages at once.
 	"delivers-early": brokenBrokerHarness(func(b *brokenBroker) {
-		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
 			for i := range msgs {
 				msgs[i].NotBefore = time.Time{}
 			}
@@ -200,22 +209,22 @@ var brokenBrokers = map[string]BrokerHarness{
 		}
 	}),
 	"release-ignores-not-before": brokenBrokerHarness(func(b *brokenBroker) {
-		b.release = func(b *brokenBroker, ctx context.Context, d *core.Delivery, _ time.Time) error {
+		b.release = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ time.Time) error {
 			return b.Broker.Release(ctx, d, time.Time{})
 		}
 	}),
 	// Release drops the message instead of requeueing it.
 	"release-drops": brokenBrokerHarness(func(b *brokenBroker) {
-		b.release = func(b *brokenBroker, ctx context.Context, d *core.Delivery, _ time.Time) error {
+		b.release = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ time.Time) error {
 			return b.Broker.Ack(ctx, d)
 		}
 	}),
 	"extend-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
-		b.extend = func(*brokenBroker, context.Context, *core.Delivery, time.Duration) error { return nil }
+		b.extend = func(*brokenBroker, context.Context, *driver.Delivery, time.Duration) error { return nil }
 	}),
 	// Hands a message out without a lease: others see it at once.
 	"no-lease": brokenBrokerHarness(func(b *brokenBroker) {
-		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 			ds, err := b.Broker.Fetch(ctx, q, max, lease)
 			for _, d := range ds {
 				b.Broker.Release(ctx, d, time.Time{})
@@ -225,27 +234,57 @@ var brokenBrokers = map[string]BrokerHarness{
 	}),
 	// Ignores its ctx for a while.
 	"fetch-ignores-ctx": brokenBrokerHarness(func(b *brokenBroker) {
-		b.fetch = func(b *brokenBroker, _ context.Context, q string, max int, lease time.Duration) ([]*core.Delivery, error) {
+		b.fetch = func(b *brokenBroker, _ context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*selfTiming.Prompt)
 			defer cancel()
 			return b.Broker.Fetch(ctx, q, max, lease)
 		}
 	}),
-	"closed-without-sentinel": brokenBrokerHarness(func(b *brokenBroker) { b.plainClosed = true }),
-	// Declares a payload limit it does not enforce.
-	"unchecked-payload": func() BrokerHarness {
-		h := brokenBrokerHarness(func(b *brokenBroker) { b.limits = &core.Limits{MaxPayload: 4096} })
+	// Close does not wake a blocked Fetch: it waits out its ctx.
+	"close-leaves-fetch-blocked": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+			ds, err := b.Broker.Fetch(ctx, q, max, lease)
+			if errors.Is(err, errand.ErrClosed) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return ds, err
+		}
+	}),
+	// Declares a payload limit larger than what it carries.
+	"carries-less-than-declared": func() BrokerHarness {
+		h := brokenBrokerHarness(func(b *brokenBroker) {
+			b.limits = &driver.Limits{MaxPayload: 4096}
+			b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
+				for _, m := range msgs {
+					if len(m.Body) > 2048 {
+						return fmt.Errorf("message %s: %w", m.ID, errand.ErrPayloadTooLarge)
+					}
+				}
+				return b.Broker.Publish(ctx, msgs...)
+			}
+		})
 		h.Caps.MaxPayload = 4096
 		return h
 	}(),
+	// AckBatch reports success for every slot but acks all but the last.
+	"batch-ack-skips-last": brokenBrokerHarness(func(b *brokenBroker) {
+		b.ackBatch = func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error {
+			errs := make([]error, len(ds))
+			if len(ds) > 1 {
+				b.Broker.AckBatch(ctx, ds[:len(ds)-1])
+			}
+			return errs
+		}
+	}),
 	// Reject puts the message back: a poison message loops forever.
 	"reject-requeues": brokenBrokerHarness(func(b *brokenBroker) {
-		b.reject = func(b *brokenBroker, ctx context.Context, d *core.Delivery, _ string) error {
+		b.reject = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ string) error {
 			return b.Broker.Release(ctx, d, time.Time{})
 		}
 	}),
 	"batch-drops-last": brokenBrokerHarness(func(b *brokenBroker) {
-		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
 			if len(msgs) > 1 {
 				msgs = msgs[:len(msgs)-1]
 			}
@@ -256,10 +295,10 @@ var brokenBrokers = map[string]BrokerHarness{
 	"drops-every-other-publish": brokenBrokerHarness(func(b *brokenBroker) {
 		n := 0
 		var mu sync.Mutex
-		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...core.Message) error {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
-			var kept []core.Message
+			var kept []errand.Message
 			for _, m := range msgs {
 				if n++; n%2 == 1 {
 					kept = append(kept, m)
@@ -272,13 +311,13 @@ var brokenBrokers = map[string]BrokerHarness{
 		}
 	}),
 	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
-		b.ack = func(*brokenBroker, context.Context, *core.Delivery) error { return nil }
+		b.ack = func(*brokenBroker, context.Context, *driver.Delivery) error { return nil }
 	}),
 	"inspect-misses-in-flight": brokenBrokerHarness(func(b *brokenBroker) {
-		b.inflight = func(*brokenBroker, context.Context, string) ([]core.Message, error) { return nil, nil }
+		b.inflight = func(*brokenBroker, context.Context, string) ([]errand.Message, error) { return nil, nil }
 	}),
 	"inspect-misses-delayed": brokenBrokerHarness(func(b *brokenBroker) {
-		b.delayed = func(*brokenBroker, context.Context, string) ([]core.Message, error) { return nil, nil }
+		b.delayed = func(*brokenBroker, context.Context, string) ([]errand.Message, error) { return nil, nil }
 	}),
 	"purge-keeps-messages": brokenBrokerHarness(func(b *brokenBroker) {
 		b.purge = func(b *brokenBroker, ctx context.Context, q string) (int, error) {
@@ -298,15 +337,14 @@ var brokenBrokers = map[string]BrokerHarness{
 
 type brokenBackend struct {
 	*memorybackend.Backend
-	setState    func(b *brokenBackend, ctx context.Context, st *core.TaskState) error
-	getState    func(b *brokenBackend, ctx context.Context, id string) (*core.TaskState, error)
+	setState    func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error
+	getState    func(b *brokenBackend, ctx context.Context, id string) (*errand.TaskState, error)
 	complete    func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error)
 	claim       func(b *brokenBackend, ctx context.Context, g, claimer string) (bool, error)
-	groupStates func(b *brokenBackend, ctx context.Context, g string) ([]*core.TaskState, error)
+	groupStates func(b *brokenBackend, ctx context.Context, g string) ([]*errand.TaskState, error)
 	initGroup   func(b *brokenBackend, ctx context.Context, g string, ids []string) error
-	setStates   func(b *brokenBackend, ctx context.Context, sts []*core.TaskState) error
-	waitState   func(b *brokenBackend, ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error)
-	plainClosed bool
+	setStates   func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error
+	waitState   func(b *brokenBackend, ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error)
 
 	mu      sync.Mutex
 	counts  map[string]int
@@ -315,19 +353,13 @@ type brokenBackend struct {
 	expiry  time.Duration
 }
 
-func (b *brokenBackend) wrap(err error) error {
-	if b.plainClosed && errors.Is(err, core.ErrClosed) {
-		return errors.New("backend is closed")
-	}
-	return err
-}
-func (b *brokenBackend) SetState(ctx context.Context, st *core.TaskState) error {
+func (b *brokenBackend) SetState(ctx context.Context, st *errand.TaskState) error {
 	if b.setState != nil {
 		return b.setState(b, ctx, st)
 	}
-	return b.wrap(b.Backend.SetState(ctx, st))
+	return b.Backend.SetState(ctx, st)
 }
-func (b *brokenBackend) SetStates(ctx context.Context, sts []*core.TaskState) error {
+func (b *brokenBackend) SetStates(ctx context.Context, sts []*errand.TaskState) error {
 	if b.setStates != nil {
 		return b.setStates(b, ctx, sts)
 	}
@@ -338,12 +370,11 @@ func (b *brokenBackend) SetStates(ctx context.Context, sts []*core.TaskState) er
 	}
 	return nil
 }
-func (b *brokenBackend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+func (b *brokenBackend) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
 	if b.getState != nil {
 		return b.getState(b, ctx, id)
 	}
-	st, err := b.Backend.GetState(ctx, id)
-	return st, b.wrap(err)
+	return b.Backend.GetState(ctx, id)
 }
 func (b *brokenBackend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
 	if b.complete != nil {
@@ -355,10 +386,9 @@ func (b *brokenBackend) ClaimChord(ctx context.Context, g, claimer string) (bool
 	if b.claim != nil {
 		return b.claim(b, ctx, g, claimer)
 	}
-	ok, err := b.Backend.ClaimChord(ctx, g, claimer)
-	return ok, b.wrap(err)
+	return b.Backend.ClaimChord(ctx, g, claimer)
 }
-func (b *brokenBackend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
+func (b *brokenBackend) GroupStates(ctx context.Context, g string) ([]*errand.TaskState, error) {
 	if b.groupStates != nil {
 		return b.groupStates(b, ctx, g)
 	}
@@ -368,9 +398,9 @@ func (b *brokenBackend) InitGroup(ctx context.Context, g string, ids []string) e
 	if b.initGroup != nil {
 		return b.initGroup(b, ctx, g, ids)
 	}
-	return b.wrap(b.Backend.InitGroup(ctx, g, ids))
+	return b.Backend.InitGroup(ctx, g, ids)
 }
-func (b *brokenBackend) WaitState(ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+func (b *brokenBackend) WaitState(ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error) {
 	if b.waitState != nil {
 		return b.waitState(b, ctx, id, done)
 	}
@@ -379,7 +409,7 @@ func (b *brokenBackend) WaitState(ctx context.Context, id string, done func(*cor
 
 func healthyBackend() BackendHarness {
 	return BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
+		New: func(t testing.TB, expiry time.Duration) errand.Backend {
 			b := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
 			t.Cleanup(func() { b.Close() })
 			return b
@@ -391,7 +421,7 @@ func healthyBackend() BackendHarness {
 
 func brokenBackendHarness(mod func(b *brokenBackend)) BackendHarness {
 	h := healthyBackend()
-	h.New = func(t testing.TB, expiry time.Duration) core.Backend {
+	h.New = func(t testing.TB, expiry time.Duration) errand.Backend {
 		b := &brokenBackend{Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: expiry}),
 			counts: map[string]int{}, claimed: map[string]bool{}, born: map[string]time.Time{}, expiry: expiry}
 		mod(b)
@@ -442,7 +472,7 @@ var brokenBackends = map[string]BackendHarness{
 		}
 	}),
 	"group-states-reversed": brokenBackendHarness(func(b *brokenBackend) {
-		b.groupStates = func(b *brokenBackend, ctx context.Context, g string) ([]*core.TaskState, error) {
+		b.groupStates = func(b *brokenBackend, ctx context.Context, g string) ([]*errand.TaskState, error) {
 			sts, err := b.Backend.GroupStates(ctx, g)
 			slices.Reverse(sts)
 			return sts, err
@@ -451,7 +481,7 @@ var brokenBackends = map[string]BackendHarness{
 	// Reports the expiry it was given but keeps results for an hour.
 	"never-expires": func() BackendHarness {
 		h := healthyBackend()
-		h.New = func(t testing.TB, expiry time.Duration) core.Backend {
+		h.New = func(t testing.TB, expiry time.Duration) errand.Backend {
 			b := &lyingExpiry{Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: time.Hour}), expiry: expiry}
 			t.Cleanup(func() { b.Close() })
 			return b
@@ -471,23 +501,23 @@ var brokenBackends = map[string]BackendHarness{
 			born := b.born[g]
 			b.mu.Unlock()
 			if b.expiry > 0 && time.Since(born) > b.expiry {
-				return 0, 0, core.ErrGroupNotFound
+				return 0, 0, errand.ErrGroupNotFound
 			}
 			return b.Backend.CompleteGroupMember(ctx, g, id)
 		}
 	}),
 	// Unknown IDs read as PENDING instead of an error.
 	"unknown-is-pending": brokenBackendHarness(func(b *brokenBackend) {
-		b.getState = func(b *brokenBackend, ctx context.Context, id string) (*core.TaskState, error) {
+		b.getState = func(b *brokenBackend, ctx context.Context, id string) (*errand.TaskState, error) {
 			st, err := b.Backend.GetState(ctx, id)
-			if errors.Is(err, core.ErrTaskNotFound) {
-				return &core.TaskState{TaskUUID: id, State: core.StatePending}, nil
+			if errors.Is(err, errand.ErrTaskNotFound) {
+				return &errand.TaskState{TaskUUID: id, State: errand.StatePending}, nil
 			}
 			return st, err
 		}
 	}),
 	"drops-results": brokenBackendHarness(func(b *brokenBackend) {
-		b.setState = func(b *brokenBackend, ctx context.Context, st *core.TaskState) error {
+		b.setState = func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error {
 			st = st.Copy()
 			st.Results = nil
 			return b.Backend.SetState(ctx, st)
@@ -495,24 +525,23 @@ var brokenBackends = map[string]BackendHarness{
 	}),
 	// Stores FAILURE as SUCCESS (an update that ignores the state field).
 	"failure-stored-as-success": brokenBackendHarness(func(b *brokenBackend) {
-		b.setState = func(b *brokenBackend, ctx context.Context, st *core.TaskState) error {
-			if st.State == core.StateFailure {
+		b.setState = func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error {
+			if st.State == errand.StateFailure {
 				st = st.Copy()
-				st.State = core.StateSuccess
+				st.State = errand.StateSuccess
 			}
 			return b.Backend.SetState(ctx, st)
 		}
 	}),
-	"closed-without-sentinel": brokenBackendHarness(func(b *brokenBackend) { b.plainClosed = true }),
 	// A batch write that loses its last state.
 	"batch-drops-last": brokenBackendHarness(func(b *brokenBackend) {
-		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*core.TaskState) error {
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error {
 			return b.Backend.SetStates(ctx, sts[:len(sts)-1])
 		}
 	}),
 	// Waiters are never woken by writes.
 	"waiters-never-woken": brokenBackendHarness(func(b *brokenBackend) {
-		b.waitState = func(b *brokenBackend, ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+		b.waitState = func(b *brokenBackend, ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error) {
 			st, err := b.Backend.GetState(ctx, id)
 			if err == nil && done(st) {
 				return st, nil
@@ -551,8 +580,10 @@ var brokerTargets = map[string]string{
 	"Delay/OrderByETA":          "delivers-early",
 	"Delay/BeyondMax":           "delivers-early",
 	"Ctx/FetchCancel":           "fetch-ignores-ctx",
-	"Closed/Sentinel":           "closed-without-sentinel",
-	"Payload/TooLarge":          "unchecked-payload",
+	"Close/WakesFetch":          "close-leaves-fetch-blocked",
+	"Payload/Limit":             "carries-less-than-declared",
+	"Ack/Batch":                 "batch-ack-skips-last",
+	"Ack/Concurrent":            "ack-is-a-no-op",
 	"BadMessage/SetAside":       "reject-requeues",
 	"Inspect/PendingDelayed":    "inspect-misses-delayed",
 	"Purge":                     "purge-keeps-messages",
@@ -575,7 +606,6 @@ var backendTargets = map[string]string{
 	"Group/StatesInOrder":        "group-states-reversed",
 	"Group/OutlivesResultExpiry": "group-dies-with-results",
 	"Chord/ClaimOnce":            "every-claimer-wins",
-	"Closed/Sentinel":            "closed-without-sentinel",
 }
 
 var moreBackendTargets = map[string]string{

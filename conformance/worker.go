@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
+	"github.com/errand-go/errand/driver"
 )
 
 // RunWorker runs the end-to-end cases — retries, workflows, failures,
 // shutdown, redelivery — through the core's real worker loop on a broker and
 // a backend, as subtests named Worker/<Case>/<Subcase>. Every task's
-// recorded state sequence is checked against core.Transitions.
+// recorded state sequence is checked against driver.Transitions.
 func RunWorker(t *testing.T, bh BrokerHarness, beh BackendHarness) {
 	bh.Timing = bh.Timing.withDefaults()
 	beh.Timing = beh.Timing.withDefaults()
@@ -51,14 +52,14 @@ var workerCases = []kase[workerPair]{
 
 // recorder wraps a backend to record each task's states.
 type recorder struct {
-	core.Backend
+	errand.Backend
 	mu    sync.Mutex
-	paths map[string][]core.State
+	paths map[string][]errand.State
 }
 
 // SetState records the state before writing it, so a waiter woken by the
 // write always finds it recorded; a failed write is taken back.
-func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
+func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
 	r.mu.Lock()
 	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
 	r.mu.Unlock()
@@ -80,8 +81,8 @@ func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
 // SetStates records and writes sts in order, batched where the wrapped
 // backend batches, so the kit drives the same path the core takes in
 // production.
-func (r *recorder) SetStates(ctx context.Context, sts []*core.TaskState) error {
-	sb, ok := r.Backend.(core.StateBatcher)
+func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) error {
+	sb, ok := r.Backend.(driver.StateBatcher)
 	if !ok {
 		for _, st := range sts {
 			if err := r.SetState(ctx, st); err != nil {
@@ -98,24 +99,24 @@ func (r *recorder) SetStates(ctx context.Context, sts []*core.TaskState) error {
 	return sb.SetStates(ctx, sts)
 }
 
-func (r *recorder) path(id string) []core.State {
+func (r *recorder) path(id string) []errand.State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]core.State(nil), r.paths[id]...)
+	return append([]errand.State(nil), r.paths[id]...)
 }
 
 // WaitState passes through to the wrapped backend's notifications.
 type waitingRecorder struct{ *recorder }
 
-func (r waitingRecorder) WaitState(ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
-	return r.Backend.(core.StateWaiter).WaitState(ctx, id, done)
+func (r waitingRecorder) WaitState(ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error) {
+	return r.Backend.(driver.StateWaiter).WaitState(ctx, id, done)
 }
 
 type wcase struct {
 	t      testing.TB
 	tm     Timing
-	srv    *core.Server
-	broker core.Broker
+	srv    *errand.Server
+	broker errand.Broker
 	rec    *recorder
 	queue  string
 	ctx    context.Context
@@ -124,13 +125,13 @@ type wcase struct {
 
 func newWCase(t testing.TB, p workerPair) *wcase {
 	tm := p.broker.Timing
-	rec := &recorder{Backend: p.backend.New(t, 0), paths: map[string][]core.State{}}
-	var be core.Backend = rec
-	if _, ok := rec.Backend.(core.StateWaiter); ok {
+	rec := &recorder{Backend: p.backend.New(t, 0), paths: map[string][]errand.State{}}
+	var be errand.Backend = rec
+	if _, ok := rec.Backend.(driver.StateWaiter); ok {
 		be = waitingRecorder{rec}
 	}
 	c := &wcase{t: t, tm: tm, broker: p.broker.New(t), rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
-	srv, err := core.NewServer(core.Config{Broker: c.broker, Backend: be, DefaultQueue: c.queue})
+	srv, err := errand.NewServer(errand.Config{Broker: c.broker, Backend: be, DefaultQueue: c.queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func newWCase(t testing.TB, p workerPair) *wcase {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		for id, p := range rec.paths {
-			if err := core.ValidPath(p); err != nil {
+			if err := driver.ValidPath(p); err != nil {
 				t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
 			}
 		}
@@ -147,7 +148,7 @@ func newWCase(t testing.TB, p workerPair) *wcase {
 	return c
 }
 
-func (c *wcase) register(name string, fn any, opts ...core.TaskOption) {
+func (c *wcase) register(name string, fn any, opts ...errand.TaskOption) {
 	c.t.Helper()
 	if err := c.srv.Register(name, fn, opts...); err != nil {
 		c.t.Fatalf("Register(%s): %v", name, err)
@@ -155,7 +156,7 @@ func (c *wcase) register(name string, fn any, opts ...core.TaskOption) {
 }
 
 // start runs a worker until the case ends.
-func (c *wcase) start(cfg core.WorkerConfig) *core.Worker {
+func (c *wcase) start(cfg errand.WorkerConfig) *errand.Worker {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 4
 	}
@@ -177,7 +178,7 @@ func (c *wcase) start(cfg core.WorkerConfig) *core.Worker {
 	return w
 }
 
-func (c *wcase) send(sig *core.Signature) *core.AsyncResult {
+func (c *wcase) send(sig *errand.Signature) *errand.AsyncResult {
 	c.t.Helper()
 	r, err := c.srv.SendTask(c.ctx, sig)
 	if err != nil {
@@ -188,16 +189,16 @@ func (c *wcase) send(sig *core.Signature) *core.AsyncResult {
 
 // failure waits for r and returns its failure, failing the case if it
 // succeeded.
-func (c *wcase) failure(r *core.AsyncResult, promise string) error {
+func (c *wcase) failure(r *errand.AsyncResult, promise string) error {
 	c.t.Helper()
 	_, err := r.Get(c.ctx)
-	if !core.IsTaskFailure(err) {
+	if !errand.IsTaskFailure(err) {
 		c.t.Fatalf("%s promise broken: task %s ended with %v, want FAILURE", promise, r.Signature.Name, err)
 	}
 	return err
 }
 
-func (c *wcase) pathIs(id string, want ...core.State) {
+func (c *wcase) pathIs(id string, want ...errand.State) {
 	c.t.Helper()
 	if got := c.rec.path(id); fmt.Sprint(got) != fmt.Sprint(want) {
 		c.t.Errorf("states promise broken: task %s went through %v, want %v", id, got, want)
@@ -250,10 +251,10 @@ func taskArgs(t testing.TB, p workerPair) {
 	c.register("echo", func(ctx context.Context, n int, s string, xs []uint16, m map[string][]bool, pt point, pp *point) (int, string, []uint16, map[string][]bool, point, *point, error) {
 		return n, s, xs, m, pt, pp, nil
 	})
-	c.start(core.WorkerConfig{})
+	c.start(errand.WorkerConfig{})
 	pt := point{X: 1.5, Y: -2, Tags: []string{"a", "é"}, Meta: map[string]int{"k": 3}}
 	in := []any{-42, "héllo \"x\"", []uint16{1, 65535}, map[string][]bool{"t": {true, false}}, pt, &pt}
-	r := c.send(core.NewSignature("echo", in...))
+	r := c.send(errand.NewSignature("echo", in...))
 	var (
 		n  int
 		s  string
@@ -280,14 +281,14 @@ func retryFibonacci(t testing.TB, p workerPair) {
 	var mu sync.Mutex
 	c.register("fails", func(ctx context.Context) error {
 		runs.add()
-		ti, _ := core.TaskInfoFrom(ctx)
+		ti, _ := errand.TaskInfoFrom(ctx)
 		mu.Lock()
 		attempts = append(attempts, ti.Attempt)
 		mu.Unlock()
 		return errors.New("always fails")
 	})
-	c.start(core.WorkerConfig{RetryPolicy: core.Fibonacci{Unit: unit}})
-	sig := core.NewSignature("fails")
+	c.start(errand.WorkerConfig{RetryPolicy: errand.Fibonacci{Unit: unit}})
+	sig := errand.NewSignature("fails")
 	sig.RetryCount = 3
 	c.failure(c.send(sig), "retry")
 	gaps := runs.gaps()
@@ -304,11 +305,11 @@ func retryFibonacci(t testing.TB, p workerPair) {
 	if fmt.Sprint(attempts) != "[1 2 3 4]" {
 		t.Errorf("retry promise broken: attempts seen by the task %v, want [1 2 3 4]", attempts)
 	}
-	c.pathIs(sig.UUID, core.StatePending,
-		core.StateReceived, core.StateStarted, core.StateRetry,
-		core.StateReceived, core.StateStarted, core.StateRetry,
-		core.StateReceived, core.StateStarted, core.StateRetry,
-		core.StateReceived, core.StateStarted, core.StateFailure)
+	c.pathIs(sig.UUID, errand.StatePending,
+		errand.StateReceived, errand.StateStarted, errand.StateRetry,
+		errand.StateReceived, errand.StateStarted, errand.StateRetry,
+		errand.StateReceived, errand.StateStarted, errand.StateRetry,
+		errand.StateReceived, errand.StateStarted, errand.StateFailure)
 }
 
 func retryPolicy(t testing.TB, p workerPair) {
@@ -320,9 +321,9 @@ func retryPolicy(t testing.TB, p workerPair) {
 			return "", errors.New("transient")
 		}
 		return "ok", nil
-	}, core.WithRetryPolicy(core.Fixed(d)))
-	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(time.Hour)}) // the task's own policy wins
-	sig := core.NewSignature("flaky")
+	}, errand.WithRetryPolicy(errand.Fixed(d)))
+	c.start(errand.WorkerConfig{RetryPolicy: errand.Fixed(time.Hour)}) // the task's own policy wins
+	sig := errand.NewSignature("flaky")
 	sig.RetryCount = 5
 	var out string
 	if err := c.send(sig).GetInto(c.ctx, &out); err != nil || out != "ok" {
@@ -341,10 +342,10 @@ func retryLater(t testing.TB, p workerPair) {
 	var runs runLog
 	c.register("later", func() error {
 		runs.add()
-		return fmt.Errorf("wrapped: %w", core.RetryLater(d, errors.New("not ready")))
+		return fmt.Errorf("wrapped: %w", errand.RetryLater(d, errors.New("not ready")))
 	})
-	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(0)})
-	sig := core.NewSignature("later")
+	c.start(errand.WorkerConfig{RetryPolicy: errand.Fixed(0)})
+	sig := errand.NewSignature("later")
 	sig.RetryCount = 2
 	err := c.failure(c.send(sig), "retry-later")
 	if !strings.Contains(err.Error(), "not ready") {
@@ -364,15 +365,15 @@ func retryLater(t testing.TB, p workerPair) {
 func retryPermanent(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	var runs runLog
-	c.register("perm", func() error { runs.add(); return core.Permanent(errors.New("invalid order")) })
-	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(0)})
-	sig := core.NewSignature("perm")
+	c.register("perm", func() error { runs.add(); return errand.Permanent(errors.New("invalid order")) })
+	c.start(errand.WorkerConfig{RetryPolicy: errand.Fixed(0)})
+	sig := errand.NewSignature("perm")
 	sig.RetryCount = 5
 	c.failure(c.send(sig), "fail-without-retry")
 	if n := len(runs.gaps()) + 1; n != 1 {
 		t.Fatalf("fail-without-retry promise broken: a permanent error ran the task %d times, want 1", n)
 	}
-	c.pathIs(sig.UUID, core.StatePending, core.StateReceived, core.StateStarted, core.StateFailure)
+	c.pathIs(sig.UUID, errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateFailure)
 }
 
 func registerEcho(c *wcase) {
@@ -385,18 +386,18 @@ func registerEcho(c *wcase) {
 func chainOrder(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	registerEcho(c)
-	c.start(core.WorkerConfig{})
-	imm := core.NewSignature("e", "x")
+	c.start(errand.WorkerConfig{})
+	imm := errand.NewSignature("e", "x")
 	imm.Immutable = true
 	golden := []struct {
-		tasks []*core.Signature
+		tasks []*errand.Signature
 		want  string
 	}{
-		{[]*core.Signature{core.NewSignature("e", "a"), core.NewSignature("e", "b"), core.NewSignature("e", "c", "d")}, "(c d (b (a)))"},
-		{[]*core.Signature{core.NewSignature("e", "a"), imm, core.NewSignature("e", "y")}, "(y (x))"},
+		{[]*errand.Signature{errand.NewSignature("e", "a"), errand.NewSignature("e", "b"), errand.NewSignature("e", "c", "d")}, "(c d (b (a)))"},
+		{[]*errand.Signature{errand.NewSignature("e", "a"), imm, errand.NewSignature("e", "y")}, "(y (x))"},
 	}
 	for _, g := range golden {
-		chain, _ := core.NewChain(g.tasks...)
+		chain, _ := errand.NewChain(g.tasks...)
 		r, err := c.srv.SendChain(c.ctx, chain)
 		if err != nil {
 			t.Fatal(err)
@@ -414,12 +415,12 @@ func chainOrder(t testing.TB, p workerPair) {
 func groupResults(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	registerEcho(c)
-	c.start(core.WorkerConfig{Concurrency: 8})
-	var sigs []*core.Signature
+	c.start(errand.WorkerConfig{Concurrency: 8})
+	var sigs []*errand.Signature
 	for i := range 30 {
-		sigs = append(sigs, core.NewSignature("e", fmt.Sprint(i)))
+		sigs = append(sigs, errand.NewSignature("e", fmt.Sprint(i)))
 	}
-	g, _ := core.NewGroup(sigs...)
+	g, _ := errand.NewGroup(sigs...)
 	rs, err := c.srv.SendGroup(c.ctx, g, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -440,17 +441,17 @@ func chordOrder(t testing.TB, p workerPair) {
 		calls.Add(1)
 		for i, x := range xs {
 			if x != i*i {
-				return 0, core.Permanent(fmt.Errorf("argument %d is %d, want %d: not in group order", i, x, i*i))
+				return 0, errand.Permanent(fmt.Errorf("argument %d is %d, want %d: not in group order", i, x, i*i))
 			}
 		}
 		return len(xs), nil
 	})
 	c.register("sq", func(i int) (int, error) { return i * i, nil })
-	c.start(core.WorkerConfig{Concurrency: 8})
+	c.start(errand.WorkerConfig{Concurrency: 8})
 
 	// Golden: own args, then each member's results member by member.
-	g, _ := core.NewGroup(core.NewSignature("pair", "xy"), core.NewSignature("pair", "abc"))
-	ch, _ := core.NewChord(g, core.NewSignature("cb", "P"))
+	g, _ := errand.NewGroup(errand.NewSignature("pair", "xy"), errand.NewSignature("pair", "abc"))
+	ch, _ := errand.NewChord(g, errand.NewSignature("cb", "P"))
 	r, err := c.srv.SendChord(c.ctx, ch, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -464,12 +465,12 @@ func chordOrder(t testing.TB, p workerPair) {
 	}
 
 	const n = 60
-	var sigs []*core.Signature
+	var sigs []*errand.Signature
 	for i := range n {
-		sigs = append(sigs, core.NewSignature("sq", i))
+		sigs = append(sigs, errand.NewSignature("sq", i))
 	}
-	g2, _ := core.NewGroup(sigs...)
-	ch2, _ := core.NewChord(g2, core.NewSignature("count"))
+	g2, _ := errand.NewGroup(sigs...)
+	ch2, _ := errand.NewChord(g2, errand.NewSignature("count"))
 	r2, err := c.srv.SendChord(c.ctx, ch2, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -490,44 +491,44 @@ func chordMemberFails(t testing.TB, p workerPair) {
 	c.register("bad", func() (string, error) { return "", errors.New("member exploded") })
 	c.register("never", func(xs ...string) error { ran <- "callback"; return nil })
 	c.register("onerr", func(msg string) error { ran <- msg; return nil })
-	c.start(core.WorkerConfig{RetryPolicy: core.Fixed(0)})
-	bad := core.NewSignature("bad")
+	c.start(errand.WorkerConfig{RetryPolicy: errand.Fixed(0)})
+	bad := errand.NewSignature("bad")
 	bad.RetryCount = 1
-	g, _ := core.NewGroup(core.NewSignature("e", "a"), bad, core.NewSignature("e", "c"))
-	cb := core.NewSignature("never")
-	cb.OnError = []*core.Signature{core.NewSignature("onerr")}
-	ch, _ := core.NewChord(g, cb)
+	g, _ := errand.NewGroup(errand.NewSignature("e", "a"), bad, errand.NewSignature("e", "c"))
+	cb := errand.NewSignature("never")
+	cb.OnError = []*errand.Signature{errand.NewSignature("onerr")}
+	ch, _ := errand.NewChord(g, cb)
 	r, err := c.srv.SendChord(c.ctx, ch, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.Get(c.ctx)
-	if !core.IsTaskFailure(err) || !strings.Contains(err.Error(), bad.UUID) {
+	if !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), bad.UUID) {
 		t.Fatalf("workflows promise broken: chord with a failed member: Get = %v, want FAILURE naming member %s", err, bad.UUID)
 	}
 	if msg := c.recv(ran, "the chord callback's OnError"); msg == "callback" || !strings.Contains(msg, bad.UUID) || !strings.Contains(msg, "member exploded") {
 		t.Fatalf("workflows promise broken: after a member failed, %q ran; want the callback's OnError with the member named", msg)
 	}
-	c.pathIs(cb.UUID, core.StatePending, core.StateFailure)
+	c.pathIs(cb.UUID, errand.StatePending, errand.StateFailure)
 }
 
 func callbacks(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	got := make(chan string, 4)
 	c.register("add", func(a, b int) (int, error) { return a + b, nil })
-	c.register("fail", func(x int) error { return core.Permanent(fmt.Errorf("cannot do %d", x)) })
+	c.register("fail", func(x int) error { return errand.Permanent(fmt.Errorf("cannot do %d", x)) })
 	c.register("onok", func(tag string, sum int) error { got <- fmt.Sprint("ok ", tag, " ", sum); return nil })
 	c.register("onerr", func(msg, tag string) error { got <- "err " + tag + ": " + msg; return nil })
-	c.start(core.WorkerConfig{})
-	s := core.NewSignature("add", 1, 2)
-	s.OnSuccess = []*core.Signature{core.NewSignature("onok", "A")}
-	s.OnError = []*core.Signature{core.NewSignature("onerr", "never")}
+	c.start(errand.WorkerConfig{})
+	s := errand.NewSignature("add", 1, 2)
+	s.OnSuccess = []*errand.Signature{errand.NewSignature("onok", "A")}
+	s.OnError = []*errand.Signature{errand.NewSignature("onerr", "never")}
 	c.send(s)
 	if m := c.recv(got, "the OnSuccess callback"); m != "ok A 3" {
 		t.Fatalf("workflows promise broken: OnSuccess got %q, want %q (own args, then results)", m, "ok A 3")
 	}
-	f := core.NewSignature("fail", 7)
-	f.OnError = []*core.Signature{core.NewSignature("onerr", "B")}
+	f := errand.NewSignature("fail", 7)
+	f.OnError = []*errand.Signature{errand.NewSignature("onerr", "B")}
 	c.send(f)
 	if m := c.recv(got, "the OnError callback"); m != "err B: cannot do 7" {
 		t.Fatalf("workflows promise broken: OnError got %q, want %q (error text first, then own args)", m, "err B: cannot do 7")
@@ -538,13 +539,13 @@ func failurePanic(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	c.register("panics", func() error { panic("kaboom " + runID) })
 	c.register("ok", func() (string, error) { return "alive", nil })
-	c.start(core.WorkerConfig{})
-	err := c.failure(c.send(core.NewSignature("panics")), "panic")
+	c.start(errand.WorkerConfig{})
+	err := c.failure(c.send(errand.NewSignature("panics")), "panic")
 	if !strings.Contains(err.Error(), "kaboom "+runID) || !strings.Contains(err.Error(), "goroutine") {
 		t.Fatalf("bad input promise broken: a panicking task failed with %q; want the panic value and a stack", err)
 	}
 	var s string
-	if err := c.send(core.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
+	if err := c.send(errand.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
 		t.Fatalf("bad input promise broken: worker did not go on after a panic: %v", err)
 	}
 }
@@ -552,8 +553,8 @@ func failurePanic(t testing.TB, p workerPair) {
 func failureTimeout(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	c.register("slow", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
-	c.start(core.WorkerConfig{})
-	sig := core.NewSignature("slow")
+	c.start(errand.WorkerConfig{})
+	sig := errand.NewSignature("slow")
 	sig.Timeout = c.tm.Delay / 3
 	err := c.failure(c.send(sig), "timeout")
 	if !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
@@ -563,20 +564,20 @@ func failureTimeout(t testing.TB, p workerPair) {
 
 func failureUnknown(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
-	c.start(core.WorkerConfig{})
-	sig := core.NewSignature("no.such.task", 1)
+	c.start(errand.WorkerConfig{})
+	sig := errand.NewSignature("no.such.task", 1)
 	sig.RetryCount = 3
 	err := c.failure(c.send(sig), "bad input")
 	if !strings.Contains(err.Error(), `"no.such.task"`) || !strings.Contains(err.Error(), "unknown task") {
 		t.Fatalf("bad input promise broken: unknown task failed with %q; want the name and 'unknown task'", err)
 	}
-	c.pathIs(sig.UUID, core.StatePending, core.StateReceived, core.StateFailure)
+	c.pathIs(sig.UUID, errand.StatePending, errand.StateReceived, errand.StateFailure)
 }
 
 func failureBadArgs(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	c.register("add", func(a, b int) (int, error) { return a + b, nil })
-	c.start(core.WorkerConfig{})
+	c.start(errand.WorkerConfig{})
 	for _, bad := range []struct {
 		args []any
 		want []string
@@ -584,7 +585,7 @@ func failureBadArgs(t testing.TB, p workerPair) {
 		{[]any{1, "two"}, []string{`"add"`, "argument 1", "string", "int"}},
 		{[]any{1, 2, 3}, []string{`"add"`, "got 3 arguments"}},
 	} {
-		sig := core.NewSignature("add", bad.args...)
+		sig := errand.NewSignature("add", bad.args...)
 		sig.RetryCount = 3
 		err := c.failure(c.send(sig), "bad input")
 		for _, w := range bad.want {
@@ -592,20 +593,20 @@ func failureBadArgs(t testing.TB, p workerPair) {
 				t.Errorf("bad input promise broken: failure %q lacks %q", err, w)
 			}
 		}
-		c.pathIs(sig.UUID, core.StatePending, core.StateReceived, core.StateFailure)
+		c.pathIs(sig.UUID, errand.StatePending, errand.StateReceived, errand.StateFailure)
 	}
 }
 
 func badMessageWorker(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	c.register("ok", func() (string, error) { return "alive", nil })
-	c.start(core.WorkerConfig{})
-	garbage := core.Message{ID: runID + "-garbage", Queue: c.queue, Body: []byte("{\"UUID\": 12, broken")}
+	c.start(errand.WorkerConfig{})
+	garbage := errand.Message{ID: runID + "-garbage", Queue: c.queue, Body: []byte("{\"UUID\": 12, broken")}
 	if err := c.broker.Publish(c.ctx, garbage); err != nil {
 		t.Fatal(err)
 	}
 	var s string
-	if err := c.send(core.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
+	if err := c.send(errand.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
 		t.Fatalf("bad input promise broken: worker did not go on after a malformed message: %v", err)
 	}
 	if !p.broker.Caps.DeadLetters {
@@ -613,7 +614,7 @@ func badMessageWorker(t testing.TB, p workerPair) {
 	}
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for {
-		dl, err := core.DeadLetters(c.ctx, c.broker, c.queue)
+		dl, err := errand.DeadLetters(c.ctx, c.broker, c.queue)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -631,9 +632,9 @@ func crashedWorker(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	c.register("add", func(a, b int) (int, error) { return a + b, nil })
 	const n = 5
-	var rs []*core.AsyncResult
+	var rs []*errand.AsyncResult
 	for i := range n {
-		rs = append(rs, c.send(core.NewSignature("add", i, i)))
+		rs = append(rs, c.send(errand.NewSignature("add", i, i)))
 	}
 	// A consumer takes the tasks and dies without settling or extending.
 	var taken int
@@ -647,7 +648,7 @@ func crashedWorker(t testing.TB, p workerPair) {
 	if taken != n {
 		t.Fatalf("the crashing consumer took %d of %d tasks", taken, n)
 	}
-	c.start(core.WorkerConfig{})
+	c.start(errand.WorkerConfig{})
 	for i, r := range rs {
 		var sum int
 		if err := r.GetInto(c.ctx, &sum); err != nil || sum != 2*i {
@@ -668,9 +669,9 @@ func shutdownReleases(t testing.TB, p workerPair) {
 		}
 		return "finished elsewhere", nil
 	})
-	w1 := c.srv.NewWorker(core.WorkerConfig{Lease: time.Hour, Concurrency: 2})
+	w1 := c.srv.NewWorker(errand.WorkerConfig{Lease: time.Hour, Concurrency: 2})
 	w1.Start()
-	r := c.send(core.NewSignature("long"))
+	r := c.send(errand.NewSignature("long"))
 	select {
 	case <-started:
 	case <-c.ctx.Done():
@@ -682,7 +683,7 @@ func shutdownReleases(t testing.TB, p workerPair) {
 		t.Fatalf("Shutdown = %v, want DeadlineExceeded: the task outlived the shutdown timeout", err)
 	}
 	// The released task must reach a second worker long before the hour-long lease.
-	c.start(core.WorkerConfig{})
+	c.start(errand.WorkerConfig{})
 	var out string
 	if err := r.GetInto(c.ctx, &out); err != nil || out != "finished elsewhere" {
 		t.Fatalf("shutdown promise broken: the task a worker gave back on shutdown ended %q, %v; want another worker to finish it", out, err)

@@ -1,4 +1,4 @@
-package memcache
+package memcachebackend
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // Options configures a Backend.
@@ -32,7 +32,7 @@ type Options struct {
 	CloseClient bool
 }
 
-// Backend is a core.Backend on memcached. It is safe for concurrent use.
+// Backend is a driver.Backend on memcached. It is safe for concurrent use.
 type Backend struct {
 	mc     *memcache.Client
 	opts   Options
@@ -40,8 +40,8 @@ type Backend struct {
 }
 
 var (
-	_ core.Backend = (*Backend)(nil)
-	_ core.Expirer = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Expirer = (*Backend)(nil)
 )
 
 // New returns a backend on mc. opts may be nil.
@@ -53,22 +53,22 @@ func New(mc *memcache.Client, opts *Options) *Backend {
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
-	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	if b.opts.MaxItemSize <= 0 {
 		b.opts.MaxItemSize = 1 << 20
 	}
 	return b
 }
 
-func init() { core.RegisterBackend("memcache", Open) }
+func init() { driver.RegisterBackend("memcache", Open) }
 
 // Open returns a backend for a memcache:// URL (see the package doc).
-func Open(_ context.Context, u *url.URL) (core.Backend, error) {
+func Open(_ context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
 		return nil, errors.New("memcache backend: URL names no server")
 	}
 	opts := &Options{CloseClient: true, Prefix: u.Query().Get("prefix")}
-	if err := core.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	if err := driver.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
 		return nil, fmt.Errorf("memcache backend: %w", err)
 	}
 	mc := memcache.New(strings.Split(u.Host, ",")...)
@@ -102,15 +102,12 @@ func (b *Backend) err(err error) error {
 	case err == nil:
 		return nil
 	case b.closed.Load():
-		return fmt.Errorf("memcache backend: %w", core.ErrClosed)
+		return fmt.Errorf("memcache backend: %w", driver.ErrClosed)
 	}
 	return fmt.Errorf("memcache backend: %w", err)
 }
 
 func (b *Backend) check(ctx context.Context) error {
-	if b.closed.Load() {
-		return fmt.Errorf("memcache backend: %w", core.ErrClosed)
-	}
 	return ctx.Err()
 }
 
@@ -122,7 +119,7 @@ func (b *Backend) item(key string, v []byte, exp time.Duration) (*memcache.Item,
 }
 
 // SetState writes st as one item.
-func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
+func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
@@ -138,13 +135,13 @@ func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
 }
 
 // GetState reads the task's state.
-func (b *Backend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
 	it, err := b.mc.Get(b.taskKey(id))
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		return nil, fmt.Errorf("memcache backend: task %s: %w", id, core.ErrTaskNotFound)
+		return nil, fmt.Errorf("memcache backend: task %s: %w", id, driver.ErrTaskNotFound)
 	}
 	if err != nil {
 		return nil, b.err(err)
@@ -152,8 +149,8 @@ func (b *Backend) GetState(ctx context.Context, id string) (*core.TaskState, err
 	return decodeState(id, it.Value)
 }
 
-func decodeState(id string, v []byte) (*core.TaskState, error) {
-	var st core.TaskState
+func decodeState(id string, v []byte) (*driver.TaskState, error) {
+	var st driver.TaskState
 	if err := json.Unmarshal(v, &st); err != nil {
 		return nil, fmt.Errorf("memcache backend: decode state of %s: %w", id, err)
 	}
@@ -182,7 +179,7 @@ func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 func (b *Backend) members(g string) ([]string, error) {
 	it, err := b.mc.Get(b.groupKey(g, "members"))
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		return nil, fmt.Errorf("memcache backend: group %s: %w", g, core.ErrGroupNotFound)
+		return nil, fmt.Errorf("memcache backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	if err != nil {
 		return nil, b.err(err)
@@ -212,14 +209,14 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 		if done, err = b.mc.Increment(b.groupKey(g, "count"), 1); err != nil {
 			b.mc.Delete(marker.Key) // so a redelivery counts it again
 			if errors.Is(err, memcache.ErrCacheMiss) {
-				return 0, 0, fmt.Errorf("memcache backend: group %s counter: %w", g, core.ErrGroupNotFound)
+				return 0, 0, fmt.Errorf("memcache backend: group %s counter: %w", g, driver.ErrGroupNotFound)
 			}
 			return 0, 0, b.err(err)
 		}
 	case errors.Is(err, memcache.ErrNotStored): // counted before: a redelivery
 		it, err := b.mc.Get(b.groupKey(g, "count"))
 		if errors.Is(err, memcache.ErrCacheMiss) {
-			return 0, 0, fmt.Errorf("memcache backend: group %s counter: %w", g, core.ErrGroupNotFound)
+			return 0, 0, fmt.Errorf("memcache backend: group %s counter: %w", g, driver.ErrGroupNotFound)
 		}
 		if err != nil {
 			return 0, 0, b.err(err)
@@ -240,7 +237,7 @@ func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, erro
 		return false, err
 	}
 	if _, err := b.mc.Get(b.groupKey(g, "count")); errors.Is(err, memcache.ErrCacheMiss) {
-		return false, fmt.Errorf("memcache backend: group %s: %w", g, core.ErrGroupNotFound)
+		return false, fmt.Errorf("memcache backend: group %s: %w", g, driver.ErrGroupNotFound)
 	} else if err != nil {
 		return false, b.err(err)
 	}
@@ -259,7 +256,7 @@ func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, erro
 }
 
 // GroupStates reads the member list, then every state in one GetMulti.
-func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
+func (b *Backend) GroupStates(ctx context.Context, g string) ([]*driver.TaskState, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -275,11 +272,11 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState,
 	if err != nil {
 		return nil, b.err(err)
 	}
-	out := make([]*core.TaskState, len(ids))
+	out := make([]*driver.TaskState, len(ids))
 	for i, id := range ids {
 		it, ok := items[keys[i]]
 		if !ok {
-			out[i] = &core.TaskState{TaskUUID: id, State: core.StatePending}
+			out[i] = &driver.TaskState{TaskUUID: id, State: driver.StatePending}
 			continue
 		}
 		if out[i], err = decodeState(id, it.Value); err != nil {
@@ -289,7 +286,7 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState,
 	return out, nil
 }
 
-// Close makes later calls return core.ErrClosed; it closes the client only
+// Close makes later calls return driver.ErrClosed; it closes the client only
 // if Options.CloseClient.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) || !b.opts.CloseClient {

@@ -1,4 +1,4 @@
-package memcache_test
+package memcachebackend_test
 
 import (
 	"context"
@@ -14,10 +14,11 @@ import (
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/errand-go/errand/backends/memcache"
+	"github.com/errand-go/errand"
+	memcachebackend "github.com/errand-go/errand/backends/memcache"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // client returns a client of the servers in ERRAND_MEMCACHE_ADDRS.
@@ -36,8 +37,8 @@ func client(t *testing.T) *gomemcache.Client {
 
 func harness(mc *gomemcache.Client) conformance.BackendHarness {
 	return conformance.BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
-			b := memcache.New(mc, &memcache.Options{Prefix: "errand-test", ResultExpiry: expiry})
+		New: func(t testing.TB, expiry time.Duration) errand.Backend {
+			b := memcachebackend.New(mc, &memcachebackend.Options{Prefix: "errand-test", ResultExpiry: expiry})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
@@ -52,9 +53,9 @@ func TestConformance(t *testing.T) {
 }
 
 func TestOversizedStateFailsClearly(t *testing.T) {
-	b := memcache.New(client(t), &memcache.Options{Prefix: "errand-test"})
-	st := &core.TaskState{TaskUUID: core.NewUUID(), State: core.StateSuccess,
-		Results: []core.Result{{Type: "string", Value: []byte(`"` + strings.Repeat("x", 2<<20) + `"`)}}}
+	b := memcachebackend.New(client(t), &memcachebackend.Options{Prefix: "errand-test"})
+	st := &errand.TaskState{TaskUUID: errand.NewUUID(), State: errand.StateSuccess,
+		Results: []errand.Result{{Type: "string", Value: []byte(`"` + strings.Repeat("x", 2<<20) + `"`)}}}
 	err := b.SetState(context.Background(), st)
 	if err == nil || !strings.Contains(err.Error(), "item size limit") {
 		t.Fatalf("SetState of a 2 MiB state = %v, want a clear size error", err)
@@ -63,12 +64,12 @@ func TestOversizedStateFailsClearly(t *testing.T) {
 
 func TestOpenByURL(t *testing.T) {
 	client(t)
-	b, err := core.OpenBackend(context.Background(), "memcache://"+os.Getenv("ERRAND_MEMCACHE_ADDRS")+"?prefix=errand-url&result_expiry=1m")
+	b, err := errand.OpenBackend(context.Background(), "memcache://"+os.Getenv("ERRAND_MEMCACHE_ADDRS")+"?prefix=errand-url&result_expiry=1m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if e := b.(core.Expirer).ResultExpiry(); e != time.Minute {
+	if e := b.(driver.Expirer).ResultExpiry(); e != time.Minute {
 		t.Fatalf("result_expiry=1m gave %v", e)
 	}
 }
@@ -95,21 +96,21 @@ func TestServerRestartDuringChord(t *testing.T) {
 	mc := gomemcache.New("127.0.0.1:" + strconv.Itoa(port))
 	waitPing(t, mc)
 
-	be := memcache.New(mc, nil)
-	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: be})
+	be := memcachebackend.New(mc, nil)
+	srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
 	release := make(chan struct{})
 	var ran atomic.Int32
 	srv.Register("member", func(i int) (int, error) { <-release; return i, nil })
 	srv.Register("callback", func(xs ...int) error { ran.Add(1); return nil })
-	w := srv.NewWorker(core.WorkerConfig{Concurrency: 4, ErrorBackoff: 50 * time.Millisecond})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, ErrorBackoff: 50 * time.Millisecond})
 	w.Start()
 	defer w.Shutdown(context.Background())
-	var sigs []*core.Signature
+	var sigs []*errand.Signature
 	for i := range 8 {
-		sigs = append(sigs, core.NewSignature("member", i))
+		sigs = append(sigs, errand.NewSignature("member", i))
 	}
-	g, _ := core.NewGroup(sigs...)
-	c, _ := core.NewChord(g, core.NewSignature("callback"))
+	g, _ := errand.NewGroup(sigs...)
+	c, _ := errand.NewChord(g, errand.NewSignature("callback"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := srv.SendChord(ctx, c, 1)

@@ -1,4 +1,4 @@
-// Package memcache is errand's memcached result backend, on
+// Package memcachebackend is errand's memcached result backend, on
 // github.com/bradfitz/gomemcache.
 //
 // # URL form
@@ -43,4 +43,4 @@
 // A group's member list is one item, so a group of about 25 000 members or
 // more does not fit at the default size. gomemcache has no context support:
 // each call is bounded by the client's Timeout (default 500ms) instead of ctx.
-package memcache
+package memcachebackend

@@ -5,5 +5,3 @@ go 1.25
 require github.com/errand-go/errand v0.0.0
 
 require github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
-
-replace github.com/errand-go/errand => ../..

@@ -1,4 +1,4 @@
-package memory
+package memorybackend
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/named"
 )
 
@@ -22,7 +22,7 @@ type Options struct {
 	GroupExpiry time.Duration
 }
 
-// Backend is an in-process core.Backend.
+// Backend is an in-process driver.Backend.
 type Backend struct {
 	opts Options
 	name string
@@ -36,14 +36,14 @@ type Backend struct {
 }
 
 var (
-	_ core.Backend      = (*Backend)(nil)
-	_ core.StateWaiter  = (*Backend)(nil)
-	_ core.Expirer      = (*Backend)(nil)
-	_ core.StateBatcher = (*Backend)(nil)
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.StateWaiter  = (*Backend)(nil)
+	_ driver.Expirer      = (*Backend)(nil)
+	_ driver.StateBatcher = (*Backend)(nil)
 )
 
 type stateEntry struct {
-	st      *core.TaskState
+	st      *driver.TaskState
 	expires time.Time
 }
 
@@ -61,7 +61,7 @@ func New(opts *Options) *Backend {
 	if opts != nil {
 		b.opts = *opts
 	}
-	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	return b
 }
 
@@ -69,11 +69,11 @@ func New(opts *Options) *Backend {
 func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
 
 // SetState stores a copy of st.
-func (b *Backend) SetState(_ context.Context, st *core.TaskState) error {
+func (b *Backend) SetState(_ context.Context, st *driver.TaskState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return core.ErrClosed
+		return driver.ErrClosed
 	}
 	now := time.Now()
 	b.states[st.TaskUUID] = &stateEntry{st: st.Copy(), expires: now.Add(b.opts.ResultExpiry)}
@@ -86,7 +86,7 @@ func (b *Backend) SetState(_ context.Context, st *core.TaskState) error {
 }
 
 // SetStates stores copies of sts under one lock.
-func (b *Backend) SetStates(ctx context.Context, sts []*core.TaskState) error {
+func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
 	for _, st := range sts {
 		if err := b.SetState(ctx, st); err != nil {
 			return err
@@ -111,17 +111,17 @@ func (b *Backend) sweep(now time.Time) {
 
 func (b *Backend) get(id string, now time.Time) (*stateEntry, error) {
 	if b.closed {
-		return nil, core.ErrClosed
+		return nil, driver.ErrClosed
 	}
 	e := b.states[id]
 	if e == nil || !e.expires.After(now) {
-		return nil, fmt.Errorf("memory backend: task %s: %w", id, core.ErrTaskNotFound)
+		return nil, fmt.Errorf("memory backend: task %s: %w", id, driver.ErrTaskNotFound)
 	}
 	return e, nil
 }
 
 // GetState returns a copy of the task's state.
-func (b *Backend) GetState(_ context.Context, id string) (*core.TaskState, error) {
+func (b *Backend) GetState(_ context.Context, id string) (*driver.TaskState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, err := b.get(id, time.Now())
@@ -132,7 +132,7 @@ func (b *Backend) GetState(_ context.Context, id string) (*core.TaskState, error
 }
 
 // WaitState blocks until the task's state satisfies done, woken by writes.
-func (b *Backend) WaitState(ctx context.Context, id string, done func(*core.TaskState) bool) (*core.TaskState, error) {
+func (b *Backend) WaitState(ctx context.Context, id string, done func(*driver.TaskState) bool) (*driver.TaskState, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -174,7 +174,7 @@ func (b *Backend) InitGroup(_ context.Context, groupUUID string, taskUUIDs []str
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return core.ErrClosed
+		return driver.ErrClosed
 	}
 	g := &group{members: append([]string(nil), taskUUIDs...), index: map[string]bool{}, done: map[string]bool{},
 		expires: time.Now().Add(b.opts.GroupExpiry)}
@@ -187,11 +187,11 @@ func (b *Backend) InitGroup(_ context.Context, groupUUID string, taskUUIDs []str
 
 func (b *Backend) group(id string, now time.Time) (*group, error) {
 	if b.closed {
-		return nil, core.ErrClosed
+		return nil, driver.ErrClosed
 	}
 	g := b.groups[id]
 	if g == nil || !g.expires.After(now) {
-		return nil, fmt.Errorf("memory backend: group %s: %w", id, core.ErrGroupNotFound)
+		return nil, fmt.Errorf("memory backend: group %s: %w", id, driver.ErrGroupNotFound)
 	}
 	return g, nil
 }
@@ -229,7 +229,7 @@ func (b *Backend) ClaimChord(_ context.Context, groupUUID, claimer string) (bool
 }
 
 // GroupStates returns the members' states in group order.
-func (b *Backend) GroupStates(_ context.Context, groupUUID string) ([]*core.TaskState, error) {
+func (b *Backend) GroupStates(_ context.Context, groupUUID string) ([]*driver.TaskState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -237,18 +237,18 @@ func (b *Backend) GroupStates(_ context.Context, groupUUID string) ([]*core.Task
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*core.TaskState, len(g.members))
+	out := make([]*driver.TaskState, len(g.members))
 	for i, id := range g.members {
 		if e, err := b.get(id, now); err == nil {
 			out[i] = e.st.Copy()
 		} else {
-			out[i] = &core.TaskState{TaskUUID: id, State: core.StatePending}
+			out[i] = &driver.TaskState{TaskUUID: id, State: driver.StatePending}
 		}
 	}
 	return out, nil
 }
 
-// Close drops everything; later calls return core.ErrClosed.
+// Close drops everything; later calls return driver.ErrClosed.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -270,9 +270,9 @@ func (b *Backend) Close() error {
 var instances named.Registry[*Backend]
 
 // Open returns the backend for a memory:// URL (see the package doc).
-func Open(_ context.Context, u *url.URL) (core.Backend, error) {
+func Open(_ context.Context, u *url.URL) (driver.Backend, error) {
 	var opts Options
-	if err := core.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	if err := driver.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
 		return nil, fmt.Errorf("memory backend: %w", err)
 	}
 	return instances.Get(u.Host+u.Path, func(name string) *Backend {
@@ -282,4 +282,4 @@ func Open(_ context.Context, u *url.URL) (core.Backend, error) {
 	}), nil
 }
 
-func init() { core.RegisterBackend("memory", Open) }
+func init() { driver.RegisterBackend("memory", Open) }

@@ -1,4 +1,4 @@
-package memory_test
+package memorybackend_test
 
 import (
 	"context"
@@ -8,26 +8,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/backends/memory"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
 )
 
 func TestExpiryAndWait(t *testing.T) {
-	b := memory.New(&memory.Options{ResultExpiry: 30 * time.Millisecond})
+	b := memorybackend.New(&memorybackend.Options{ResultExpiry: 30 * time.Millisecond})
 	defer b.Close()
 	ctx := context.Background()
-	b.SetState(ctx, &core.TaskState{TaskUUID: "t", State: core.StateStarted})
+	b.SetState(ctx, &errand.TaskState{TaskUUID: "t", State: errand.StateStarted})
 	// A waiter on a task that never finishes learns of its expiry instead of hanging.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := b.WaitState(wctx, "t", func(st *core.TaskState) bool { return st.State.Terminal() })
-	if !errors.Is(err, core.ErrTaskNotFound) {
+	_, err := b.WaitState(wctx, "t", func(st *errand.TaskState) bool { return st.State.Terminal() })
+	if !errors.Is(err, errand.ErrTaskNotFound) {
 		t.Fatalf("WaitState on an expiring task = %v, want ErrTaskNotFound", err)
 	}
 }
 
 func TestGroupCompletionIdempotentAndChordClaimOnce(t *testing.T) {
-	b := memory.New(nil)
+	b := memorybackend.New(nil)
 	defer b.Close()
 	ctx := context.Background()
 	b.InitGroup(ctx, "g", []string{"a", "b"})
@@ -48,7 +48,7 @@ func TestGroupCompletionIdempotentAndChordClaimOnce(t *testing.T) {
 	if wins.Load() != 1 {
 		t.Fatalf("%d claimers won the chord, want exactly 1", wins.Load())
 	}
-	if _, err := b.ClaimChord(ctx, "nope", "x"); !errors.Is(err, core.ErrGroupNotFound) {
+	if _, err := b.ClaimChord(ctx, "nope", "x"); !errors.Is(err, errand.ErrGroupNotFound) {
 		t.Fatalf("claim on unknown group = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package memory is errand's in-process result backend: the embedded
+// Package memorybackend is errand's in-process result backend: the embedded
 // default, with no server and no dependencies.
 //
 // # URL form
@@ -20,4 +20,4 @@
 // (core.StateWaiter), not by polling.
 //
 // Nothing survives the process.
-package memory
+package memorybackend

@@ -1,4 +1,4 @@
-package mongo
+package mongobackend
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // Options configures a Backend.
@@ -34,7 +34,7 @@ type Options struct {
 	CloseClient bool
 }
 
-// Backend is a core.Backend on MongoDB. It is safe for concurrent use.
+// Backend is a driver.Backend on MongoDB. It is safe for concurrent use.
 type Backend struct {
 	client        *mongo.Client
 	opts          Options
@@ -43,8 +43,8 @@ type Backend struct {
 }
 
 var (
-	_ core.Backend = (*Backend)(nil)
-	_ core.Expirer = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Expirer = (*Backend)(nil)
 )
 
 // New returns a backend on client. It creates the TTL indexes where the
@@ -61,7 +61,7 @@ func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, er
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
-	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	db := client.Database(b.opts.Database)
 	b.tasks = db.Collection(b.opts.Prefix + "_tasks")
 	b.groups = db.Collection(b.opts.Prefix + "_groups")
@@ -84,15 +84,15 @@ func unsupported(err error) bool {
 }
 
 func init() {
-	core.RegisterBackend("mongodb", Open)
-	core.RegisterBackend("mongodb+srv", Open)
+	driver.RegisterBackend("mongodb", Open)
+	driver.RegisterBackend("mongodb+srv", Open)
 }
 
 // Open connects to a mongodb:// URL (see the package doc).
-func Open(ctx context.Context, u *url.URL) (core.Backend, error) {
+func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	q := u.Query()
 	opts := &Options{CloseClient: true, Prefix: q.Get("prefix"), Database: strings.TrimPrefix(u.Path, "/")}
-	if err := core.DurationParams(q, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	if err := driver.DurationParams(q, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
 		return nil, fmt.Errorf("mongo backend: %w", err)
 	}
 	for _, k := range []string{"result_expiry", "group_expiry", "prefix"} {
@@ -129,7 +129,7 @@ func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
 
 func (b *Backend) check() error {
 	if b.closed.Load() {
-		return fmt.Errorf("mongo backend: %w", core.ErrClosed)
+		return fmt.Errorf("mongo backend: %w", driver.ErrClosed)
 	}
 	return nil
 }
@@ -139,7 +139,7 @@ func (b *Backend) err(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, mongo.ErrClientDisconnected) || b.closed.Load():
-		return fmt.Errorf("mongo backend: %w", core.ErrClosed)
+		return fmt.Errorf("mongo backend: %w", driver.ErrClosed)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
@@ -166,7 +166,7 @@ type resultDoc struct {
 	Value string `bson:"value"`
 }
 
-func toDoc(st *core.TaskState, expires time.Time) taskDoc {
+func toDoc(st *driver.TaskState, expires time.Time) taskDoc {
 	d := taskDoc{ID: st.TaskUUID, Name: st.TaskName, State: string(st.State), Attempt: st.Attempt, Error: st.Error,
 		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, ExpiresAt: expires}
 	for _, r := range st.Results {
@@ -175,8 +175,8 @@ func toDoc(st *core.TaskState, expires time.Time) taskDoc {
 	return d
 }
 
-func (d taskDoc) state() *core.TaskState {
-	st := &core.TaskState{TaskUUID: d.ID, TaskName: d.Name, State: core.State(d.State), Attempt: d.Attempt, Error: d.Error,
+func (d taskDoc) state() *driver.TaskState {
+	st := &driver.TaskState{TaskUUID: d.ID, TaskName: d.Name, State: driver.State(d.State), Attempt: d.Attempt, Error: d.Error,
 		CreatedAt: d.CreatedAt.UTC(), StartedAt: d.StartedAt.UTC(), FinishedAt: d.FinishedAt.UTC()}
 	if d.StartedAt.IsZero() {
 		st.StartedAt = time.Time{}
@@ -185,7 +185,7 @@ func (d taskDoc) state() *core.TaskState {
 		st.FinishedAt = time.Time{}
 	}
 	for _, r := range d.Results {
-		st.Results = append(st.Results, core.Result{Type: r.Type, Value: json.RawMessage(r.Value)})
+		st.Results = append(st.Results, driver.Result{Type: r.Type, Value: json.RawMessage(r.Value)})
 	}
 	return st
 }
@@ -195,7 +195,7 @@ func live(now time.Time) bson.E {
 }
 
 // SetState replaces the task's document (upsert).
-func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
+func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -205,14 +205,14 @@ func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
 }
 
 // GetState reads a live task document.
-func (b *Backend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
+func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
 	var d taskDoc
 	err := b.tasks.FindOne(ctx, bson.D{{Key: "_id", Value: id}, live(time.Now())}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, fmt.Errorf("mongo backend: task %s: %w", id, core.ErrTaskNotFound)
+		return nil, fmt.Errorf("mongo backend: task %s: %w", id, driver.ErrTaskNotFound)
 	}
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -262,7 +262,7 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 	var d groupDoc
 	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(countOnly)).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, fmt.Errorf("mongo backend: group %s: %w", g, core.ErrGroupNotFound)
+		return 0, 0, fmt.Errorf("mongo backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	if err != nil {
 		return 0, 0, b.err(ctx, err)
@@ -293,13 +293,13 @@ func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, erro
 		return false, b.err(ctx, err)
 	}
 	if n == 0 {
-		return false, fmt.Errorf("mongo backend: group %s: %w", g, core.ErrGroupNotFound)
+		return false, fmt.Errorf("mongo backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	return false, nil
 }
 
 // GroupStates reads the group, then every member's state in one query.
-func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
+func (b *Backend) GroupStates(ctx context.Context, g string) ([]*driver.TaskState, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
@@ -307,7 +307,7 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState,
 	var gd groupDoc
 	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(bson.D{{Key: "members", Value: 1}})).Decode(&gd)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, fmt.Errorf("mongo backend: group %s: %w", g, core.ErrGroupNotFound)
+		return nil, fmt.Errorf("mongo backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -320,22 +320,22 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState,
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, b.err(ctx, err)
 	}
-	byID := make(map[string]*core.TaskState, len(docs))
+	byID := make(map[string]*driver.TaskState, len(docs))
 	for _, d := range docs {
 		byID[d.ID] = d.state()
 	}
-	out := make([]*core.TaskState, len(gd.Members))
+	out := make([]*driver.TaskState, len(gd.Members))
 	for i, id := range gd.Members {
 		if st, ok := byID[id]; ok {
 			out[i] = st
 		} else {
-			out[i] = &core.TaskState{TaskUUID: id, State: core.StatePending}
+			out[i] = &driver.TaskState{TaskUUID: id, State: driver.StatePending}
 		}
 	}
 	return out, nil
 }
 
-// Close makes later calls return core.ErrClosed; it disconnects the client
+// Close makes later calls return driver.ErrClosed; it disconnects the client
 // only if Options.CloseClient.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) || !b.opts.CloseClient {

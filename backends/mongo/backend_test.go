@@ -1,4 +1,4 @@
-package mongo_test
+package mongobackend_test
 
 import (
 	"context"
@@ -10,10 +10,11 @@ import (
 	gomongo "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/errand-go/errand/backends/mongo"
+	"github.com/errand-go/errand"
+	mongobackend "github.com/errand-go/errand/backends/mongo"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // client connects to ERRAND_MONGO_URI (FerretDB from scripts/services, or a
@@ -38,8 +39,8 @@ func client(t *testing.T) *gomongo.Client {
 
 func harness(c *gomongo.Client) conformance.BackendHarness {
 	return conformance.BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
-			b, err := mongo.New(context.Background(), c, &mongo.Options{Database: "errand_test", ResultExpiry: expiry})
+		New: func(t testing.TB, expiry time.Duration) errand.Backend {
+			b, err := mongobackend.New(context.Background(), c, &mongobackend.Options{Database: "errand_test", ResultExpiry: expiry})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,19 +61,19 @@ func TestOpenByURL(t *testing.T) {
 	client(t)
 	uri := os.Getenv("ERRAND_MONGO_URI")
 	u := strings.Replace(uri, "/?", "/errand_url?", 1) + "&prefix=x&result_expiry=1m"
-	b, err := core.OpenBackend(context.Background(), u)
+	b, err := errand.OpenBackend(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if e := b.(core.Expirer).ResultExpiry(); e != time.Minute {
+	if e := b.(driver.Expirer).ResultExpiry(); e != time.Minute {
 		t.Fatalf("result_expiry=1m gave %v", e)
 	}
-	id := core.NewUUID()
-	if err := b.SetState(context.Background(), &core.TaskState{TaskUUID: id, State: core.StatePending}); err != nil {
+	id := errand.NewUUID()
+	if err := b.SetState(context.Background(), &errand.TaskState{TaskUUID: id, State: errand.StatePending}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := core.OpenBackend(context.Background(), "mongodb://u:hunter2@127.0.0.1:1/?serverSelectionTimeoutMS=200"); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := errand.OpenBackend(context.Background(), "mongodb://u:hunter2@127.0.0.1:1/?serverSelectionTimeoutMS=200"); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("unreachable server: %v (want an error without the password)", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package mongo is errand's MongoDB result backend, on
+// Package mongobackend is errand's MongoDB result backend, on
 // go.mongodb.org/mongo-driver/v2.
 //
 // # URL form
@@ -43,4 +43,4 @@
 // errand's tests run against FerretDB v1 (SQLite handler). FerretDB v1 does
 // not make single-document updates atomic across connections, so the test
 // harness sets maxPoolSize=1; real MongoDB needs no such setting.
-package mongo
+package mongobackend

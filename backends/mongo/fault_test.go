@@ -1,4 +1,4 @@
-package mongo_test
+package mongobackend_test
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	gomongo "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/errand-go/errand/backends/mongo"
+	"github.com/errand-go/errand"
+	mongobackend "github.com/errand-go/errand/backends/mongo"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
 )
 
 // ferretdb returns the FerretDB binary scripts/services builds and caches.
@@ -61,11 +61,11 @@ func TestServerRestartDuringChord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	waitUp(t, ctx, c)
-	be, err := mongo.New(ctx, c, nil)
+	be, err := mongobackend.New(ctx, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: be})
+	srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
 	release := make(chan struct{})
 	srv.Register("member", func(i int) (int, error) { <-release; return i * i, nil })
 	srv.Register("sum", func(xs ...int) (int, error) {
@@ -75,15 +75,15 @@ func TestServerRestartDuringChord(t *testing.T) {
 		}
 		return total, nil
 	})
-	w := srv.NewWorker(core.WorkerConfig{Concurrency: 4, ErrorBackoff: 100 * time.Millisecond})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, ErrorBackoff: 100 * time.Millisecond})
 	w.Start()
 	defer w.Shutdown(context.Background())
-	var sigs []*core.Signature
+	var sigs []*errand.Signature
 	for i := range 10 {
-		sigs = append(sigs, core.NewSignature("member", i))
+		sigs = append(sigs, errand.NewSignature("member", i))
 	}
-	g, _ := core.NewGroup(sigs...)
-	ch, _ := core.NewChord(g, core.NewSignature("sum"))
+	g, _ := errand.NewGroup(sigs...)
+	ch, _ := errand.NewChord(g, errand.NewSignature("sum"))
 	r, err := srv.SendChord(ctx, ch, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -15,5 +15,3 @@ require (
 	golang.org/x/sync v0.21.0 // indirect
 	golang.org/x/text v0.39.0 // indirect
 )
-
-replace github.com/errand-go/errand => ../..

@@ -1,4 +1,4 @@
-package redis
+package redisbackend
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn"
 )
 
 // Options configures a Backend.
@@ -29,7 +29,7 @@ type Options struct {
 	CloseClient bool
 }
 
-// Backend is a core.Backend on Redis. It is safe for concurrent use.
+// Backend is a driver.Backend on Redis. It is safe for concurrent use.
 type Backend struct {
 	rdb    goredis.UniversalClient
 	opts   Options
@@ -37,9 +37,9 @@ type Backend struct {
 }
 
 var (
-	_ core.Backend      = (*Backend)(nil)
-	_ core.Expirer      = (*Backend)(nil)
-	_ core.StateBatcher = (*Backend)(nil)
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.Expirer      = (*Backend)(nil)
+	_ driver.StateBatcher = (*Backend)(nil)
 )
 
 // New returns a backend on rdb. opts may be nil.
@@ -51,24 +51,24 @@ func New(rdb goredis.UniversalClient, opts *Options) *Backend {
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
-	b.opts.ResultExpiry, b.opts.GroupExpiry = core.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
+	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	return b
 }
 
 func init() {
-	core.RegisterBackend("redis", Open)
-	core.RegisterBackend("rediss", Open)
+	driver.RegisterBackend("redis", Open)
+	driver.RegisterBackend("rediss", Open)
 }
 
 // Open returns a backend for a redis:// or rediss:// URL (see the package
 // doc). The backend owns the client it makes.
-func Open(ctx context.Context, u *url.URL) (core.Backend, error) {
-	rdb, own, err := redisbroker.ClientFromURL(ctx, u, "prefix", "result_expiry", "group_expiry")
+func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "result_expiry", "group_expiry")
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
 	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
-	if err := core.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	if err := driver.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
@@ -92,25 +92,15 @@ func (b *Backend) err(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, goredis.ErrClosed) || b.closed.Load():
-		return fmt.Errorf("redis backend: %w", core.ErrClosed)
+		return fmt.Errorf("redis backend: %w", driver.ErrClosed)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
 	return fmt.Errorf("redis backend: %w", err)
 }
 
-func (b *Backend) check() error {
-	if b.closed.Load() {
-		return fmt.Errorf("redis backend: %w", core.ErrClosed)
-	}
-	return nil
-}
-
 // SetState writes st with one SET ... PX.
-func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
-	if err := b.check(); err != nil {
-		return err
-	}
+func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
 	v, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
@@ -119,10 +109,7 @@ func (b *Backend) SetState(ctx context.Context, st *core.TaskState) error {
 }
 
 // SetStates writes many states in one pipeline.
-func (b *Backend) SetStates(ctx context.Context, sts []*core.TaskState) error {
-	if err := b.check(); err != nil {
-		return err
-	}
+func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
 	pipe := b.rdb.Pipeline()
 	for _, st := range sts {
 		v, err := json.Marshal(st)
@@ -135,8 +122,8 @@ func (b *Backend) SetStates(ctx context.Context, sts []*core.TaskState) error {
 	return b.err(ctx, err)
 }
 
-func decodeState(id string, v string) (*core.TaskState, error) {
-	var st core.TaskState
+func decodeState(id string, v string) (*driver.TaskState, error) {
+	var st driver.TaskState
 	if err := json.Unmarshal([]byte(v), &st); err != nil {
 		return nil, fmt.Errorf("redis backend: decode state of %s: %w", id, err)
 	}
@@ -144,13 +131,10 @@ func decodeState(id string, v string) (*core.TaskState, error) {
 }
 
 // GetState reads the task's state.
-func (b *Backend) GetState(ctx context.Context, id string) (*core.TaskState, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, error) {
 	v, err := b.rdb.Get(ctx, b.taskKey(id)).Result()
 	if err == goredis.Nil {
-		return nil, fmt.Errorf("redis backend: task %s: %w", id, core.ErrTaskNotFound)
+		return nil, fmt.Errorf("redis backend: task %s: %w", id, driver.ErrTaskNotFound)
 	}
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -172,9 +156,6 @@ return 1
 
 // InitGroup records the members in order, atomically.
 func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
-	if err := b.check(); err != nil {
-		return err
-	}
 	k := b.groupKeys(g)
 	args := make([]any, 0, len(ids)+1)
 	args = append(args, b.opts.GroupExpiry.Milliseconds())
@@ -197,16 +178,13 @@ return {redis.call('SCARD', KEYS[3]), tonumber(total)}
 // CompleteGroupMember marks the member done (idempotent, O(1)) and extends
 // the group's life.
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
-	if err := b.check(); err != nil {
-		return 0, 0, err
-	}
 	k := b.groupKeys(g)
 	r, err := completeScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, b.err(ctx, err)
 	}
 	if r[0] < 0 {
-		return 0, 0, fmt.Errorf("redis backend: group %s: %w", g, core.ErrGroupNotFound)
+		return 0, 0, fmt.Errorf("redis backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	return int(r[0]), int(r[1]), nil
 }
@@ -225,31 +203,25 @@ return 0
 
 // ClaimChord is a compare-and-set on the group's claimer.
 func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
-	if err := b.check(); err != nil {
-		return false, err
-	}
 	n, err := claimScript.Run(ctx, b.rdb, []string{b.groupKeys(g).meta}, claimer).Int()
 	if err != nil {
 		return false, b.err(ctx, err)
 	}
 	if n < 0 {
-		return false, fmt.Errorf("redis backend: group %s: %w", g, core.ErrGroupNotFound)
+		return false, fmt.Errorf("redis backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	return n == 1, nil
 }
 
 // GroupStates reads the member list, then all member states in one
 // pipeline (split per node on a cluster).
-func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+func (b *Backend) GroupStates(ctx context.Context, g string) ([]*driver.TaskState, error) {
 	ids, err := b.rdb.LRange(ctx, b.groupKeys(g).members, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("redis backend: group %s: %w", g, core.ErrGroupNotFound)
+		return nil, fmt.Errorf("redis backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	pipe := b.rdb.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(ids))
@@ -259,11 +231,11 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState,
 	if _, err := pipe.Exec(ctx); err != nil && err != goredis.Nil {
 		return nil, b.err(ctx, err)
 	}
-	out := make([]*core.TaskState, len(ids))
+	out := make([]*driver.TaskState, len(ids))
 	for i, c := range cmds {
 		v, err := c.Result()
 		if err == goredis.Nil {
-			out[i] = &core.TaskState{TaskUUID: ids[i], State: core.StatePending}
+			out[i] = &driver.TaskState{TaskUUID: ids[i], State: driver.StatePending}
 			continue
 		}
 		if err != nil {
@@ -276,7 +248,7 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*core.TaskState,
 	return out, nil
 }
 
-// Close makes later calls return core.ErrClosed; it closes the client only
+// Close makes later calls return driver.ErrClosed; it closes the client only
 // if Options.CloseClient.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) || !b.opts.CloseClient {

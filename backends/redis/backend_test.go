@@ -1,4 +1,4 @@
-package redis_test
+package redisbackend_test
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/errand-go/errand/backends/redis"
+	"github.com/errand-go/errand"
+	redisbackend "github.com/errand-go/errand/backends/redis"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // servers returns the single node and the cluster named by the environment;
@@ -46,8 +47,8 @@ func servers(t *testing.T) map[string]goredis.UniversalClient {
 
 func harness(rdb goredis.UniversalClient) conformance.BackendHarness {
 	return conformance.BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
-			b := redis.New(rdb, &redis.Options{Prefix: "errand-test", ResultExpiry: expiry})
+		New: func(t testing.TB, expiry time.Duration) errand.Backend {
+			b := redisbackend.New(rdb, &redisbackend.Options{Prefix: "errand-test", ResultExpiry: expiry})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
@@ -68,22 +69,22 @@ func TestConformance(t *testing.T) {
 func TestOpenByURL(t *testing.T) {
 	servers(t)
 	ctx := context.Background()
-	b, err := core.OpenBackend(ctx, os.Getenv("ERRAND_REDIS_URL")+"?prefix=errand-url&result_expiry=1m")
+	b, err := errand.OpenBackend(ctx, os.Getenv("ERRAND_REDIS_URL")+"?prefix=errand-url&result_expiry=1m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if e := b.(core.Expirer).ResultExpiry(); e != time.Minute {
+	if e := b.(driver.Expirer).ResultExpiry(); e != time.Minute {
 		t.Fatalf("result_expiry=1m gave %v", e)
 	}
-	id := core.NewUUID()
-	if err := b.SetState(ctx, &core.TaskState{TaskUUID: id, State: core.StatePending}); err != nil {
+	id := errand.NewUUID()
+	if err := b.SetState(ctx, &errand.TaskState{TaskUUID: id, State: errand.StatePending}); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := b.GetState(ctx, id); err != nil || st.State != core.StatePending {
+	if st, err := b.GetState(ctx, id); err != nil || st.State != errand.StatePending {
 		t.Fatalf("GetState = %+v, %v", st, err)
 	}
-	if _, err := core.OpenBackend(ctx, "redis://:hunter2@127.0.0.1:1/0"); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := errand.OpenBackend(ctx, "redis://:hunter2@127.0.0.1:1/0"); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("opening an unreachable server: %v (want an error without the password)", err)
 	}
 }

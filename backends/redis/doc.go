@@ -1,4 +1,4 @@
-// Package redis is errand's Redis result backend, on go-redis's
+// Package redisbackend is errand's Redis result backend, on go-redis's
 // UniversalClient: a single node, Sentinel, or Redis Cluster.
 //
 // # URL form
@@ -35,4 +35,4 @@
 //
 // Result waiters poll with backoff (core's default); the backend does not
 // implement core.StateWaiter.
-package redis
+package redisbackend

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/errand-go/errand v0.0.0
-	github.com/errand-go/errand/brokers/redis v0.0.0
+	github.com/errand-go/errand/internal/redisconn v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -12,9 +12,4 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-)
-
-replace (
-	github.com/errand-go/errand => ../..
-	github.com/errand-go/errand/brokers/redis => ../../brokers/redis
 )

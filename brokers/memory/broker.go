@@ -1,4 +1,4 @@
-package memory
+package memorybroker
 
 import (
 	"container/heap"
@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/named"
 )
 
@@ -21,7 +21,7 @@ type Options struct {
 	MaxPayload int
 }
 
-// Broker is an in-process core.Broker. The zero value is not usable; call
+// Broker is an in-process driver.Broker. The zero value is not usable; call
 // New.
 type Broker struct {
 	opts Options
@@ -35,12 +35,13 @@ type Broker struct {
 }
 
 var (
-	_ core.Broker              = (*Broker)(nil)
-	_ core.Limiter             = (*Broker)(nil)
-	_ core.Inspector           = (*Broker)(nil)
-	_ core.Purger              = (*Broker)(nil)
-	_ core.StatsReporter       = (*Broker)(nil)
-	_ core.DeadLetterInspector = (*Broker)(nil)
+	_ driver.Broker              = (*Broker)(nil)
+	_ driver.Limiter             = (*Broker)(nil)
+	_ driver.Inspector           = (*Broker)(nil)
+	_ driver.Purger              = (*Broker)(nil)
+	_ driver.StatsReporter       = (*Broker)(nil)
+	_ driver.DeadLetterInspector = (*Broker)(nil)
+	_ driver.BatchAcker          = (*Broker)(nil)
 )
 
 // New returns an empty broker. opts may be nil.
@@ -53,7 +54,7 @@ func New(opts *Options) *Broker {
 }
 
 type entry struct {
-	msg        core.Message
+	msg        driver.Message
 	seq        uint64
 	due        time.Time
 	deliveries int
@@ -65,7 +66,7 @@ type queue struct {
 	ready    entryHeap // due: by priority, due time, publish order
 	delayed  entryHeap // not due: by due time, publish order
 	inflight map[uint64]*entry
-	dead     []core.DeadLetter
+	dead     []driver.DeadLetter
 }
 
 type handle struct{ seq, token uint64 }
@@ -86,23 +87,15 @@ func (b *Broker) broadcast() {
 }
 
 // Limits reports the maximum payload; there is no maximum delay.
-func (b *Broker) Limits() core.Limits { return core.Limits{MaxPayload: b.opts.MaxPayload} }
+func (b *Broker) Limits() driver.Limits { return driver.Limits{MaxPayload: b.opts.MaxPayload} }
 
-// Publish enqueues msgs. It never blocks and refuses the whole batch if any
-// body exceeds MaxPayload.
-func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
-	for _, m := range msgs {
-		if err := core.CheckPayload(m, b.opts.MaxPayload); err != nil {
-			return err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// Publish enqueues msgs. It never blocks. (errand refuses a batch with a
+// body over MaxPayload before it gets here.)
+func (b *Broker) Publish(_ context.Context, msgs ...driver.Message) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return core.ErrClosed
+		return driver.ErrClosed
 	}
 	now := time.Now()
 	for _, m := range msgs {
@@ -143,7 +136,7 @@ func (q *queue) promote(now time.Time) time.Time {
 }
 
 // Fetch blocks until a message of queue is due, then leases up to max.
-func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease time.Duration) ([]*core.Delivery, error) {
+func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 	max = maxOf(max, 1)
 	var timer *time.Timer
 	defer func() {
@@ -155,13 +148,13 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease tim
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
-			return nil, core.ErrClosed
+			return nil, driver.ErrClosed
 		}
 		now := time.Now()
 		q := b.queue(queueName)
 		next := q.promote(now)
 		if q.ready.Len() > 0 {
-			out := make([]*core.Delivery, 0, min(max, q.ready.Len()))
+			out := make([]*driver.Delivery, 0, min(max, q.ready.Len()))
 			for len(out) < max && q.ready.Len() > 0 {
 				e := heap.Pop(&q.ready).(*entry)
 				b.seq++
@@ -170,7 +163,7 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease tim
 				q.inflight[e.seq] = e
 				m := e.msg
 				m.Body = slices.Clone(m.Body)
-				out = append(out, &core.Delivery{Message: m, Attempt: e.deliveries, Handle: handle{e.seq, e.token}})
+				out = append(out, &driver.Delivery{Message: m, Attempt: e.deliveries, Handle: handle{e.seq, e.token}})
 			}
 			b.mu.Unlock()
 			return out, nil
@@ -206,9 +199,9 @@ func maxOf(a, b int) int {
 
 // leased returns the in-flight entry d refers to, if d still holds its
 // lease (or the lease ran out but nobody took the message since).
-func (b *Broker) leased(d *core.Delivery) (*queue, *entry, error) {
+func (b *Broker) leased(d *driver.Delivery) (*queue, *entry, error) {
 	if b.closed {
-		return nil, nil, core.ErrClosed
+		return nil, nil, driver.ErrClosed
 	}
 	h, ok := d.Handle.(handle)
 	if !ok {
@@ -216,17 +209,17 @@ func (b *Broker) leased(d *core.Delivery) (*queue, *entry, error) {
 	}
 	q := b.queues[d.Queue]
 	if q == nil {
-		return nil, nil, core.ErrLeaseLost
+		return nil, nil, driver.ErrLeaseLost
 	}
 	e := q.inflight[h.seq]
 	if e == nil || e.token != h.token {
-		return nil, nil, fmt.Errorf("memory broker: message %q: %w", d.ID, core.ErrLeaseLost)
+		return nil, nil, fmt.Errorf("memory broker: message %q: %w", d.ID, driver.ErrLeaseLost)
 	}
 	return q, e, nil
 }
 
 // Ack removes the delivered message.
-func (b *Broker) Ack(_ context.Context, d *core.Delivery) error {
+func (b *Broker) Ack(_ context.Context, d *driver.Delivery) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q, e, err := b.leased(d)
@@ -237,8 +230,24 @@ func (b *Broker) Ack(_ context.Context, d *core.Delivery) error {
 	return nil
 }
 
+// AckBatch acks every delivery under one lock.
+func (b *Broker) AckBatch(_ context.Context, ds []*driver.Delivery) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	errs := make([]error, len(ds))
+	for i, d := range ds {
+		q, e, err := b.leased(d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		delete(q.inflight, e.seq)
+	}
+	return errs
+}
+
 // Release requeues the delivered message, due at notBefore.
-func (b *Broker) Release(_ context.Context, d *core.Delivery, notBefore time.Time) error {
+func (b *Broker) Release(_ context.Context, d *driver.Delivery, notBefore time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q, e, err := b.leased(d)
@@ -257,7 +266,7 @@ func (b *Broker) Release(_ context.Context, d *core.Delivery, notBefore time.Tim
 }
 
 // Extend renews the delivery's lease for lease from now.
-func (b *Broker) Extend(_ context.Context, d *core.Delivery, lease time.Duration) error {
+func (b *Broker) Extend(_ context.Context, d *driver.Delivery, lease time.Duration) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	_, e, err := b.leased(d)
@@ -269,7 +278,7 @@ func (b *Broker) Extend(_ context.Context, d *core.Delivery, lease time.Duration
 }
 
 // Reject moves the delivered message to the queue's dead letters.
-func (b *Broker) Reject(_ context.Context, d *core.Delivery, reason string) error {
+func (b *Broker) Reject(_ context.Context, d *driver.Delivery, reason string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q, e, err := b.leased(d)
@@ -277,11 +286,11 @@ func (b *Broker) Reject(_ context.Context, d *core.Delivery, reason string) erro
 		return err
 	}
 	delete(q.inflight, e.seq)
-	q.dead = append(q.dead, core.DeadLetter{Message: e.msg, Reason: reason, At: time.Now()})
+	q.dead = append(q.dead, driver.DeadLetter{Message: e.msg, Reason: reason, At: time.Now()})
 	return nil
 }
 
-// Close drops every message and wakes blocked fetchers with core.ErrClosed.
+// Close drops every message and wakes blocked fetchers with driver.ErrClosed.
 // A named broker is removed from the URL registry.
 func (b *Broker) Close() error {
 	b.mu.Lock()
@@ -303,17 +312,17 @@ func (b *Broker) inspect(queueName string, f func(q *queue) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return core.ErrClosed
+		return driver.ErrClosed
 	}
 	q := b.queue(queueName)
 	q.promote(time.Now())
 	return f(q)
 }
 
-func messages(es []*entry) []core.Message {
+func messages(es []*entry) []driver.Message {
 	sorted := slices.Clone(es)
 	slices.SortFunc(sorted, func(a, b *entry) int { return a.due.Compare(b.due)*2 + cmpU(a.seq, b.seq) })
-	out := make([]core.Message, len(sorted))
+	out := make([]driver.Message, len(sorted))
 	for i, e := range sorted {
 		out[i] = e.msg
 	}
@@ -331,19 +340,19 @@ func cmpU(a, b uint64) int {
 }
 
 // Pending lists the due, undelivered messages of queue.
-func (b *Broker) Pending(_ context.Context, queueName string) (out []core.Message, err error) {
+func (b *Broker) Pending(_ context.Context, queueName string) (out []driver.Message, err error) {
 	err = b.inspect(queueName, func(q *queue) error { out = messages(q.ready.es); return nil })
 	return out, err
 }
 
 // Delayed lists the messages of queue that are not due yet, earliest first.
-func (b *Broker) Delayed(_ context.Context, queueName string) (out []core.Message, err error) {
+func (b *Broker) Delayed(_ context.Context, queueName string) (out []driver.Message, err error) {
 	err = b.inspect(queueName, func(q *queue) error { out = messages(q.delayed.es); return nil })
 	return out, err
 }
 
 // InFlight lists the leased messages of queue.
-func (b *Broker) InFlight(_ context.Context, queueName string) (out []core.Message, err error) {
+func (b *Broker) InFlight(_ context.Context, queueName string) (out []driver.Message, err error) {
 	err = b.inspect(queueName, func(q *queue) error {
 		es := make([]*entry, 0, len(q.inflight))
 		for _, e := range q.inflight {
@@ -356,7 +365,7 @@ func (b *Broker) InFlight(_ context.Context, queueName string) (out []core.Messa
 }
 
 // DeadLetters lists the rejected messages of queue.
-func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []core.DeadLetter, err error) {
+func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []driver.DeadLetter, err error) {
 	err = b.inspect(queueName, func(q *queue) error { out = slices.Clone(q.dead); return nil })
 	return out, err
 }
@@ -372,9 +381,9 @@ func (b *Broker) Purge(_ context.Context, queueName string) (n int, err error) {
 }
 
 // Stats counts queue.
-func (b *Broker) Stats(_ context.Context, queueName string) (s core.QueueStats, err error) {
+func (b *Broker) Stats(_ context.Context, queueName string) (s driver.QueueStats, err error) {
 	err = b.inspect(queueName, func(q *queue) error {
-		s = core.QueueStats{Pending: q.ready.Len(), Delayed: q.delayed.Len(), InFlight: len(q.inflight), Dead: len(q.dead)}
+		s = driver.QueueStats{Pending: q.ready.Len(), Delayed: q.delayed.Len(), InFlight: len(q.inflight), Dead: len(q.dead)}
 		return nil
 	})
 	return s, err
@@ -418,7 +427,7 @@ func byDue(a, b *entry) bool {
 var instances named.Registry[*Broker]
 
 // Open returns the broker for a memory:// URL (see the package doc).
-func Open(_ context.Context, u *url.URL) (core.Broker, error) {
+func Open(_ context.Context, u *url.URL) (driver.Broker, error) {
 	var opts Options
 	if v := u.Query().Get("max_payload"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -434,4 +443,4 @@ func Open(_ context.Context, u *url.URL) (core.Broker, error) {
 	}), nil
 }
 
-func init() { core.RegisterBroker("memory", Open) }
+func init() { driver.RegisterBroker("memory", Open) }

@@ -1,4 +1,4 @@
-package memory_test
+package memorybroker_test
 
 import (
 	"context"
@@ -7,16 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/driver"
 )
 
-func msg(id string, notBefore time.Time) core.Message {
-	return core.Message{ID: id, Queue: "q", Body: []byte(id), NotBefore: notBefore}
+func msg(id string, notBefore time.Time) errand.Message {
+	return errand.Message{ID: id, Queue: "q", Body: []byte(id), NotBefore: notBefore}
 }
 
 func TestDelayNeverEarlyAndInETAOrder(t *testing.T) {
-	b := memory.New(nil)
+	b := memorybroker.New(nil)
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -47,10 +48,10 @@ func TestDelayNeverEarlyAndInETAOrder(t *testing.T) {
 }
 
 func TestReleaseNotBeforeAndPriority(t *testing.T) {
-	b := memory.New(nil)
+	b := memorybroker.New(nil)
 	defer b.Close()
 	ctx := context.Background()
-	b.Publish(ctx, core.Message{ID: "low", Queue: "q", Body: []byte("x")}, core.Message{ID: "high", Queue: "q", Body: []byte("x"), Priority: 9})
+	b.Publish(ctx, errand.Message{ID: "low", Queue: "q", Body: []byte("x")}, errand.Message{ID: "high", Queue: "q", Body: []byte("x"), Priority: 9})
 	ds, _ := b.Fetch(ctx, "q", 2, time.Minute)
 	if len(ds) != 2 || ds[0].ID != "high" {
 		t.Fatalf("fetched %v, want high priority first", ids(ds))
@@ -62,7 +63,7 @@ func TestReleaseNotBeforeAndPriority(t *testing.T) {
 	if err := b.Release(ctx, ds[1], time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Ack(ctx, ds[0]); !errors.Is(err, core.ErrLeaseLost) {
+	if err := b.Ack(ctx, ds[0]); !errors.Is(err, errand.ErrLeaseLost) {
 		t.Fatalf("ack after release = %v, want ErrLeaseLost", err)
 	}
 	d1, _ := b.Fetch(ctx, "q", 1, time.Minute)
@@ -76,38 +77,38 @@ func TestReleaseNotBeforeAndPriority(t *testing.T) {
 }
 
 func TestInspectPurgeStatsDeadLetters(t *testing.T) {
-	b := memory.New(nil)
+	b := memorybroker.New(nil)
 	defer b.Close()
 	ctx := context.Background()
 	b.Publish(ctx, msg("now1", time.Time{}), msg("now2", time.Time{}), msg("later", time.Now().Add(time.Hour)))
 	ds, _ := b.Fetch(ctx, "q", 1, time.Minute)
 	b.Reject(ctx, ds[0], "bad body")
-	pending, delayed, err := core.Inspect(ctx, b, "q")
+	pending, delayed, err := errand.Inspect(ctx, b, "q")
 	if err != nil || len(pending) != 1 || len(delayed) != 1 || delayed[0].ID != "later" {
 		t.Fatalf("Inspect = %v, %v, %v", pending, delayed, err)
 	}
-	dl, _ := core.DeadLetters(ctx, b, "q")
+	dl, _ := errand.DeadLetters(ctx, b, "q")
 	if len(dl) != 1 || dl[0].ID != "now1" || dl[0].Reason != "bad body" {
 		t.Fatalf("DeadLetters = %+v", dl)
 	}
-	st, _ := core.Stats(ctx, b, "q")
-	if st != (core.QueueStats{Pending: 1, Delayed: 1, Dead: 1}) {
+	st, _ := errand.Stats(ctx, b, "q")
+	if st != (errand.QueueStats{Pending: 1, Delayed: 1, Dead: 1}) {
 		t.Fatalf("Stats = %+v", st)
 	}
-	if n, err := core.Purge(ctx, b, "q"); n != 2 || err != nil {
+	if n, err := errand.Purge(ctx, b, "q"); n != 2 || err != nil {
 		t.Fatalf("Purge = %d, %v; want 2", n, err)
 	}
 }
 
 func TestFetchHonoursCtxAndClose(t *testing.T) {
-	b := memory.New(&memory.Options{MaxPayload: 4})
+	b := memorybroker.New(&memorybroker.Options{MaxPayload: 4})
+	if l := b.Limits(); l.MaxPayload != 4 {
+		t.Fatalf("Limits().MaxPayload = %d, want the configured 4 (errand refuses larger bodies before Publish)", l.MaxPayload)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if _, err := b.Fetch(ctx, "q", 1, time.Second); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Fetch on empty queue = %v, want the ctx error", err)
-	}
-	if err := b.Publish(context.Background(), msg("too-long", time.Time{})); !errors.Is(err, core.ErrPayloadTooLarge) {
-		t.Fatalf("Publish over MaxPayload = %v, want ErrPayloadTooLarge", err)
 	}
 	done := make(chan error)
 	go func() {
@@ -115,15 +116,15 @@ func TestFetchHonoursCtxAndClose(t *testing.T) {
 		done <- err
 	}()
 	b.Close()
-	if err := <-done; !errors.Is(err, core.ErrClosed) {
+	if err := <-done; !errors.Is(err, errand.ErrClosed) {
 		t.Fatalf("blocked Fetch after Close = %v, want ErrClosed", err)
 	}
-	if err := b.Publish(context.Background(), msg("x", time.Time{})); !errors.Is(err, core.ErrClosed) {
+	if err := b.Publish(context.Background(), msg("x", time.Time{})); !errors.Is(err, errand.ErrClosed) {
 		t.Fatalf("Publish after Close = %v, want ErrClosed", err)
 	}
 }
 
-func ids(ds []*core.Delivery) string {
+func ids(ds []*driver.Delivery) string {
 	s := ""
 	for _, d := range ds {
 		s += fmt.Sprint(d.ID, " ")

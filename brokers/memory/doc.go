@@ -1,4 +1,4 @@
-// Package memory is errand's in-process broker: the embedded default, with
+// Package memorybroker is errand's in-process broker: the embedded default, with
 // no server and no dependencies. It keeps the same promises as the network
 // brokers and passes the same conformance suite; it is not an "eager" mode
 // that runs tasks on the caller's goroutine.
@@ -36,4 +36,4 @@
 //
 // No maximum delay. The maximum payload is Options.MaxPayload (default: no
 // limit). Memory grows with what is queued.
-package memory
+package memorybroker

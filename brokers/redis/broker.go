@@ -1,4 +1,4 @@
-package redis
+package redisbroker
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // Options configures a Broker.
@@ -32,7 +32,7 @@ type Options struct {
 	CloseClient bool
 }
 
-// Broker is a core.Broker on Redis. It is safe for concurrent use.
+// Broker is a driver.Broker on Redis. It is safe for concurrent use.
 type Broker struct {
 	rdb    goredis.UniversalClient
 	opts   Options
@@ -40,12 +40,12 @@ type Broker struct {
 }
 
 var (
-	_ core.Broker              = (*Broker)(nil)
-	_ core.Limiter             = (*Broker)(nil)
-	_ core.Inspector           = (*Broker)(nil)
-	_ core.DeadLetterInspector = (*Broker)(nil)
-	_ core.Purger              = (*Broker)(nil)
-	_ core.StatsReporter       = (*Broker)(nil)
+	_ driver.Broker              = (*Broker)(nil)
+	_ driver.Limiter             = (*Broker)(nil)
+	_ driver.Inspector           = (*Broker)(nil)
+	_ driver.DeadLetterInspector = (*Broker)(nil)
+	_ driver.Purger              = (*Broker)(nil)
+	_ driver.StatsReporter       = (*Broker)(nil)
 )
 
 // New returns a broker on rdb: a *redis.Client, *redis.ClusterClient or
@@ -75,14 +75,14 @@ func (b *Broker) keys(queue string) keys {
 type handle struct{ mid, token string }
 
 // Limits reports the configured maximum payload; Redis has no maximum delay.
-func (b *Broker) Limits() core.Limits { return core.Limits{MaxPayload: b.opts.MaxPayload} }
+func (b *Broker) Limits() driver.Limits { return driver.Limits{MaxPayload: b.opts.MaxPayload} }
 
 func (b *Broker) err(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, goredis.ErrClosed) || b.closed.Load():
-		return fmt.Errorf("redis broker: %w", core.ErrClosed)
+		return fmt.Errorf("redis broker: %w", driver.ErrClosed)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
@@ -97,16 +97,10 @@ func randomID() string {
 
 // Publish enqueues msgs, one script per queue, all in one pipeline (one
 // round trip). Each queue's messages are stored atomically.
-func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
-	if b.closed.Load() {
-		return fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	byQueue := map[string][]any{}
 	var order []string
 	for _, m := range msgs {
-		if err := core.CheckPayload(m, b.opts.MaxPayload); err != nil {
-			return err
-		}
 		if strings.ContainsRune(m.ID, '\n') {
 			return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
 		}
@@ -146,12 +140,12 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // Fetch runs the fetch script (promote due delayed messages and expired
 // leases, then lease up to max); when nothing is due it blocks on the
 // queue's wake-up list until a publish, the next due time, or MaxBlock.
-func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*core.Delivery, error) {
+func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
 	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count}
 	for {
 		if b.closed.Load() {
-			return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
+			return nil, fmt.Errorf("redis broker: %w", driver.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -199,8 +193,8 @@ func (b *Broker) wake(notify string) {
 	pipe.Exec(ctx) // best effort: a lost token only means waking at MaxBlock
 }
 
-func deliveries(queue string, res []any) ([]*core.Delivery, error) {
-	out := make([]*core.Delivery, 0, len(res)/4)
+func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
+	out := make([]*driver.Delivery, 0, len(res)/4)
 	for i := 0; i+3 < len(res); i += 4 {
 		mid, _ := res[i].(string)
 		env, _ := res[i+1].(string)
@@ -210,8 +204,8 @@ func deliveries(queue string, res []any) ([]*core.Delivery, error) {
 		if !ok {
 			body = env // not written by this broker: surface it as is
 		}
-		out = append(out, &core.Delivery{
-			Message: core.Message{ID: id, Queue: queue, Body: []byte(body)},
+		out = append(out, &driver.Delivery{
+			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)},
 			Attempt: int(n),
 			Handle:  handle{mid: mid, token: tok},
 		})
@@ -219,10 +213,7 @@ func deliveries(queue string, res []any) ([]*core.Delivery, error) {
 	return out, nil
 }
 
-func (b *Broker) settle(ctx context.Context, d *core.Delivery, script *goredis.Script, keys []string, args ...any) error {
-	if b.closed.Load() {
-		return fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis.Script, keys []string, args ...any) error {
 	h, ok := d.Handle.(handle)
 	if !ok {
 		return fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
@@ -232,19 +223,19 @@ func (b *Broker) settle(ctx context.Context, d *core.Delivery, script *goredis.S
 		return b.err(ctx, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("redis broker: message %q: %w", d.ID, core.ErrLeaseLost)
+		return fmt.Errorf("redis broker: message %q: %w", d.ID, driver.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Ack deletes the delivered message.
-func (b *Broker) Ack(ctx context.Context, d *core.Delivery) error {
+func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
 	k := b.keys(d.Queue)
 	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count})
 }
 
 // Release requeues the delivered message, due at notBefore.
-func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.Time) error {
+func (b *Broker) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
 	k := b.keys(d.Queue)
 	var nb int64
 	if !notBefore.IsZero() {
@@ -254,19 +245,19 @@ func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.T
 }
 
 // Extend renews the delivery's lease.
-func (b *Broker) Extend(ctx context.Context, d *core.Delivery, lease time.Duration) error {
+func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
 	k := b.keys(d.Queue)
 	return b.settle(ctx, d, extendScript, []string{k.inflight, k.tokens}, lease.Milliseconds())
 }
 
 // Reject moves the delivered message to the queue's dead letters.
-func (b *Broker) Reject(ctx context.Context, d *core.Delivery, reason string) error {
+func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
 	k := b.keys(d.Queue)
 	return b.settle(ctx, d, rejectScript, []string{k.inflight, k.tokens, k.count, k.dead, k.reasons},
 		strconv.FormatInt(time.Now().UnixMilli(), 10)+" "+reason)
 }
 
-// Close makes every later call return core.ErrClosed; blocked fetches
+// Close makes every later call return driver.ErrClosed; blocked fetches
 // return within MaxBlock. It closes the client only if Options.CloseClient.
 func (b *Broker) Close() error {
 	if b.closed.Swap(true) || !b.opts.CloseClient {
@@ -275,7 +266,7 @@ func (b *Broker) Close() error {
 	return b.rdb.Close()
 }
 
-func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(core.Message, int)) error {
+func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(driver.Message, int)) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -289,31 +280,25 @@ func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(
 			continue
 		}
 		id, body, _ := strings.Cut(s, "\n")
-		dst(core.Message{ID: id, Queue: q, Body: []byte(body)}, i)
+		dst(driver.Message{ID: id, Queue: q, Body: []byte(body)}, i)
 	}
 	return nil
 }
 
 // Pending lists the due, undelivered messages of queue in delivery order.
-func (b *Broker) Pending(ctx context.Context, queue string) ([]core.Message, error) {
-	if b.closed.Load() {
-		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, error) {
 	ids, err := b.rdb.LRange(ctx, b.keys(queue).pending, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
-	var out []core.Message
-	err = b.messages(ctx, queue, ids, func(m core.Message, _ int) { out = append(out, m) })
+	var out []driver.Message
+	err = b.messages(ctx, queue, ids, func(m driver.Message, _ int) { out = append(out, m) })
 	return out, err
 }
 
 // Delayed lists the messages of queue not due yet, earliest first, with
 // their due times.
-func (b *Broker) Delayed(ctx context.Context, queue string) ([]core.Message, error) {
-	if b.closed.Load() {
-		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) Delayed(ctx context.Context, queue string) ([]driver.Message, error) {
 	zs, err := b.rdb.ZRangeWithScores(ctx, b.keys(queue).delayed, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -322,8 +307,8 @@ func (b *Broker) Delayed(ctx context.Context, queue string) ([]core.Message, err
 	for i, z := range zs {
 		ids[i] = z.Member.(string)
 	}
-	var out []core.Message
-	err = b.messages(ctx, queue, ids, func(m core.Message, i int) {
+	var out []driver.Message
+	err = b.messages(ctx, queue, ids, func(m driver.Message, i int) {
 		m.NotBefore = time.UnixMilli(int64(zs[i].Score))
 		out = append(out, m)
 	})
@@ -332,24 +317,18 @@ func (b *Broker) Delayed(ctx context.Context, queue string) ([]core.Message, err
 
 // InFlight lists the leased messages of queue, earliest lease deadline
 // first.
-func (b *Broker) InFlight(ctx context.Context, queue string) ([]core.Message, error) {
-	if b.closed.Load() {
-		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, error) {
 	ids, err := b.rdb.ZRange(ctx, b.keys(queue).inflight, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
-	var out []core.Message
-	err = b.messages(ctx, queue, ids, func(m core.Message, _ int) { out = append(out, m) })
+	var out []driver.Message
+	err = b.messages(ctx, queue, ids, func(m driver.Message, _ int) { out = append(out, m) })
 	return out, err
 }
 
 // DeadLetters lists the rejected messages of queue with their reasons.
-func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]core.DeadLetter, error) {
-	if b.closed.Load() {
-		return nil, fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLetter, error) {
 	k := b.keys(queue)
 	ids, err := b.rdb.LRange(ctx, k.dead, 0, -1).Result()
 	if err != nil || len(ids) == 0 {
@@ -359,36 +338,30 @@ func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]core.DeadLett
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
-	var out []core.DeadLetter
-	err = b.messages(ctx, queue, ids, func(m core.Message, i int) {
+	var out []driver.DeadLetter
+	err = b.messages(ctx, queue, ids, func(m driver.Message, i int) {
 		r, _ := reasons[i].(string)
 		ms, reason, _ := strings.Cut(r, " ")
 		at, _ := strconv.ParseInt(ms, 10, 64)
-		out = append(out, core.DeadLetter{Message: m, Reason: reason, At: time.UnixMilli(at)})
+		out = append(out, driver.DeadLetter{Message: m, Reason: reason, At: time.UnixMilli(at)})
 	})
 	return out, err
 }
 
 // Purge drops the pending and delayed messages of queue.
 func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
-	if b.closed.Load() {
-		return 0, fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
 	k := b.keys(queue)
 	n, err := purgeScript.Run(ctx, b.rdb, []string{k.pending, k.delayed, k.msgs, k.count}).Int()
 	return n, b.err(ctx, err)
 }
 
 // Stats counts queue in one pipeline.
-func (b *Broker) Stats(ctx context.Context, queue string) (core.QueueStats, error) {
-	if b.closed.Load() {
-		return core.QueueStats{}, fmt.Errorf("redis broker: %w", core.ErrClosed)
-	}
+func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, error) {
 	k := b.keys(queue)
 	pipe := b.rdb.Pipeline()
 	p, d, f, x := pipe.LLen(ctx, k.pending), pipe.ZCard(ctx, k.delayed), pipe.ZCard(ctx, k.inflight), pipe.LLen(ctx, k.dead)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return core.QueueStats{}, b.err(ctx, err)
+		return driver.QueueStats{}, b.err(ctx, err)
 	}
-	return core.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val())}, nil
+	return driver.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val())}, nil
 }

@@ -1,4 +1,4 @@
-package redis_test
+package redisbroker_test
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand"
+	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
 )
 
 // servers returns the Redis deployments named by the environment: the
@@ -47,8 +47,8 @@ func servers(t *testing.T) map[string]goredis.UniversalClient {
 
 func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 	return conformance.BrokerHarness{
-		New: func(t testing.TB) core.Broker {
-			b := redis.New(rdb, &redis.Options{Prefix: "errand-test"})
+		New: func(t testing.TB) errand.Broker {
+			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-test"})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
@@ -82,21 +82,21 @@ func TestOpenByURL(t *testing.T) {
 	servers(t)
 	ctx := context.Background()
 	u := os.Getenv("ERRAND_REDIS_URL") + "?prefix=errand-url"
-	b, err := core.OpenBroker(ctx, u)
+	b, err := errand.OpenBroker(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	addrs := strings.Split(os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"), ",")
 	cu := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
-	cb, err := core.OpenBroker(ctx, cu)
+	cb, err := errand.OpenBroker(ctx, cu)
 	if err != nil {
 		t.Fatalf("open cluster by URL: %v", err)
 	}
 	defer cb.Close()
-	q := "url-" + core.NewUUID()
-	for _, br := range []core.Broker{b, cb} {
-		if err := br.Publish(ctx, core.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
+	q := "url-" + errand.NewUUID()
+	for _, br := range []errand.Broker{b, cb} {
+		if err := br.Publish(ctx, errand.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 		ds, err := br.Fetch(ctx, q, 1, time.Second)
@@ -105,7 +105,7 @@ func TestOpenByURL(t *testing.T) {
 		}
 		br.Ack(ctx, ds[0])
 	}
-	_, err = core.OpenBroker(ctx, "redis://:hunter2@127.0.0.1:1/0")
+	_, err = errand.OpenBroker(ctx, "redis://:hunter2@127.0.0.1:1/0")
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("opening an unreachable server: %v (want an error without the password)", err)
 	}

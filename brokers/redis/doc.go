@@ -1,4 +1,4 @@
-// Package redis is errand's Redis broker, on go-redis's UniversalClient:
+// Package redisbroker is errand's Redis broker, on go-redis's UniversalClient:
 // a single node, Sentinel, or Redis Cluster.
 //
 // # URL form
@@ -52,4 +52,4 @@
 // Payload: Options.MaxPayload (default none; Redis strings hold up to
 // 512 MB, but keep tasks small). Rejected (undecodable) messages stay in the
 // queue's dead list with their reason until purged by hand.
-package redis
+package redisbroker

@@ -1,4 +1,4 @@
-package redis_test
+package redisbroker_test
 
 // Fault tests with real processes: a worker process SIGKILLed mid-task, and
 // redis-server restarted under running workers. Nothing may be lost.
@@ -16,10 +16,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
-	"github.com/errand-go/errand/brokers/redis"
+	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
 )
 
 // The test binary doubles as the worker process of TestWorkerKilledMidTask:
@@ -41,7 +41,7 @@ func faultWorker(q string, hang bool) int {
 		return 2
 	}
 	rdb := goredis.NewClient(o)
-	srv, _ := core.NewServer(core.Config{Broker: redis.New(rdb, &redis.Options{Prefix: "errand-test"}), Backend: memorybackend.New(nil), DefaultQueue: q})
+	srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-test"}), Backend: memorybackend.New(nil), DefaultQueue: q})
 	srv.Register("mark", func(ctx context.Context, id string) error {
 		rdb.SAdd(ctx, q+":started", id)
 		if hang {
@@ -50,7 +50,7 @@ func faultWorker(q string, hang bool) int {
 		}
 		return rdb.SAdd(ctx, q+":done", id).Err()
 	})
-	w := srv.NewWorker(core.WorkerConfig{Concurrency: 4, Lease: time.Second})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, Lease: time.Second})
 	w.Run(context.Background()) // until killed
 	return 0
 }
@@ -85,11 +85,11 @@ func waitCount(t *testing.T, rdb goredis.UniversalClient, key string, n int64, w
 func TestWorkerKilledMidTask(t *testing.T) {
 	rdb := singleServer(t)
 	ctx := context.Background()
-	q := "fault-kill-" + core.NewUUID()
-	producer, _ := core.NewServer(core.Config{Broker: redis.New(rdb, &redis.Options{Prefix: "errand-test"}), Backend: memorybackend.New(nil), DefaultQueue: q})
+	q := "fault-kill-" + errand.NewUUID()
+	producer, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-test"}), Backend: memorybackend.New(nil), DefaultQueue: q})
 	const n = 40
 	for i := range n {
-		if _, err := producer.SendTask(ctx, core.NewSignature("mark", strconv.Itoa(i))); err != nil {
+		if _, err := producer.SendTask(ctx, errand.NewSignature("mark", strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -146,19 +146,19 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 	defer cancel()
 	waitUp(t, ctx, rdb)
 
-	srv, _ := core.NewServer(core.Config{Broker: redis.New(rdb, nil), Backend: memorybackend.New(nil)})
+	srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(rdb, nil), Backend: memorybackend.New(nil)})
 	release := make(chan struct{})
 	srv.Register("slow", func(ctx context.Context, i int) (int, error) {
 		<-release
 		return i * 2, nil
 	})
-	w := srv.NewWorker(core.WorkerConfig{Concurrency: 4, Lease: 2 * time.Second, ErrorBackoff: 50 * time.Millisecond})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, Lease: 2 * time.Second, ErrorBackoff: 50 * time.Millisecond})
 	w.Start()
 	defer w.Shutdown(context.Background())
 	const n = 30
-	var rs []*core.AsyncResult
+	var rs []*errand.AsyncResult
 	for i := range n {
-		r, err := srv.SendTask(ctx, core.NewSignature("slow", i))
+		r, err := srv.SendTask(ctx, errand.NewSignature("slow", i))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/errand-go/errand v0.0.0
+	github.com/errand-go/errand/internal/redisconn v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -12,5 +13,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/errand-go/errand => ../..

@@ -1,4 +1,4 @@
-package redis
+package redisbroker
 
 import goredis "github.com/redis/go-redis/v9"
 

@@ -1,101 +1,64 @@
-package sqs
+package sqsbroker
 
 import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/errand-go/errand/driver"
 )
 
-// ackWindow is how long an Ack waits for others to share its
-// DeleteMessageBatch call (at most 10 entries).
-const ackWindow = 2 * time.Millisecond
-
-type ackReq struct {
-	h    handle
-	done chan error
+// AckBatch deletes ds with one DeleteMessageBatch call per queue URL (errand
+// sends at most Limits().MaxAckBatch, 10, at a time, all of one queue).
+func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+	errs := make([]error, len(ds))
+	byURL := map[string][]int{}
+	hs := make([]handle, len(ds))
+	for i, d := range ds {
+		h, err := b.handle(d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		hs[i] = h
+		byURL[h.url] = append(byURL[h.url], i)
+	}
+	for url, idx := range byURL {
+		for len(idx) > 0 {
+			n := min(len(idx), 10)
+			b.deleteBatch(ctx, url, hs, idx[:n], errs)
+			idx = idx[n:]
+		}
+	}
+	return errs
 }
 
-// acks batches deletes per queue: an Ack joins the queue's pending batch,
-// which is sent when it holds 10 entries or ackWindow after its first entry,
-// and waits for its own entry's result.
-type acks struct {
-	mu      sync.Mutex
-	pending map[string][]ackReq
-}
-
-func (b *Broker) batchDelete(ctx context.Context, h handle) error {
-	req := ackReq{h: h, done: make(chan error, 1)}
-	b.acks.mu.Lock()
-	if b.acks.pending == nil {
-		b.acks.pending = map[string][]ackReq{}
+// deleteBatch deletes the handles hs[i] for i in idx with one call and
+// records each entry's outcome in errs[i].
+func (b *Broker) deleteBatch(ctx context.Context, url string, hs []handle, idx []int, errs []error) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(idx))
+	for j, i := range idx {
+		entries[j] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), ReceiptHandle: aws.String(hs[i].receipt)}
 	}
-	batch := append(b.acks.pending[h.url], req)
-	b.acks.pending[h.url] = batch
-	switch len(batch) {
-	case 10:
-		delete(b.acks.pending, h.url)
-		b.acks.mu.Unlock()
-		go b.flush(h.url, batch)
-	case 1:
-		b.acks.mu.Unlock()
-		time.AfterFunc(ackWindow, func() { b.flushQueue(h.url, req) })
-	default:
-		b.acks.mu.Unlock()
-	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// flushQueue sends the queue's pending batch if first is still in it.
-func (b *Broker) flushQueue(url string, first ackReq) {
-	b.acks.mu.Lock()
-	batch := b.acks.pending[url]
-	if len(batch) == 0 || batch[0].done != first.done {
-		b.acks.mu.Unlock()
-		return // already sent as a full batch
-	}
-	delete(b.acks.pending, url)
-	b.acks.mu.Unlock()
-	b.flush(url, batch)
-}
-
-func (b *Broker) flush(url string, batch []ackReq) {
-	entries := make([]types.DeleteMessageBatchRequestEntry, len(batch))
-	for i, r := range batch {
-		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.h.receipt)}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	out, err := b.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
 	if err != nil {
-		for _, r := range batch {
-			r.done <- b.leaseErr(err, r.h.msg.ID)
+		for _, i := range idx {
+			errs[i] = b.leaseErr(err, hs[i].msg.ID)
 		}
 		return
 	}
-	failed := map[int]types.BatchResultErrorEntry{}
 	for _, f := range out.Failed {
-		i, _ := strconv.Atoi(aws.ToString(f.Id))
-		failed[i] = f
-	}
-	for i, r := range batch {
-		f, bad := failed[i]
-		if !bad {
-			r.done <- nil
+		j, convErr := strconv.Atoi(aws.ToString(f.Id))
+		if convErr != nil || j < 0 || j >= len(idx) {
 			continue
 		}
-		r.done <- b.leaseErr(&batchEntryError{code: aws.ToString(f.Code), msg: aws.ToString(f.Message)}, r.h.msg.ID)
+		i := idx[j]
+		errs[i] = b.leaseErr(&batchEntryError{code: aws.ToString(f.Code), msg: aws.ToString(f.Message)}, hs[i].msg.ID)
 	}
 }
 

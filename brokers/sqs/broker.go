@@ -1,4 +1,4 @@
-package sqs
+package sqsbroker
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // Options configures a Broker.
@@ -53,7 +53,7 @@ type Options struct {
 	WaitTime time.Duration
 }
 
-// Broker is a core.Broker on Amazon SQS (standard queues). It is safe for
+// Broker is a driver.Broker on Amazon SQS (standard queues). It is safe for
 // concurrent use.
 type Broker struct {
 	client *sqs.Client
@@ -62,14 +62,14 @@ type Broker struct {
 
 	mu   sync.Mutex
 	urls map[string]string
-	acks acks
 }
 
 var (
-	_ core.Broker        = (*Broker)(nil)
-	_ core.Limiter       = (*Broker)(nil)
-	_ core.Purger        = (*Broker)(nil)
-	_ core.StatsReporter = (*Broker)(nil)
+	_ driver.Broker        = (*Broker)(nil)
+	_ driver.Limiter       = (*Broker)(nil)
+	_ driver.Purger        = (*Broker)(nil)
+	_ driver.StatsReporter = (*Broker)(nil)
+	_ driver.BatchAcker    = (*Broker)(nil)
 )
 
 // maxBody is SQS's 256 KiB message limit less room for errand's attributes.
@@ -100,8 +100,8 @@ func New(client *sqs.Client, opts *Options) *Broker {
 }
 
 // Limits: 256 KiB less attributes; the native maximum delay is MaxHop.
-func (b *Broker) Limits() core.Limits {
-	return core.Limits{MaxPayload: maxBody, MaxDelay: b.opts.MaxHop}
+func (b *Broker) Limits() driver.Limits {
+	return driver.Limits{MaxPayload: maxBody, MaxDelay: b.opts.MaxHop, MaxAckBatch: 10}
 }
 
 var badChars = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
@@ -152,13 +152,6 @@ func (b *Broker) url(ctx context.Context, name string) (string, error) {
 	return u, nil
 }
 
-func (b *Broker) check() error {
-	if b.closed.Load() {
-		return fmt.Errorf("sqs broker: %w", core.ErrClosed)
-	}
-	return nil
-}
-
 // delaySeconds returns the SQS delay for a not-before time (rounded up: never
 // early) and whether the message must hop again on arrival.
 func (b *Broker) delaySeconds(notBefore time.Time) (int32, bool) {
@@ -175,7 +168,7 @@ func (b *Broker) delaySeconds(notBefore time.Time) (int32, bool) {
 	return int32(math.Ceil(d.Seconds())), false
 }
 
-func attrs(m core.Message) map[string]types.MessageAttributeValue {
+func attrs(m driver.Message) map[string]types.MessageAttributeValue {
 	a := map[string]types.MessageAttributeValue{
 		attrID: {DataType: aws.String("String"), StringValue: aws.String(m.ID)},
 	}
@@ -186,15 +179,10 @@ func attrs(m core.Message) map[string]types.MessageAttributeValue {
 }
 
 // Publish sends msgs with SendMessageBatch, 10 per call and at most 256 KiB
-// per call. Every body is checked before anything is sent.
-func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
-	if err := b.check(); err != nil {
-		return err
-	}
+// per call. Every body is checked before anything is sent (errand has
+// already refused bodies over Limits().MaxPayload).
+func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	for _, m := range msgs {
-		if err := core.CheckPayload(m, maxBody); err != nil {
-			return err
-		}
 		if m.ID == "" {
 			return errors.New("sqs broker: message without an ID")
 		}
@@ -202,7 +190,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
 			return fmt.Errorf("sqs broker: message %q: body holds characters SQS cannot carry (only XML characters: no NUL or other control bytes)", m.ID)
 		}
 	}
-	byQueue := map[string][]core.Message{}
+	byQueue := map[string][]driver.Message{}
 	var order []string
 	for _, m := range msgs {
 		if _, ok := byQueue[m.Queue]; !ok {
@@ -265,7 +253,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...core.Message) error {
 // handle is a delivery's SQS receipt.
 type handle struct {
 	url, receipt string
-	msg          core.Message
+	msg          driver.Message
 }
 
 // Fetch long-polls for up to max messages (10 per receive). The receive is
@@ -273,18 +261,15 @@ type handle struct {
 // when ctx ends, Fetch returns after the current poll and gives back
 // whatever it received. Messages that arrive before their not-before time
 // (a hop of a long delay) are sent on again, not returned.
-func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*core.Delivery, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
+func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 	u, err := b.url(ctx, b.queueName(queue))
 	if err != nil {
 		return nil, err
 	}
 	vis := int32(max1(math.Ceil(lease.Seconds())))
 	for {
-		if err := b.check(); err != nil {
-			return nil, err
+		if b.closed.Load() {
+			return nil, fmt.Errorf("sqs broker: %w", driver.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -299,11 +284,11 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		cancel()
 		if err != nil {
 			if b.closed.Load() {
-				return nil, fmt.Errorf("sqs broker: %w", core.ErrClosed)
+				return nil, fmt.Errorf("sqs broker: %w", driver.ErrClosed)
 			}
 			return nil, fmt.Errorf("sqs broker: receive: %w", err)
 		}
-		var ds []*core.Delivery
+		var ds []*driver.Delivery
 		for _, m := range out.Messages {
 			d, due := b.delivery(queue, u, m)
 			if !due {
@@ -328,8 +313,8 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 
 func max1(f float64) float64 { return math.Max(f, 1) }
 
-func (b *Broker) delivery(queue, u string, m types.Message) (*core.Delivery, bool) {
-	msg := core.Message{Queue: queue, Body: []byte(aws.ToString(m.Body)), ID: aws.ToString(m.MessageId)}
+func (b *Broker) delivery(queue, u string, m types.Message) (*driver.Delivery, bool) {
+	msg := driver.Message{Queue: queue, Body: []byte(aws.ToString(m.Body)), ID: aws.ToString(m.MessageId)}
 	if a, ok := m.MessageAttributes[attrID]; ok {
 		msg.ID = aws.ToString(a.StringValue)
 	}
@@ -340,7 +325,7 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*core.Delivery, boo
 		due = !time.Now().Before(msg.NotBefore)
 	}
 	n, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	return &core.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
+	return &driver.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
 }
 
 // deferUntilDue puts back a message that arrived before its not-before time: sent
@@ -378,7 +363,7 @@ func (b *Broker) del(ctx context.Context, h handle) error {
 	return b.leaseErr(err, h.msg.ID)
 }
 
-// leaseErr maps a stale receipt handle onto core.ErrLeaseLost.
+// leaseErr maps a stale receipt handle onto driver.ErrLeaseLost.
 func (b *Broker) leaseErr(err error, id string) error {
 	if err == nil {
 		return nil
@@ -388,19 +373,13 @@ func (b *Broker) leaseErr(err error, id string) error {
 		switch ae.ErrorCode() {
 		case "ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight",
 			"AWS.SimpleQueueService.MessageNotInflight", "AWS.SimpleQueueService.ReceiptHandleIsInvalid":
-			return fmt.Errorf("sqs broker: message %q: %w (%s)", id, core.ErrLeaseLost, ae.ErrorCode())
+			return fmt.Errorf("sqs broker: message %q: %w (%s)", id, driver.ErrLeaseLost, ae.ErrorCode())
 		}
-	}
-	if b.closed.Load() {
-		return fmt.Errorf("sqs broker: %w", core.ErrClosed)
 	}
 	return fmt.Errorf("sqs broker: %w", err)
 }
 
-func (b *Broker) handle(d *core.Delivery) (handle, error) {
-	if err := b.check(); err != nil {
-		return handle{}, err
-	}
+func (b *Broker) handle(d *driver.Delivery) (handle, error) {
 	h, ok := d.Handle.(handle)
 	if !ok {
 		return handle{}, fmt.Errorf("sqs broker: delivery %q was not fetched from this broker", d.ID)
@@ -408,14 +387,14 @@ func (b *Broker) handle(d *core.Delivery) (handle, error) {
 	return h, nil
 }
 
-// Ack deletes the message, sharing a DeleteMessageBatch call with the acks
-// of the same queue that arrive within 2ms (up to 10).
-func (b *Broker) Ack(ctx context.Context, d *core.Delivery) error {
+// Ack deletes the message with DeleteMessage. errand acks through AckBatch
+// when several acks meet (see ack.go).
+func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
 	h, err := b.handle(d)
 	if err != nil {
 		return err
 	}
-	return b.batchDelete(ctx, h)
+	return b.del(ctx, h)
 }
 
 // Release gives the message back, due at notBefore, with
@@ -423,7 +402,7 @@ func (b *Broker) Ack(ctx context.Context, d *core.Delivery) error {
 // aws-sdk-go-v2 drops a zero visibility timeout from the request (so "at
 // once" means within a second). Beyond SQS's 12-hour maximum the message is
 // sent again with its not-before time and the original deleted.
-func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.Time) error {
+func (b *Broker) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
 	h, err := b.handle(d)
 	if err != nil {
 		return err
@@ -436,7 +415,7 @@ func (b *Broker) Release(ctx context.Context, d *core.Delivery, notBefore time.T
 }
 
 // Extend renews the visibility timeout (whole seconds, at least one).
-func (b *Broker) Extend(ctx context.Context, d *core.Delivery, lease time.Duration) error {
+func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
 	h, err := b.handle(d)
 	if err != nil {
 		return err
@@ -449,7 +428,7 @@ func (b *Broker) Extend(ctx context.Context, d *core.Delivery, lease time.Durati
 
 // Reject moves the message to the queue's dead-letter queue (NAME-dead) with
 // the reason as an attribute, then deletes it.
-func (b *Broker) Reject(ctx context.Context, d *core.Delivery, reason string) error {
+func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
 	h, err := b.handle(d)
 	if err != nil {
 		return err
@@ -485,7 +464,7 @@ func validBody(s string) bool {
 	return true
 }
 
-// Close makes later calls return core.ErrClosed; blocked fetches return
+// Close makes later calls return driver.ErrClosed; blocked fetches return
 // after their current poll.
 func (b *Broker) Close() error {
 	b.closed.Store(true)
@@ -493,22 +472,19 @@ func (b *Broker) Close() error {
 }
 
 // Stats reads SQS's approximate counts (eventually consistent on real SQS).
-func (b *Broker) Stats(ctx context.Context, queue string) (core.QueueStats, error) {
-	if err := b.check(); err != nil {
-		return core.QueueStats{}, err
-	}
+func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, error) {
 	u, err := b.url(ctx, b.queueName(queue))
 	if err != nil {
-		return core.QueueStats{}, err
+		return driver.QueueStats{}, err
 	}
 	out, err := b.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{
 		types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
 		types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
 	if err != nil {
-		return core.QueueStats{}, fmt.Errorf("sqs broker: %w", err)
+		return driver.QueueStats{}, fmt.Errorf("sqs broker: %w", err)
 	}
 	n := func(k types.QueueAttributeName) int { v, _ := strconv.Atoi(out.Attributes[string(k)]); return v }
-	return core.QueueStats{
+	return driver.QueueStats{
 		Pending:  n(types.QueueAttributeNameApproximateNumberOfMessages),
 		InFlight: n(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible),
 		Delayed:  n(types.QueueAttributeNameApproximateNumberOfMessagesDelayed),

@@ -1,4 +1,4 @@
-package sqs_test
+package sqsbroker_test
 
 import (
 	"context"
@@ -12,12 +12,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	redisbackend "github.com/errand-go/errand/backends/redis"
-	"github.com/errand-go/errand/brokers/sqs"
+	"github.com/errand-go/errand"
+	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // client returns an SQS client for ERRAND_SQS_ENDPOINT (fauxqs from
@@ -45,12 +43,12 @@ const hop = 2 * time.Second
 
 func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
 	return conformance.BrokerHarness{
-		New: func(t testing.TB) core.Broker {
-			b := sqs.New(c, &sqs.Options{QueuePrefix: "errand-test-", MaxHop: hop, FIFO: fifo})
+		New: func(t testing.TB) errand.Broker {
+			b := sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: "errand-test-", MaxHop: hop, FIFO: fifo})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: hop, Purge: true, Stats: true},
+		Caps: conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: hop, Purge: true, Stats: true, BatchAck: true},
 		// SQS counts delays and visibility timeouts in whole seconds, and a
 		// receive is never cancelled mid-poll (1s), so leases are seconds long.
 		Timing: conformance.Timing{Lease: 3 * time.Second, Delay: time.Second, DelayBound: 1500 * time.Millisecond, Prompt: 2 * time.Second},
@@ -74,17 +72,17 @@ func TestOpenByURL(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	ep := strings.TrimPrefix(os.Getenv("ERRAND_SQS_ENDPOINT"), "http://")
-	b, err := core.OpenBroker(context.Background(), "sqs://"+ep+"?region=us-east-1&insecure=1&prefix=errand-url-&max_hop=1m")
+	b, err := errand.OpenBroker(context.Background(), "sqs://"+ep+"?region=us-east-1&insecure=1&prefix=errand-url-&max_hop=1m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if l := b.(core.Limiter).Limits(); l.MaxDelay != time.Minute {
+	if l := b.(driver.Limiter).Limits(); l.MaxDelay != time.Minute {
 		t.Fatalf("max_hop=1m gave MaxDelay %v", l.MaxDelay)
 	}
 	ctx := context.Background()
-	q := "url-" + core.NewUUID()[:8]
-	if err := b.Publish(ctx, core.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
+	q := "url-" + errand.NewUUID()[:8]
+	if err := b.Publish(ctx, errand.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := b.Fetch(ctx, q, 1, time.Minute)
@@ -94,32 +92,4 @@ func TestOpenByURL(t *testing.T) {
 	if err := b.Ack(ctx, ds[0]); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestWorkerWithRedisBackend runs the end-to-end cases with the Redis
-// result backend.
-func TestWorkerWithRedisBackend(t *testing.T) {
-	c := client(t)
-	u := os.Getenv("ERRAND_REDIS_URL")
-	if u == "" {
-		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set")
-	}
-	o, err := goredis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := goredis.NewClient(o)
-	defer rdb.Close()
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		conformance.ServiceUnavailable(t, "Redis unreachable: "+err.Error())
-	}
-	backend := conformance.BackendHarness{
-		New: func(t testing.TB, expiry time.Duration) core.Backend {
-			b := redisbackend.New(rdb, &redisbackend.Options{Prefix: "errand-test", ResultExpiry: expiry})
-			t.Cleanup(func() { b.Close() })
-			return b
-		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond},
-	}
-	conformance.RunWorker(t, harness(c, false), backend)
 }

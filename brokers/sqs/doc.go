@@ -1,4 +1,4 @@
-// Package sqs is errand's Amazon SQS broker (standard queues), on
+// Package sqsbroker is errand's Amazon SQS broker (standard queues), on
 // aws-sdk-go-v2.
 //
 // # URL form
@@ -56,4 +56,4 @@
 // per-message delay: a delayed message is sent at once with its not-before
 // time and made invisible until then when it arrives, and a release is
 // ChangeMessageVisibility (one second at least).
-package sqs
+package sqsbroker

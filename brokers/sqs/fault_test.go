@@ -1,4 +1,4 @@
-package sqs_test
+package sqsbroker_test
 
 // A worker process SIGKILLed mid-task: every task completes after the
 // visibility timeout, none lost.
@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
-	"github.com/errand-go/errand/brokers/sqs"
+	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/conformance"
-	"github.com/errand-go/errand/core"
 )
 
 // The test binary doubles as the worker process: with ERRAND_FAULT_QUEUE set
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 
 func faultWorker(q, dir string, hang bool) int {
 	c := newClient(os.Getenv("ERRAND_SQS_ENDPOINT"))
-	srv, _ := core.NewServer(core.Config{Broker: sqs.New(c, &sqs.Options{QueuePrefix: "errand-test-"}),
+	srv, _ := errand.NewServer(errand.Config{Broker: sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: "errand-test-"}),
 		Backend: memorybackend.New(nil), DefaultQueue: q})
 	srv.Register("mark", func(ctx context.Context, id string) error {
 		os.WriteFile(filepath.Join(dir, "started-"+id), nil, 0o644)
@@ -41,7 +41,7 @@ func faultWorker(q, dir string, hang bool) int {
 		}
 		return os.WriteFile(filepath.Join(dir, "done-"+id), nil, 0o644)
 	})
-	w := srv.NewWorker(core.WorkerConfig{Concurrency: 4, Lease: 2 * time.Second})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, Lease: 2 * time.Second})
 	w.Run(context.Background()) // until killed
 	return 0
 }
@@ -69,13 +69,13 @@ func waitFiles(t *testing.T, dir, prefix string, n int, within time.Duration) {
 func TestWorkerKilledMidTask(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
-	q := "fault-" + core.NewUUID()[:8]
+	q := "fault-" + errand.NewUUID()[:8]
 	dir := t.TempDir()
-	producer, _ := core.NewServer(core.Config{Broker: sqs.New(c, &sqs.Options{QueuePrefix: "errand-test-"}),
+	producer, _ := errand.NewServer(errand.Config{Broker: sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: "errand-test-"}),
 		Backend: conformance.MemoryBackend().New(t, 0), DefaultQueue: q})
 	const n = 20
 	for i := range n {
-		if _, err := producer.SendTask(ctx, core.NewSignature("mark", strconv.Itoa(i))); err != nil {
+		if _, err := producer.SendTask(ctx, errand.NewSignature("mark", strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}

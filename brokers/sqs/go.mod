@@ -9,8 +9,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/aws/smithy-go v1.28.8
 	github.com/errand-go/errand v0.0.0
-	github.com/errand-go/errand/backends/redis v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
@@ -24,14 +22,4 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.3 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.8 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/errand-go/errand/brokers/redis v0.0.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-)
-
-replace (
-	github.com/errand-go/errand => ../..
-	github.com/errand-go/errand/backends/redis => ../../backends/redis
-	github.com/errand-go/errand/brokers/redis => ../../brokers/redis
 )

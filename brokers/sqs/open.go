@@ -1,4 +1,4 @@
-package sqs
+package sqsbroker
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
-func init() { core.RegisterBroker("sqs", Open) }
+func init() { driver.RegisterBroker("sqs", Open) }
 
 // Open returns a broker for an sqs:// URL (see the package doc). Credentials
 // come from the AWS default chain (environment, shared config, instance
 // role); never from the URL.
-func Open(ctx context.Context, u *url.URL) (core.Broker, error) {
+func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	q := u.Query()
 	var loadOpts []func(*config.LoadOptions) error
 	if r := q.Get("region"); r != "" {
@@ -37,7 +37,7 @@ func Open(ctx context.Context, u *url.URL) (core.Broker, error) {
 		clientOpts = append(clientOpts, func(o *sqs.Options) { o.BaseEndpoint = aws.String(scheme + "://" + u.Host) })
 	}
 	opts := &Options{QueuePrefix: q.Get("prefix"), NoCreate: q.Get("create") == "false"}
-	if err := core.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime}); err != nil {
+	if err := driver.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime}); err != nil {
 		return nil, fmt.Errorf("sqs broker: %w", err)
 	}
 	return New(sqs.NewFromConfig(cfg, clientOpts...), opts), nil

@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
 )
 
 // demo runs the tour on the in-memory drivers and returns an error unless
@@ -21,7 +21,7 @@ func demo(ctx context.Context, out io.Writer) error {
 	broker, backend := memorybroker.New(nil), memorybackend.New(nil)
 	defer broker.Close()
 	defer backend.Close()
-	srv, err := core.NewServer(core.Config{Broker: broker, Backend: backend})
+	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend})
 	if err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func demo(ctx context.Context, out io.Writer) error {
 		"square": func(x int) (int, error) { return x * x, nil },
 		"flaky": func(ctx context.Context) (string, error) {
 			flakyRuns.Add(1)
-			ti, _ := core.TaskInfoFrom(ctx)
+			ti, _ := errand.TaskInfoFrom(ctx)
 			if ti.Attempt < 3 {
 				return "", fmt.Errorf("simulated outage on attempt %d", ti.Attempt)
 			}
@@ -50,10 +50,10 @@ func demo(ctx context.Context, out io.Writer) error {
 	if err := srv.RegisterTasks(tasks); err != nil {
 		return err
 	}
-	w := srv.NewWorker(core.WorkerConfig{
+	w := srv.NewWorker(errand.WorkerConfig{
 		Concurrency: 8,
 		// Retries wait 1, 2, 3, 5... units; a tenth of a second keeps the tour short.
-		RetryPolicy: core.Fibonacci{Unit: 100 * time.Millisecond},
+		RetryPolicy: errand.Fibonacci{Unit: 100 * time.Millisecond},
 	})
 	w.Start()
 	defer func() {
@@ -69,7 +69,7 @@ func demo(ctx context.Context, out io.Writer) error {
 		run  func() (string, error)
 	}{
 		{"task", func() (string, error) {
-			r, err := srv.SendTask(ctx, core.NewSignature("add", 2, 3))
+			r, err := srv.SendTask(ctx, errand.NewSignature("add", 2, 3))
 			if err != nil {
 				return "", err
 			}
@@ -80,7 +80,7 @@ func demo(ctx context.Context, out io.Writer) error {
 			return fmt.Sprintf("add(2, 3) = %d", n), expect(n == 5, "want 5")
 		}},
 		{"retry", func() (string, error) {
-			sig := core.NewSignature("flaky")
+			sig := errand.NewSignature("flaky")
 			sig.RetryCount = 3
 			r, err := srv.SendTask(ctx, sig)
 			if err != nil {
@@ -94,7 +94,7 @@ func demo(ctx context.Context, out io.Writer) error {
 		}},
 		{"delay", func() (string, error) {
 			eta := time.Now().Add(500 * time.Millisecond)
-			sig := core.NewSignature("stamp")
+			sig := errand.NewSignature("stamp")
 			sig.ETA = &eta
 			r, err := srv.SendTask(ctx, sig)
 			if err != nil {
@@ -108,7 +108,7 @@ func demo(ctx context.Context, out io.Writer) error {
 			return fmt.Sprintf("due in 500ms, ran %s after its ETA", late.Round(10*time.Microsecond)), expect(late >= 0, "ran before its ETA")
 		}},
 		{"chain", func() (string, error) {
-			c, _ := core.NewChain(core.NewSignature("add", 1, 2), core.NewSignature("mul", 10), core.NewSignature("add", 5))
+			c, _ := errand.NewChain(errand.NewSignature("add", 1, 2), errand.NewSignature("mul", 10), errand.NewSignature("add", 5))
 			r, err := srv.SendChain(ctx, c)
 			if err != nil {
 				return "", err
@@ -120,11 +120,11 @@ func demo(ctx context.Context, out io.Writer) error {
 			return fmt.Sprintf("add(1, 2) → mul(10, ·) → add(5, ·) = %d", n), expect(n == 35, "want 35")
 		}},
 		{"group", func() (string, error) {
-			var sigs []*core.Signature
+			var sigs []*errand.Signature
 			for i := 1; i <= 10; i++ {
-				sigs = append(sigs, core.NewSignature("mul", i, i))
+				sigs = append(sigs, errand.NewSignature("mul", i, i))
 			}
-			g, _ := core.NewGroup(sigs...)
+			g, _ := errand.NewGroup(sigs...)
 			rs, err := srv.SendGroup(ctx, g, 4)
 			if err != nil {
 				return "", err
@@ -142,12 +142,12 @@ func demo(ctx context.Context, out io.Writer) error {
 		}},
 		{"chord", func() (string, error) {
 			const n = 100
-			var sigs []*core.Signature
+			var sigs []*errand.Signature
 			for i := 1; i <= n; i++ {
-				sigs = append(sigs, core.NewSignature("square", i))
+				sigs = append(sigs, errand.NewSignature("square", i))
 			}
-			g, _ := core.NewGroup(sigs...)
-			c, _ := core.NewChord(g, core.NewSignature("sum"))
+			g, _ := errand.NewGroup(sigs...)
+			c, _ := errand.NewChord(g, errand.NewSignature("sum"))
 			r, err := srv.SendChord(ctx, c, 4)
 			if err != nil {
 				return "", err

@@ -3,5 +3,3 @@ module github.com/errand-go/errand/cmd/errand
 go 1.25
 
 require github.com/errand-go/errand v0.0.0
-
-replace github.com/errand-go/errand => ../..

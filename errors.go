@@ -1,33 +1,35 @@
-package core
+package errand
 
 import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/errand-go/errand/driver"
 )
 
-// Sentinel errors. Drivers map their service's errors onto these so callers
-// can test them with [errors.Is].
+// Sentinel errors, tested with [errors.Is]. The first five are the
+// driver package's own values, so a driver's error satisfies them too.
 var (
 	// ErrClosed is returned by every call on a broker, backend or server
 	// after it has been closed.
-	ErrClosed = errors.New("errand: closed")
+	ErrClosed = driver.ErrClosed
 
 	// ErrTaskNotFound is returned when a task ID is unknown to the backend,
 	// or its result has expired.
-	ErrTaskNotFound = errors.New("errand: task not found (unknown or expired)")
+	ErrTaskNotFound = driver.ErrTaskNotFound
 
 	// ErrGroupNotFound is returned when a group ID is unknown to the
 	// backend, or its metadata has expired.
-	ErrGroupNotFound = errors.New("errand: group not found (unknown or expired)")
+	ErrGroupNotFound = driver.ErrGroupNotFound
 
 	// ErrLeaseLost is returned when a delivery is acked, released or
 	// extended after its lease ran out (another consumer may hold it now).
-	ErrLeaseLost = errors.New("errand: delivery lease lost")
+	ErrLeaseLost = driver.ErrLeaseLost
 
 	// ErrPayloadTooLarge is returned, before anything is sent, when an
 	// encoded message exceeds the broker's declared maximum payload.
-	ErrPayloadTooLarge = errors.New("errand: payload too large")
+	ErrPayloadTooLarge = driver.ErrPayloadTooLarge
 
 	// ErrUnknownTask is wrapped by the failure recorded for a task whose
 	// name no worker has registered.

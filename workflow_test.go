@@ -1,4 +1,4 @@
-package core_test
+package errand_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
 )
 
 // echo returns its arguments as one string, so a test sees exactly which
@@ -36,17 +36,17 @@ func must(t *testing.T, err error) {
 func TestChainStopsAtFailure(t *testing.T) {
 	e := newEnv(t)
 	registerEcho(t, e)
-	must(t, e.srv.Register("bad", func(string) (string, error) { return "", core.Permanent(errors.New("middle broke")) }))
-	e.start(t, core.WorkerConfig{})
+	must(t, e.srv.Register("bad", func(string) (string, error) { return "", errand.Permanent(errors.New("middle broke")) }))
+	e.start(t, errand.WorkerConfig{})
 	ctx := ctxT(t)
-	last := core.NewSignature("e1")
-	chain, _ := core.NewChain(core.NewSignature("e1", "a"), core.NewSignature("bad"), last)
+	last := errand.NewSignature("e1")
+	chain, _ := errand.NewChain(errand.NewSignature("e1", "a"), errand.NewSignature("bad"), last)
 	r, err := e.srv.SendChain(ctx, chain)
 	must(t, err)
-	if _, err := r.Get(ctx); !core.IsTaskFailure(err) || !strings.Contains(err.Error(), "middle broke") {
+	if _, err := r.Get(ctx); !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), "middle broke") {
 		t.Fatalf("chain Get = %v, want the middle task's failure", err)
 	}
-	if st, _ := e.srv.Backend().GetState(ctx, last.UUID); st.State != core.StatePending {
+	if st, _ := e.srv.Backend().GetState(ctx, last.UUID); st.State != errand.StatePending {
 		t.Fatalf("task after the failure is %s, want it never run (PENDING)", st.State)
 	}
 }
@@ -60,14 +60,14 @@ func TestChordOfHundredFiresOnceInOrder(t *testing.T) {
 		calls <- xs
 		return xs, nil
 	}))
-	e.start(t, core.WorkerConfig{Concurrency: 8})
+	e.start(t, errand.WorkerConfig{Concurrency: 8})
 	ctx := ctxT(t)
-	var sigs []*core.Signature
+	var sigs []*errand.Signature
 	for i := range n {
-		sigs = append(sigs, core.NewSignature("sq", i))
+		sigs = append(sigs, errand.NewSignature("sq", i))
 	}
-	g, _ := core.NewGroup(sigs...)
-	c, _ := core.NewChord(g, core.NewSignature("gather", "t"))
+	g, _ := errand.NewGroup(sigs...)
+	c, _ := errand.NewChord(g, errand.NewSignature("gather", "t"))
 	r, err := e.srv.SendChord(ctx, c, 4)
 	must(t, err)
 	var got []int
@@ -93,18 +93,18 @@ func TestChordWithVanishedGroupFailsCallback(t *testing.T) {
 	br := memorybroker.New(nil)
 	defer be.Close()
 	defer br.Close()
-	srv, _ := core.NewServer(core.Config{Broker: br, Backend: be})
+	srv, _ := errand.NewServer(errand.Config{Broker: br, Backend: be})
 	release := make(chan struct{})
 	var ran atomic.Int32
 	must(t, srv.Register("member", func(i int) (int, error) { <-release; return i, nil }))
 	must(t, srv.Register("callback", func(xs ...int) error { ran.Add(1); return nil }))
-	w := srv.NewWorker(core.WorkerConfig{Concurrency: 2})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 2})
 	w.Start()
 	defer w.Shutdown(context.Background())
 	ctx := ctxT(t)
-	g, _ := core.NewGroup(core.NewSignature("member", 1), core.NewSignature("member", 2))
-	cb := core.NewSignature("callback")
-	c, _ := core.NewChord(g, cb)
+	g, _ := errand.NewGroup(errand.NewSignature("member", 1), errand.NewSignature("member", 2))
+	cb := errand.NewSignature("callback")
+	c, _ := errand.NewChord(g, cb)
 	if _, err := srv.SendChord(ctx, c, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestChordWithVanishedGroupFailsCallback(t *testing.T) {
 	close(release)
 	waitFor(t, "the callback marked FAILURE", func() bool {
 		st, err := be.GetState(ctx, cb.UUID)
-		return err == nil && st.State == core.StateFailure && strings.Contains(st.Error, "gone from the backend")
+		return err == nil && st.State == errand.StateFailure && strings.Contains(st.Error, "gone from the backend")
 	})
 	if ran.Load() != 0 {
 		t.Fatal("the callback of a chord whose group vanished ran")

@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"encoding/json"
@@ -6,7 +6,19 @@ import (
 	"time"
 )
 
-// State is where a task is in its life.
+// State is where a task is in its life. A task starts in PENDING; every
+// change a worker records is an edge of this graph:
+//
+//	PENDING  -> RECEIVED | FAILURE
+//	RECEIVED -> RECEIVED | STARTED | FAILURE
+//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
+//	RETRY    -> RECEIVED
+//
+// RECEIVED -> RECEIVED and STARTED -> RECEIVED are redeliveries: a worker
+// died or shut down before finishing and another took the task again.
+// PENDING -> FAILURE and RECEIVED -> FAILURE are tasks that could not run
+// (unknown name, bad arguments, a chord whose member failed). SUCCESS and
+// FAILURE are terminal.
 type State string
 
 // The task states, with machinery's and Celery's names.
@@ -19,20 +31,8 @@ const (
 	StateFailure  State = "FAILURE"  // failed for good (terminal)
 )
 
-// Transitions is the graph of allowed state changes. A task starts in
-// PENDING; every change a worker records is an edge of this graph:
-//
-//	PENDING  -> RECEIVED | FAILURE
-//	RECEIVED -> RECEIVED | STARTED | FAILURE
-//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
-//	RETRY    -> RECEIVED
-//
-// RECEIVED -> RECEIVED and STARTED -> RECEIVED are redeliveries: a worker
-// died or shut down before finishing and another took the task again.
-// PENDING -> FAILURE and RECEIVED -> FAILURE are tasks that could not run
-// (unknown name, bad arguments, a chord whose member failed). SUCCESS and
-// FAILURE are terminal.
-var Transitions = map[State][]State{
+// transitions is the graph of allowed state changes (see [State]).
+var transitions = map[State][]State{
 	StatePending:  {StateReceived, StateFailure},
 	StateReceived: {StateReceived, StateStarted, StateFailure},
 	StateStarted:  {StateReceived, StateSuccess, StateFailure, StateRetry},
@@ -41,9 +41,10 @@ var Transitions = map[State][]State{
 	StateFailure:  nil,
 }
 
-// CanTransition reports whether from -> to is an edge of [Transitions].
+// CanTransition reports whether from -> to is an edge of the state graph
+// (see [State]).
 func CanTransition(from, to State) bool {
-	for _, s := range Transitions[from] {
+	for _, s := range transitions[from] {
 		if s == to {
 			return true
 		}
@@ -52,7 +53,7 @@ func CanTransition(from, to State) bool {
 }
 
 // ValidPath checks that states, in order, start at PENDING and follow
-// [Transitions]. It returns an error naming the first bad step.
+// the state graph (see [State]). It returns an error naming the first bad step.
 func ValidPath(states []State) error {
 	if len(states) == 0 {
 		return nil

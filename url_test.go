@@ -1,13 +1,13 @@
-package core_test
+package errand_test
 
 import (
 	"context"
 	"strings"
 	"testing"
 
+	"github.com/errand-go/errand"
 	_ "github.com/errand-go/errand/backends/memory"
 	_ "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -19,7 +19,7 @@ func TestRedactURL(t *testing.T) {
 		"mongodb://h:27017/db?password=hunter2": "mongodb://h:27017/db?password=xxxxx",
 	}
 	for in, want := range cases {
-		got := core.RedactURL(in)
+		got := errand.RedactURL(in)
 		if strings.Contains(got, "hunter2") {
 			t.Errorf("RedactURL(%q) = %q leaks the secret", in, got)
 		}
@@ -31,25 +31,25 @@ func TestRedactURL(t *testing.T) {
 
 func TestOpenByURL(t *testing.T) {
 	ctx := context.Background()
-	b1, err := core.OpenBroker(ctx, "memory://shared-q")
+	b1, err := errand.OpenBroker(ctx, "memory://shared-q")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b1.Close()
-	b2, _ := core.OpenBroker(ctx, "memory://shared-q")
+	b2, _ := errand.OpenBroker(ctx, "memory://shared-q")
 	if b1 != b2 {
 		t.Fatal("memory://NAME opened twice gave two brokers; want one shared instance")
 	}
-	be, err := core.OpenBackend(ctx, "memory://?result_expiry=2m")
+	be, err := errand.OpenBackend(ctx, "memory://?result_expiry=2m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	_, err = core.OpenBroker(ctx, "nosuch://u:hunter2@h")
+	_, err = errand.OpenBroker(ctx, "nosuch://u:hunter2@h")
 	if err == nil || !strings.Contains(err.Error(), `"nosuch"`) || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("unknown scheme error %v: want it named, without the password", err)
 	}
-	_, err = core.OpenBackend(ctx, "memory://x?result_expiry=soon")
+	_, err = errand.OpenBackend(ctx, "memory://x?result_expiry=soon")
 	if err == nil || !strings.Contains(err.Error(), "result_expiry") {
 		t.Fatalf("bad option error = %v", err)
 	}

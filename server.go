@@ -1,4 +1,4 @@
-package core
+package errand
 
 import (
 	"context"
@@ -33,10 +33,12 @@ type Config struct {
 // Server registers tasks, sends tasks and workflows, and makes workers. It
 // is safe for concurrent use.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	mu    sync.RWMutex
-	tasks map[string]*task
+	cfg     Config
+	broker  *broker  // cfg.Broker in the portable layer
+	backend *backend // cfg.Backend in the portable layer
+	log     *slog.Logger
+	mu      sync.RWMutex
+	tasks   map[string]*task
 }
 
 // NewServer returns a Server for cfg.
@@ -54,14 +56,22 @@ func NewServer(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{cfg: cfg, log: log, tasks: make(map[string]*task)}, nil
+	return &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}, nil
 }
 
-// Broker returns the server's broker.
-func (s *Server) Broker() Broker { return s.cfg.Broker }
+// Broker returns the server's broker, in errand's portable layer: closing
+// it, or calling it after Close, behaves as for the server.
+func (s *Server) Broker() Broker { return s.broker }
 
-// Backend returns the server's backend.
-func (s *Server) Backend() Backend { return s.cfg.Backend }
+// Backend returns the server's result backend, in errand's portable layer.
+func (s *Server) Backend() Backend { return s.backend }
+
+// Close closes the server's broker and backend; every later call on them,
+// or on the server, returns an error satisfying errors.Is(err, ErrClosed).
+// Shut workers down first.
+func (s *Server) Close() error {
+	return errors.Join(s.broker.Close(), s.backend.Close())
+}
 
 // TaskOption tunes one registered task.
 type TaskOption func(*task)
@@ -145,10 +155,8 @@ func (s *Server) message(sig *Signature) (Message, error) {
 	if sig.ETA != nil {
 		m.NotBefore = *sig.ETA
 	}
-	if l, ok := s.cfg.Broker.(Limiter); ok {
-		if lim := l.Limits().MaxPayload; lim > 0 && len(body) > lim {
-			return Message{}, &PayloadError{TaskName: sig.Name, Size: len(body), Limit: lim}
-		}
+	if err := s.broker.checkPayload(m, sig.Name); err != nil {
+		return Message{}, err
 	}
 	return m, nil
 }
@@ -167,34 +175,27 @@ func (s *Server) publish(ctx context.Context, sigs ...*Signature) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	return s.cfg.Broker.Publish(ctx, msgs...)
+	return s.broker.Publish(ctx, msgs...)
 }
 
 func (s *Server) setPending(ctx context.Context, sig *Signature) error {
-	return s.cfg.Backend.SetState(ctx, &TaskState{
-		TaskUUID: sig.UUID, TaskName: sig.Name, State: StatePending,
-		Attempt: sig.attempt(), CreatedAt: time.Now().UTC(),
-	})
+	return s.backend.SetState(ctx, pendingState(sig, time.Now().UTC()))
+}
+
+func pendingState(sig *Signature, now time.Time) *TaskState {
+	return &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StatePending, Attempt: sig.attempt(), CreatedAt: now}
 }
 
 // setPendings records PENDING for sigs, in one call where the backend
 // batches writes.
 func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
-	if sb, ok := s.cfg.Backend.(StateBatcher); ok {
-		sts := make([]*TaskState, len(sigs))
-		now := time.Now().UTC()
-		for i, sig := range sigs {
-			sts[i] = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StatePending, Attempt: sig.attempt(), CreatedAt: now}
-		}
-		if err := sb.SetStates(ctx, sts); err != nil {
-			return fmt.Errorf("set PENDING for %d tasks: %w", len(sigs), err)
-		}
-		return nil
+	sts := make([]*TaskState, len(sigs))
+	now := time.Now().UTC()
+	for i, sig := range sigs {
+		sts[i] = pendingState(sig, now)
 	}
-	for _, sig := range sigs {
-		if err := s.setPending(ctx, sig); err != nil {
-			return fmt.Errorf("set PENDING for %s: %w", sig.UUID, err)
-		}
+	if err := s.backend.SetStates(ctx, sts); err != nil {
+		return fmt.Errorf("set PENDING for %d tasks: %w", len(sigs), err)
 	}
 	return nil
 }
@@ -214,13 +215,15 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 	if err := s.setPending(ctx, sig); err != nil {
 		return nil, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
 	}
-	if err := s.cfg.Broker.Publish(ctx, m); err != nil {
+	if err := s.broker.Publish(ctx, m); err != nil {
 		return nil, fmt.Errorf("errand: send %s: %w", sig.Name, err)
 	}
 	return s.result(sig), nil
 }
 
-func (s *Server) result(sig *Signature) *AsyncResult { return NewAsyncResult(sig, s.cfg.Backend) }
+func (s *Server) result(sig *Signature) *AsyncResult {
+	return &AsyncResult{Signature: sig, backend: s.backend}
+}
 
 // sendMany sets every signature PENDING and publishes them in batches of
 // Config.PublishBatch, with up to concurrency batches in flight (< 1: one).
@@ -255,7 +258,7 @@ func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency in
 				cancel(err)
 				return
 			}
-			if err := s.cfg.Broker.Publish(ctx, msgs[lo:hi]...); err != nil {
+			if err := s.broker.Publish(ctx, msgs[lo:hi]...); err != nil {
 				cancel(err)
 			}
 		})
@@ -270,9 +273,18 @@ func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency in
 // SendGroup sends every task of g, publishing with up to sendConcurrency
 // batches in flight, and returns their results in group order.
 func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
-	if err := s.initGroup(ctx, g); err != nil {
-		return nil, err
+	if g == nil || len(g.Tasks) == 0 {
+		return nil, errors.New("errand: empty group")
 	}
+	for _, sig := range g.Tasks {
+		s.prepare(sig)
+	}
+	return s.sendGroup(ctx, g, sendConcurrency)
+}
+
+// sendGroup sends g's prepared tasks. A plain group writes no group
+// metadata: only a chord's callback reads it.
+func (s *Server) sendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
 	if err := s.sendMany(ctx, g.Tasks, sendConcurrency); err != nil {
 		return nil, err
 	}
@@ -283,6 +295,7 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) (
 	return out, nil
 }
 
+// initGroup prepares g's tasks and records its members for its chord.
 func (s *Server) initGroup(ctx context.Context, g *Group) error {
 	if g == nil || len(g.Tasks) == 0 {
 		return errors.New("errand: empty group")
@@ -292,7 +305,7 @@ func (s *Server) initGroup(ctx context.Context, g *Group) error {
 		s.prepare(sig)
 		ids[i] = sig.UUID
 	}
-	if err := s.cfg.Backend.InitGroup(ctx, g.GroupUUID, ids); err != nil {
+	if err := s.backend.InitGroup(ctx, g.GroupUUID, ids); err != nil {
 		return fmt.Errorf("errand: init group %s: %w", g.GroupUUID, err)
 	}
 	return nil
@@ -302,17 +315,20 @@ func (s *Server) initGroup(ctx context.Context, g *Group) error {
 // has succeeded, with their results as arguments in group order (see
 // [Chord]). The callback is PENDING from the start.
 func (s *Server) SendChord(ctx context.Context, c *Chord, sendConcurrency int) (*ChordAsyncResult, error) {
-	if c == nil || c.Callback == nil {
-		return nil, errors.New("errand: chord without a callback")
+	if c == nil || c.Callback == nil || c.Group == nil {
+		return nil, errors.New("errand: chord without a group or a callback")
 	}
 	s.prepare(c.Callback)
 	for _, sig := range c.Group.Tasks {
 		sig.ChordCallback = c.Callback
 	}
+	if err := s.initGroup(ctx, c.Group); err != nil {
+		return nil, err
+	}
 	if err := s.setPending(ctx, c.Callback); err != nil {
 		return nil, fmt.Errorf("errand: send chord: set callback PENDING: %w", err)
 	}
-	rs, err := s.SendGroup(ctx, c.Group, sendConcurrency)
+	rs, err := s.sendGroup(ctx, c.Group, sendConcurrency)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +354,7 @@ func (s *Server) SendChain(ctx context.Context, c *Chain) (*ChainAsyncResult, er
 		}
 		res.Results = append(res.Results, s.result(sig))
 	}
-	if err := s.cfg.Broker.Publish(ctx, m); err != nil {
+	if err := s.broker.Publish(ctx, m); err != nil {
 		return nil, fmt.Errorf("errand: send chain: %w", err)
 	}
 	return res, nil

@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 // compare-and-set), never a read-modify-write done in Go, because many
 // workers complete members of one group at once.
 //
-// All methods may be called concurrently. After Close every method returns
-// an error satisfying errors.Is(err, ErrClosed).
+// All methods may be called concurrently. errand checks ctx before every
+// call and never calls a method after Close (it answers ErrClosed itself).
 type Backend interface {
 	// SetState stores st as the task's current state, replacing the
 	// previous one, and restarts its result expiry.
@@ -47,7 +47,7 @@ type Backend interface {
 	// returned as PENDING.
 	GroupStates(ctx context.Context, groupUUID string) ([]*TaskState, error)
 
-	// Close releases the backend's resources.
+	// Close releases the backend's resources. errand calls it once.
 	Close() error
 }
 

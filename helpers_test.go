@@ -1,4 +1,4 @@
-package core_test
+package errand_test
 
 import (
 	"context"
@@ -7,30 +7,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
+	"github.com/errand-go/errand/driver"
 )
 
 // recorder wraps a backend and records every state each task is set to, so
-// tests can check the paths against core.Transitions.
+// tests can check the paths against driver.Transitions.
 type recorder struct {
-	core.Backend
+	errand.Backend
 	mu    sync.Mutex
-	paths map[string][]core.State
+	paths map[string][]errand.State
 }
 
-func (r *recorder) SetState(ctx context.Context, st *core.TaskState) error {
+func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
 	r.mu.Lock()
 	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
 	r.mu.Unlock()
 	return r.Backend.SetState(ctx, st)
 }
 
-func (r *recorder) path(id string) []core.State {
+func (r *recorder) path(id string) []errand.State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]core.State(nil), r.paths[id]...)
+	return append([]errand.State(nil), r.paths[id]...)
 }
 
 // checkPaths fails t for every recorded path that is not a path of the
@@ -40,14 +41,14 @@ func (r *recorder) checkPaths(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, p := range r.paths {
-		if err := core.ValidPath(p); err != nil {
+		if err := driver.ValidPath(p); err != nil {
 			t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
 		}
 	}
 }
 
 type env struct {
-	srv    *core.Server
+	srv    *errand.Server
 	broker *memorybroker.Broker
 	rec    *recorder
 }
@@ -57,8 +58,8 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	br := memorybroker.New(nil)
-	rec := &recorder{Backend: memorybackend.New(nil), paths: map[string][]core.State{}}
-	srv, err := core.NewServer(core.Config{Broker: br, Backend: rec})
+	rec := &recorder{Backend: memorybackend.New(nil), paths: map[string][]errand.State{}}
+	srv, err := errand.NewServer(errand.Config{Broker: br, Backend: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +72,10 @@ func newEnv(t *testing.T) *env {
 }
 
 // start runs a worker until the test ends, shutting it down gracefully.
-func (e *env) start(t *testing.T, cfg core.WorkerConfig) *core.Worker {
+func (e *env) start(t *testing.T, cfg errand.WorkerConfig) *errand.Worker {
 	t.Helper()
 	if cfg.RetryPolicy == nil {
-		cfg.RetryPolicy = core.Fibonacci{Unit: time.Millisecond}
+		cfg.RetryPolicy = errand.Fibonacci{Unit: time.Millisecond}
 	}
 	w := e.srv.NewWorker(cfg)
 	w.Start()

@@ -1,9 +1,7 @@
-package core
+package driver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 )
 
@@ -38,23 +36,30 @@ type Delivery struct {
 }
 
 // Broker moves encoded tasks from producers to consumers. It is a handful of
-// pull-based primitives; the fetch loop, concurrency, retries and lease
-// extension live in the core's Worker, never in a driver.
+// pull-based primitives; the fetch loop, concurrency, retries, lease
+// extension, payload checks and ack batching live in errand, never in a
+// driver.
 //
-// All methods may be called concurrently. After Close every method returns
-// an error satisfying errors.Is(err, ErrClosed).
+// All methods may be called concurrently. errand checks ctx before every
+// call and never calls a method after Close (it answers ErrClosed itself),
+// so a driver need not track whether it is closed except to make Close wake
+// blocked Fetch calls. A driver maps its service's errors onto this
+// package's sentinels (ErrLeaseLost, ErrPayloadTooLarge) so callers can
+// test them with errors.Is, and does not retry calls itself unless its
+// documentation says so.
 type Broker interface {
 	// Publish enqueues msgs (one or a batch). It returns only after the
 	// broker has accepted every message; on error, some may have been
-	// accepted. A message whose Body exceeds the broker's maximum payload is
-	// refused with an error satisfying errors.Is(err, ErrPayloadTooLarge)
-	// before anything of the batch is sent.
+	// accepted. errand has already refused any message whose Body exceeds
+	// Limits().MaxPayload; a driver maps a service's own size refusal onto
+	// ErrPayloadTooLarge.
 	Publish(ctx context.Context, msgs ...Message) error
 
 	// Fetch blocks until at least one message of queue is due, then returns
-	// up to max of them, each leased for lease. It returns ctx.Err() promptly
-	// when ctx is done and no message was taken.
-	Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*Delivery, error)
+	// up to limit of them (limit >= 1), each leased for lease. It returns
+	// ctx.Err() promptly when ctx is done and no message was taken, and
+	// returns promptly (with any error) once Close is called.
+	Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*Delivery, error)
 
 	// Ack removes a delivered message for good. ErrLeaseLost if the lease ran
 	// out and the message may be with another consumer.
@@ -68,18 +73,32 @@ type Broker interface {
 	Extend(ctx context.Context, d *Delivery, lease time.Duration) error
 
 	// Reject sets a delivered message aside for good (a dead-letter queue or
-	// list), with a reason, so it is never delivered again. The core rejects
+	// list), with a reason, so it is never delivered again. errand rejects
 	// messages it cannot decode.
 	Reject(ctx context.Context, d *Delivery, reason string) error
 
-	// Close releases the broker's resources. Blocked Fetch calls return.
+	// Close releases the broker's resources and makes blocked Fetch calls
+	// return. errand calls it once.
 	Close() error
+}
+
+// BatchAcker is implemented by brokers whose service acks many deliveries
+// in one call (SQS DeleteMessageBatch). errand then coalesces the acks of
+// concurrent tasks on one queue, up to Limits().MaxAckBatch of them within a
+// short window, into one AckBatch call; a lone ack waits at most that
+// window.
+type BatchAcker interface {
+	// AckBatch acks ds, which all come from the same queue, and returns one
+	// error per delivery, in order (nil where the ack succeeded). It may be
+	// called concurrently.
+	AckBatch(ctx context.Context, ds []*Delivery) []error
 }
 
 // Limits are a broker's declared bounds. Zero means no limit.
 type Limits struct {
-	MaxPayload int           // largest message Body in bytes
-	MaxDelay   time.Duration // the service's native maximum delay (longer ETAs are still honoured)
+	MaxPayload  int           // largest message Body in bytes
+	MaxDelay    time.Duration // the service's native maximum delay (longer ETAs are still honoured)
+	MaxAckBatch int           // most deliveries one BatchAcker.AckBatch call takes (0: no limit)
 }
 
 // Limiter is implemented by brokers with a maximum payload or delay.
@@ -127,62 +146,4 @@ type QueueStats struct {
 // StatsReporter is implemented by brokers that can count a queue.
 type StatsReporter interface {
 	Stats(ctx context.Context, queue string) (QueueStats, error)
-}
-
-// unsupported returns an error satisfying errors.Is(err, errors.ErrUnsupported).
-func unsupported(what string, v any) error {
-	return fmt.Errorf("errand: %T does not support %s: %w", v, what, errors.ErrUnsupported)
-}
-
-// Inspect returns the pending and delayed messages of queue, or an error
-// satisfying errors.Is(err, errors.ErrUnsupported) when b cannot list them.
-func Inspect(ctx context.Context, b Broker, queue string) (pending, delayed []Message, err error) {
-	in, ok := b.(Inspector)
-	if !ok {
-		return nil, nil, unsupported("inspection", b)
-	}
-	if pending, err = in.Pending(ctx, queue); err != nil {
-		return nil, nil, err
-	}
-	delayed, err = in.Delayed(ctx, queue)
-	return pending, delayed, err
-}
-
-// Purge drops every pending and delayed message of queue, or returns an
-// error satisfying errors.Is(err, errors.ErrUnsupported).
-func Purge(ctx context.Context, b Broker, queue string) (int, error) {
-	p, ok := b.(Purger)
-	if !ok {
-		return 0, unsupported("purge", b)
-	}
-	return p.Purge(ctx, queue)
-}
-
-// Stats counts queue, or returns an error satisfying
-// errors.Is(err, errors.ErrUnsupported).
-func Stats(ctx context.Context, b Broker, queue string) (QueueStats, error) {
-	s, ok := b.(StatsReporter)
-	if !ok {
-		return QueueStats{}, unsupported("queue stats", b)
-	}
-	return s.Stats(ctx, queue)
-}
-
-// DeadLetters lists the rejected messages of queue, or returns an error
-// satisfying errors.Is(err, errors.ErrUnsupported).
-func DeadLetters(ctx context.Context, b Broker, queue string) ([]DeadLetter, error) {
-	d, ok := b.(DeadLetterInspector)
-	if !ok {
-		return nil, unsupported("dead-letter inspection", b)
-	}
-	return d.DeadLetters(ctx, queue)
-}
-
-// CheckPayload returns a *PayloadError when body exceeds limit (> 0). Brokers
-// call it on every message before sending anything.
-func CheckPayload(m Message, limit int) error {
-	if limit > 0 && len(m.Body) > limit {
-		return &PayloadError{TaskName: m.ID, Size: len(m.Body), Limit: limit}
-	}
-	return nil
 }

@@ -1,22 +1,21 @@
-package core
+package errand
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // AsyncResult is a handle on one sent task's outcome.
 type AsyncResult struct {
 	Signature *Signature
-	backend   Backend
+	backend   *backend
 }
 
 // NewAsyncResult returns a handle on the outcome of the task with sig's UUID,
 // read from backend: for a process that did not send the task itself.
 func NewAsyncResult(sig *Signature, backend Backend) *AsyncResult {
-	return &AsyncResult{Signature: sig, backend: backend}
+	return &AsyncResult{Signature: sig, backend: asBackend(backend)}
 }
 
 // State returns the task's current state without waiting.
@@ -26,11 +25,11 @@ func (r *AsyncResult) State(ctx context.Context) (*TaskState, error) {
 
 // Wait blocks until the task is SUCCESS or FAILURE and returns its state. It
 // never spins: it waits on the backend's notifications where it has them
-// ([StateWaiter]) and otherwise polls with a backoff from 2ms to 200ms. It
+// and otherwise polls with a backoff from 2ms to 200ms. It
 // returns ErrTaskNotFound at once for an unknown or expired task, and
 // ctx.Err() when ctx is done.
 func (r *AsyncResult) Wait(ctx context.Context) (*TaskState, error) {
-	return waitTerminal(ctx, r.backend, r.Signature.UUID)
+	return r.backend.waitState(ctx, r.Signature.UUID, func(st *TaskState) bool { return st.State.Terminal() })
 }
 
 // Get waits like Wait and returns the task's results, or a *TaskError when
@@ -66,32 +65,6 @@ func decodeResults(rs []Result, dst []any) error {
 		}
 	}
 	return nil
-}
-
-func waitTerminal(ctx context.Context, b Backend, id string) (*TaskState, error) {
-	terminal := func(st *TaskState) bool { return st.State.Terminal() }
-	if w, ok := b.(StateWaiter); ok {
-		return w.WaitState(ctx, id, terminal)
-	}
-	delay := 2 * time.Millisecond
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-timer.C:
-		}
-		st, err := b.GetState(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if terminal(st) {
-			return st, nil
-		}
-		timer.Reset(delay)
-		delay = min(delay*2, 200*time.Millisecond)
-	}
 }
 
 // ChainAsyncResult is a handle on a chain: one result per task, in order.

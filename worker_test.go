@@ -1,4 +1,4 @@
-package core_test
+package errand_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/core"
 )
 
 // The end-to-end promises every driver keeps (retries, workflows, failures,
@@ -28,9 +28,9 @@ func TestSendTaskAndGet(t *testing.T) {
 	if err := e.srv.Register("add", add); err != nil {
 		t.Fatal(err)
 	}
-	e.start(t, core.WorkerConfig{Concurrency: 4})
+	e.start(t, errand.WorkerConfig{Concurrency: 4})
 	ctx := ctxT(t)
-	r, err := e.srv.SendTask(ctx, core.NewSignature("add", 2, 3))
+	r, err := e.srv.SendTask(ctx, errand.NewSignature("add", 2, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +45,10 @@ func TestSendTaskAndGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != core.StateSuccess || st.StartedAt.IsZero() || st.FinishedAt.IsZero() || st.CreatedAt.IsZero() || st.FinishedAt.Before(st.StartedAt) {
+	if st.State != errand.StateSuccess || st.StartedAt.IsZero() || st.FinishedAt.IsZero() || st.CreatedAt.IsZero() || st.FinishedAt.Before(st.StartedAt) {
 		t.Fatalf("state after success = %+v, want SUCCESS with created, started <= finished timestamps", st)
 	}
-	want := []core.State{core.StatePending, core.StateReceived, core.StateStarted, core.StateSuccess}
+	want := []errand.State{errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateSuccess}
 	if got := e.rec.path(r.Signature.UUID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("state path = %v, want %v", got, want)
 	}
@@ -58,17 +58,17 @@ func TestGetUnknownOrExpiredErrors(t *testing.T) {
 	ctx := ctxT(t)
 	be := memorybackend.New(&memorybackend.Options{ResultExpiry: 50 * time.Millisecond})
 	defer be.Close()
-	r := core.NewAsyncResult(&core.Signature{UUID: "no-such-task"}, be)
-	if _, err := r.Get(ctx); !errors.Is(err, core.ErrTaskNotFound) {
+	r := errand.NewAsyncResult(&errand.Signature{UUID: "no-such-task"}, be)
+	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
 		t.Fatalf("Get(unknown) = %v, want ErrTaskNotFound at once", err)
 	}
 	// A task nobody runs: its PENDING state expires, and the waiter is told.
-	srv, _ := core.NewServer(core.Config{Broker: memorybroker.New(nil), Backend: be})
-	r, err := srv.SendTask(ctx, core.NewSignature("nobody-runs-this"))
+	srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
+	r, err := srv.SendTask(ctx, errand.NewSignature("nobody-runs-this"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Get(ctx); !errors.Is(err, core.ErrTaskNotFound) {
+	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
 		t.Fatalf("Get(expired) = %v, want ErrTaskNotFound", err)
 	}
 }
@@ -76,16 +76,16 @@ func TestGetUnknownOrExpiredErrors(t *testing.T) {
 func TestHooksAndErrorHandler(t *testing.T) {
 	e := newEnv(t)
 	e.srv.Register("add", add)
-	e.srv.Register("bad", func() error { return core.Permanent(errors.New("nope")) })
+	e.srv.Register("bad", func() error { return errand.Permanent(errors.New("nope")) })
 	var mu sync.Mutex
 	var events []string
-	e.start(t, core.WorkerConfig{
-		PreTaskHook: func(ctx context.Context, sig *core.Signature) {
+	e.start(t, errand.WorkerConfig{
+		PreTaskHook: func(ctx context.Context, sig *errand.Signature) {
 			mu.Lock()
 			events = append(events, "pre "+sig.Name)
 			mu.Unlock()
 		},
-		PostTaskHook: func(ctx context.Context, sig *core.Signature, st *core.TaskState) {
+		PostTaskHook: func(ctx context.Context, sig *errand.Signature, st *errand.TaskState) {
 			mu.Lock()
 			events = append(events, "post "+sig.Name+" "+string(st.State))
 			mu.Unlock()
@@ -97,9 +97,9 @@ func TestHooksAndErrorHandler(t *testing.T) {
 		},
 	})
 	ctx := ctxT(t)
-	r1, _ := e.srv.SendTask(ctx, core.NewSignature("add", 1, 2))
+	r1, _ := e.srv.SendTask(ctx, errand.NewSignature("add", 1, 2))
 	r1.Get(ctx)
-	r2, _ := e.srv.SendTask(ctx, core.NewSignature("bad"))
+	r2, _ := e.srv.SendTask(ctx, errand.NewSignature("bad"))
 	r2.Get(ctx)
 	waitFor(t, "post hook of the failed task", func() bool {
 		mu.Lock()
@@ -120,17 +120,17 @@ func TestShutdownOfIdleAndNeverStartedWorkers(t *testing.T) {
 	checkNoLeak(t)
 	e := newEnv(t)
 	ctx := ctxT(t)
-	if err := e.srv.NewWorker(core.WorkerConfig{}).Shutdown(ctx); err != nil {
+	if err := e.srv.NewWorker(errand.WorkerConfig{}).Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown of a never-started worker = %v", err)
 	}
-	w := e.srv.NewWorker(core.WorkerConfig{Concurrency: 50})
+	w := e.srv.NewWorker(errand.WorkerConfig{Concurrency: 50})
 	w.Start()
 	if err := w.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown of an idle worker = %v", err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
-	go func() { done <- e.srv.NewWorker(core.WorkerConfig{}).Run(rctx) }()
+	go func() { done <- e.srv.NewWorker(errand.WorkerConfig{}).Run(rctx) }()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after its ctx is cancelled = %v, want nil", err)
@@ -144,7 +144,7 @@ func TestRetryThenSucceed(t *testing.T) {
 	var attempts []int
 	var mu sync.Mutex
 	e.srv.Register("flaky", func(ctx context.Context) (string, error) {
-		ti, _ := core.TaskInfoFrom(ctx)
+		ti, _ := errand.TaskInfoFrom(ctx)
 		mu.Lock()
 		attempts = append(attempts, ti.Attempt)
 		mu.Unlock()
@@ -153,9 +153,9 @@ func TestRetryThenSucceed(t *testing.T) {
 		}
 		return "ok", nil
 	})
-	e.start(t, core.WorkerConfig{})
+	e.start(t, errand.WorkerConfig{})
 	ctx := ctxT(t)
-	sig := core.NewSignature("flaky")
+	sig := errand.NewSignature("flaky")
 	sig.RetryCount = 3
 	r, err := e.srv.SendTask(ctx, sig)
 	if err != nil {
@@ -191,14 +191,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestOversizedPayloadRefusedBeforeSend(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
-	srv, _ := core.NewServer(core.Config{Broker: newLimited(1024), Backend: e.rec})
-	sig := core.NewSignature("add", strings.Repeat("x", 2000), 1)
+	srv, _ := errand.NewServer(errand.Config{Broker: newLimited(1024), Backend: e.rec})
+	sig := errand.NewSignature("add", strings.Repeat("x", 2000), 1)
 	_, err := srv.SendTask(ctx, sig)
-	var pe *core.PayloadError
-	if !errors.Is(err, core.ErrPayloadTooLarge) || !errors.As(err, &pe) || pe.Limit != 1024 {
+	var pe *errand.PayloadError
+	if !errors.Is(err, errand.ErrPayloadTooLarge) || !errors.As(err, &pe) || pe.Limit != 1024 {
 		t.Fatalf("SendTask(oversized) = %v, want a *PayloadError with limit 1024", err)
 	}
-	if _, err := e.rec.GetState(ctx, sig.UUID); !errors.Is(err, core.ErrTaskNotFound) {
+	if _, err := e.rec.GetState(ctx, sig.UUID); !errors.Is(err, errand.ErrTaskNotFound) {
 		t.Fatalf("an oversized task left a state behind (%v): nothing should be written", err)
 	}
 }
@@ -218,21 +218,21 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 		}
 		return "done", nil
 	})
-	w1 := e.srv.NewWorker(core.WorkerConfig{Lease: time.Minute})
+	w1 := e.srv.NewWorker(errand.WorkerConfig{Lease: time.Minute})
 	w1.Start()
 	ctx := ctxT(t)
-	r, _ := e.srv.SendTask(ctx, core.NewSignature("long"))
+	r, _ := e.srv.SendTask(ctx, errand.NewSignature("long"))
 	<-started
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown = %v, want DeadlineExceeded (the task outlived the timeout)", err)
 	}
-	st, _ := core.Stats(ctx, e.broker, core.DefaultQueue)
+	st, _ := errand.Stats(ctx, e.broker, errand.DefaultQueue)
 	if st.Pending != 1 || st.InFlight != 0 {
 		t.Fatalf("after shutdown the queue holds %+v, want the unfinished task released (1 pending, 0 in flight)", st)
 	}
-	e.start(t, core.WorkerConfig{})
+	e.start(t, errand.WorkerConfig{})
 	var out string
 	if err := r.GetInto(ctx, &out); err != nil || out != "done" {
 		t.Fatalf("second worker: %q, %v; want done", out, err)
@@ -255,15 +255,15 @@ func TestConcurrencyBound(t *testing.T) {
 		cur.Add(-1)
 		return nil
 	})
-	e.start(t, core.WorkerConfig{Concurrency: 3})
+	e.start(t, errand.WorkerConfig{Concurrency: 3})
 	ctx := ctxT(t)
-	var rs []*core.AsyncResult
+	var rs []*errand.AsyncResult
 	for range 10 {
-		r, _ := e.srv.SendTask(ctx, core.NewSignature("hold"))
+		r, _ := e.srv.SendTask(ctx, errand.NewSignature("hold"))
 		rs = append(rs, r)
 	}
 	waitFor(t, "3 tasks running", func() bool { return cur.Load() == 3 })
-	st, _ := core.Stats(ctx, e.broker, core.DefaultQueue)
+	st, _ := errand.Stats(ctx, e.broker, errand.DefaultQueue)
 	if st.InFlight != 3 || st.Pending != 7 {
 		t.Fatalf("with 3 slots busy the queue holds %+v, want 3 in flight and 7 pending (no prefetch beyond free slots)", st)
 	}
@@ -283,15 +283,15 @@ func TestLeaseExtendedWhileRunning(t *testing.T) {
 	var runs atomic.Int32
 	release := make(chan struct{})
 	e.srv.Register("hold", func() error { runs.Add(1); <-release; return nil })
-	e.start(t, core.WorkerConfig{Lease: 30 * time.Millisecond, Concurrency: 2})
+	e.start(t, errand.WorkerConfig{Lease: 30 * time.Millisecond, Concurrency: 2})
 	ctx := ctxT(t)
-	r, _ := e.srv.SendTask(ctx, core.NewSignature("hold"))
+	r, _ := e.srv.SendTask(ctx, errand.NewSignature("hold"))
 	waitFor(t, "task running", func() bool { return runs.Load() == 1 })
 	// Hold the task for several leases; a second consumer must not get it.
 	deadline := time.Now().Add(200 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		fctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		ds, _ := e.broker.Fetch(fctx, core.DefaultQueue, 1, time.Second)
+		ds, _ := e.broker.Fetch(fctx, errand.DefaultQueue, 1, time.Second)
 		cancel()
 		if len(ds) > 0 {
 			t.Fatalf("a running task's delivery reached another consumer: its lease was not extended")

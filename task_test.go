@@ -1,4 +1,4 @@
-package core
+package errand
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func TestArgumentMismatchNamesTaskIndexAndTypes(t *testing.T) {
 	}{
 		{[]Arg{ArgOf(1), ArgOf(2), ArgOf(point{})}, []string{`"resize"`, "argument 1", "int", "string"}},
 		{[]Arg{ArgOf("wide"), ArgOf("n"), ArgOf(point{})}, []string{"argument 0", "string", "as int"}},
-		{[]Arg{ArgOf(1), ArgOf("n"), ArgOf([]int{1})}, []string{"argument 2", "[]int", "core.point"}},
+		{[]Arg{ArgOf(1), ArgOf("n"), ArgOf([]int{1})}, []string{"argument 2", "[]int", "errand.point"}},
 		{[]Arg{ArgOf(1)}, []string{"got 1 arguments", "takes 3"}},
 	}
 	for _, c := range cases {

@@ -1,4 +1,4 @@
-package core
+package errand
 
 import (
 	"math/rand/v2"

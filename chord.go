@@ -1,0 +1,88 @@
+package errand
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Chords: a member that ends counts itself done in its group; the member
+// that completes the group and wins the claim fires the callback.
+
+// completeMember counts sig done in its chord's group and, if it completed
+// the group and wins the claim, fires the chord.
+func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
+	if sig.GroupUUID == "" || sig.ChordCallback == nil {
+		return nil
+	}
+	be := w.srv.backend
+	done, total, err := be.CompleteGroupMember(ctx, sig.GroupUUID, sig.UUID)
+	if errors.Is(err, ErrGroupNotFound) {
+		// The group's metadata expired or was evicted: the chord can never
+		// complete. Say so on the callback instead of retrying forever.
+		return w.failChord(ctx, sig.ChordCallback.Copy(), fmt.Sprintf("chord group %s is gone from the backend (expired or evicted): its callback cannot run", sig.GroupUUID))
+	}
+	if err != nil {
+		return fmt.Errorf("errand: task %s (%s): complete group member: %w", sig.Name, sig.UUID, err)
+	}
+	if done < total {
+		return nil
+	}
+	won, err := be.ClaimChord(ctx, sig.GroupUUID, sig.UUID)
+	if err != nil {
+		return fmt.Errorf("errand: group %s: claim chord: %w", sig.GroupUUID, err)
+	}
+	if !won {
+		return nil
+	}
+	return w.fireChord(ctx, sig)
+}
+
+// fireChord reads every member's state once and sends the callback with
+// their results in group order, or, if a member failed, marks the callback
+// FAILURE and sends its OnError callbacks instead.
+func (w *Worker) fireChord(ctx context.Context, member *Signature) error {
+	be := w.srv.backend
+	cb := member.ChordCallback.Copy()
+	states, err := be.GroupStates(ctx, member.GroupUUID)
+	if err != nil {
+		return fmt.Errorf("errand: group %s: read member states: %w", member.GroupUUID, err)
+	}
+	var args []Arg
+	for i, st := range states {
+		if st.State != StateSuccess {
+			return w.failChord(ctx, cb, fmt.Sprintf("chord member %d, task %s (%s), ended %s: %s", i, st.TaskName, st.TaskUUID, st.State, st.Error))
+		}
+		args = append(args, resultArgs(st.Results)...)
+	}
+	if !cb.Immutable {
+		cb.Args = append(cb.Args, args...)
+	}
+	if err := w.sendCallbacks(ctx, []*Signature{cb}); err != nil {
+		return fmt.Errorf("errand: group %s: send chord callback: %w", member.GroupUUID, err)
+	}
+	return nil
+}
+
+func (w *Worker) failChord(ctx context.Context, cb *Signature, errText string) error {
+	be := w.srv.backend
+	prev, err := be.GetState(ctx, cb.UUID)
+	if err != nil && !errors.Is(err, ErrTaskNotFound) {
+		return fmt.Errorf("errand: chord callback %s: read state: %w", cb.UUID, err)
+	}
+	if prev == nil || !prev.State.Terminal() {
+		st := &TaskState{TaskUUID: cb.UUID, TaskName: cb.Name, State: StateFailure, Attempt: cb.attempt(),
+			Error: errText, CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
+		if prev != nil {
+			st.CreatedAt = prev.CreatedAt
+		}
+		if err := be.SetState(ctx, st); err != nil {
+			return fmt.Errorf("errand: chord callback %s: set FAILURE: %w", cb.UUID, err)
+		}
+	}
+	if err := w.sendCallbacks(ctx, errorCallbacks(cb.OnError, errText)); err != nil {
+		return fmt.Errorf("errand: chord callback %s: send OnError callbacks: %w", cb.UUID, err)
+	}
+	return nil
+}

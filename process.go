@@ -1,0 +1,255 @@
+package errand
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"time"
+)
+
+// The task state machine: what a worker does with one decoded delivery,
+// from reading its previous state to the callbacks that follow its end.
+
+// process runs one decoded task through its states and returns how to
+// settle its delivery. Each step that calls the broker or backend runs
+// under its own bounded ctx (Worker.call); the task itself runs under the
+// task's ctx.
+func (w *Worker) process(sig *Signature) (settle, error) {
+	be := w.srv.backend
+	ctx, cancel := w.call()
+	defer cancel()
+	prev, err := be.GetState(ctx, sig.UUID)
+	switch {
+	case errors.Is(err, ErrTaskNotFound):
+		prev = nil
+	case err != nil:
+		return requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
+	}
+	if prev != nil {
+		// A redelivery of work already recorded: finish what the crashed
+		// or stale attempt left (callbacks are idempotent by UUID), never
+		// run the function again.
+		switch {
+		case prev.State == StateSuccess:
+			return w.afterSuccess(ctx, sig, prev.Results)
+		case prev.State == StateFailure:
+			return w.afterFailure(ctx, sig, prev.Error)
+		case prev.State == StateRetry && prev.Attempt > sig.attempt():
+			outcome, _, err := w.scheduleRetry(ctx, sig, errors.New(prev.Error), nil, prev)
+			return outcome, err
+		case prev.Attempt > sig.attempt():
+			return ack, nil // a later attempt owns the task
+		}
+	}
+	st := &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
+	if prev != nil {
+		st.CreatedAt = prev.CreatedAt
+	}
+
+	// Find the function and decode the arguments before writing anything,
+	// so a task that can run records RECEIVED and STARTED in one round trip.
+	var cannotRun error
+	tk := w.srv.task(sig.Name)
+	var args []reflect.Value
+	if tk == nil {
+		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)
+	} else {
+		args, cannotRun = tk.decodeArgs(sig.Args)
+	}
+	if cannotRun != nil {
+		if err := be.SetState(ctx, st); err != nil {
+			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
+		}
+		outcome, _, err := w.fail(ctx, sig, st, cannotRun)
+		return outcome, err
+	}
+
+	tctx, cancelTask := w.taskContext(sig)
+	defer cancelTask()
+	if w.cfg.PreTaskHook != nil {
+		w.cfg.PreTaskHook(tctx, sig)
+	}
+	started := st.Copy()
+	started.State, started.StartedAt = StateStarted, time.Now().UTC()
+	if err := be.SetStates(ctx, []*TaskState{st, started}); err != nil {
+		return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+	}
+	cancel()
+	st = started
+	results, runErr := safeCall(tctx, tk, args)
+	if runErr != nil && w.hardCtx.Err() != nil {
+		// Shutdown gave up waiting and cancelled the task: give it back
+		// unrecorded so another worker runs it.
+		return release, nil
+	}
+	ctx, cancel = w.call()
+	defer cancel()
+	var outcome settle
+	if runErr == nil {
+		st = st.Copy()
+		st.State, st.Results, st.FinishedAt = StateSuccess, results, time.Now().UTC()
+		if err := be.SetState(ctx, st); err != nil {
+			return requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
+		}
+		outcome, err = w.afterSuccess(ctx, sig, results)
+	} else {
+		policy := tk.policy
+		if policy == nil {
+			policy = w.cfg.RetryPolicy
+		}
+		outcome, st, err = w.scheduleRetry(ctx, sig, runErr, policy, st)
+	}
+	if w.cfg.PostTaskHook != nil && outcome == ack {
+		w.cfg.PostTaskHook(tctx, sig, st)
+	}
+	return outcome, err
+}
+
+func (w *Worker) taskContext(sig *Signature) (context.Context, context.CancelFunc) {
+	ctx := withTaskInfo(w.hardCtx, sig)
+	timeout := sig.Timeout
+	if timeout <= 0 {
+		timeout = w.cfg.TaskTimeout
+	}
+	cancels := []context.CancelFunc{}
+	if timeout > 0 {
+		var c context.CancelFunc
+		ctx, c = context.WithTimeout(ctx, timeout)
+		cancels = append(cancels, c)
+	}
+	if sig.Deadline != nil {
+		var c context.CancelFunc
+		ctx, c = context.WithDeadline(ctx, *sig.Deadline)
+		cancels = append(cancels, c)
+	}
+	return ctx, func() {
+		for _, c := range cancels {
+			c()
+		}
+	}
+}
+
+// safeCall runs the task, turning a panic into a *PanicError with the stack.
+func safeCall(ctx context.Context, tk *task, args []reflect.Value) (results []Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: string(debug.Stack())}
+		}
+	}()
+	return tk.call(ctx, args)
+}
+
+// scheduleRetry retries sig after runErr if the error and the attempt count
+// allow it, else fails it for good, and returns the state it recorded.
+// With a nil policy (resuming a RETRY recorded by a crashed worker) the
+// delay is zero.
+func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error, policy RetryPolicy, st *TaskState) (settle, *TaskState, error) {
+	var perm *PermanentError
+	var argErr *ArgumentError
+	if errors.As(runErr, &perm) || errors.As(runErr, &argErr) || sig.attempt() > sig.RetryCount {
+		return w.fail(ctx, sig, st, runErr)
+	}
+	next := sig.Copy()
+	next.Attempt = sig.attempt() + 1
+	next.RetryTimeout = FibonacciNext(sig.RetryTimeout)
+	var delay time.Duration
+	var later *RetryLaterError
+	switch {
+	case errors.As(runErr, &later):
+		delay = later.Delay
+	case policy != nil:
+		delay = policy.RetryDelay(next, runErr)
+	}
+	eta := time.Now().Add(max(delay, 0))
+	if sig.Deadline != nil && eta.After(*sig.Deadline) {
+		return w.fail(ctx, sig, st, fmt.Errorf("%w (no retry: deadline %s passed)", runErr, sig.Deadline.Format(time.RFC3339Nano)))
+	}
+	next.ETA = &eta
+	if st.State != StateRetry {
+		st = st.Copy()
+		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
+		if err := w.srv.backend.SetState(ctx, st); err != nil {
+			return requeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
+		}
+	}
+	if err := w.srv.publish(ctx, next); err != nil {
+		return requeue, st, fmt.Errorf("errand: task %s (%s): publish retry: %w", sig.Name, sig.UUID, err)
+	}
+	return ack, st, nil
+}
+
+// fail records FAILURE for sig, runs what follows a failure, and returns
+// the state it recorded.
+func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause error) (settle, *TaskState, error) {
+	st = st.Copy()
+	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), time.Now().UTC()
+	if err := w.srv.backend.SetState(ctx, st); err != nil {
+		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
+	}
+	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", "task", sig.Name, "uuid", sig.UUID)
+	outcome, err := w.afterFailure(ctx, sig, st.Error)
+	return outcome, st, err
+}
+
+// afterSuccess completes sig's group (firing its chord) and sends its
+// OnSuccess callbacks with its results appended. Every step is idempotent,
+// so a redelivery repeats it safely.
+func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Result) (settle, error) {
+	if err := w.completeMember(ctx, sig); err != nil {
+		return requeue, err
+	}
+	cbs := make([]*Signature, 0, len(sig.OnSuccess))
+	for _, cb := range sig.OnSuccess {
+		cb = cb.Copy()
+		if !cb.Immutable {
+			cb.Args = append(cb.Args, resultArgs(results)...)
+		}
+		cbs = append(cbs, cb)
+	}
+	if err := w.sendCallbacks(ctx, cbs); err != nil {
+		return requeue, fmt.Errorf("errand: task %s (%s): send OnSuccess callbacks: %w", sig.Name, sig.UUID, err)
+	}
+	return ack, nil
+}
+
+// afterFailure completes sig's group (a chord then fails) and sends its
+// OnError callbacks with the error text as their first argument.
+func (w *Worker) afterFailure(ctx context.Context, sig *Signature, errText string) (settle, error) {
+	if err := w.completeMember(ctx, sig); err != nil {
+		return requeue, err
+	}
+	if err := w.sendCallbacks(ctx, errorCallbacks(sig.OnError, errText)); err != nil {
+		return requeue, fmt.Errorf("errand: task %s (%s): send OnError callbacks: %w", sig.Name, sig.UUID, err)
+	}
+	return ack, nil
+}
+
+// sendCallbacks publishes callbacks, first recording PENDING for each that
+// has no state yet (chain members and chord callbacks were made PENDING when
+// sent; a redelivered parent must not set a running callback back).
+func (w *Worker) sendCallbacks(ctx context.Context, cbs []*Signature) error {
+	for _, cb := range cbs {
+		_, err := w.srv.backend.GetState(ctx, cb.UUID)
+		switch {
+		case errors.Is(err, ErrTaskNotFound):
+			if err := w.srv.setPending(ctx, cb); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		}
+	}
+	return w.srv.publish(ctx, cbs...)
+}
+
+func errorCallbacks(sigs []*Signature, errText string) []*Signature {
+	out := make([]*Signature, 0, len(sigs))
+	for _, cb := range sigs {
+		cb = cb.Copy()
+		cb.Args = append([]Arg{{Type: "string", Value: errText}}, cb.Args...)
+		out = append(out, cb)
+	}
+	return out
+}

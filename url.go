@@ -1,0 +1,164 @@
+package errand
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/registry"
+)
+
+// OpenBroker opens a broker by URL, such as "redis://:secret@host:6379/0" or
+// "memory://", database/sql style: the driver for the scheme must be
+// imported (for its side effect, `import _ ".../brokers/redis"`). The
+// broker it returns is already wrapped in errand's portable layer; close it
+// when done. Errors never contain the URL's secrets, and still satisfy
+// errors.Is and errors.As for what the driver returned.
+func OpenBroker(ctx context.Context, rawURL string) (Broker, error) {
+	u, err := parseDriverURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	open, ok := registry.Brokers.Lookup(u.Scheme)
+	if !ok {
+		return nil, fmt.Errorf("errand: no broker registered for scheme %q (import its driver; registered: %s)", u.Scheme, registry.Brokers.Schemes())
+	}
+	b, err := open.(driver.BrokerOpener)(ctx, u)
+	if err != nil {
+		return nil, &OpenError{Kind: "broker", URL: RedactURL(rawURL), Err: err, secrets: secrets(u)}
+	}
+	return asBroker(b), nil
+}
+
+// OpenBackend opens a result backend by URL (see OpenBroker).
+func OpenBackend(ctx context.Context, rawURL string) (Backend, error) {
+	u, err := parseDriverURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	open, ok := registry.Backends.Lookup(u.Scheme)
+	if !ok {
+		return nil, fmt.Errorf("errand: no backend registered for scheme %q (import its driver; registered: %s)", u.Scheme, registry.Backends.Schemes())
+	}
+	b, err := open.(driver.BackendOpener)(ctx, u)
+	if err != nil {
+		return nil, &OpenError{Kind: "backend", URL: RedactURL(rawURL), Err: err, secrets: secrets(u)}
+	}
+	return asBackend(b), nil
+}
+
+// OpenError is why OpenBroker or OpenBackend failed. Its text shows the URL
+// redacted and hides every secret of the URL wherever the driver's error
+// repeats it; Unwrap returns the driver's error, so errors.Is and errors.As
+// see through it (the unwrapped error's own text is the driver's, unredacted).
+type OpenError struct {
+	Kind string // "broker" or "backend"
+	URL  string // the URL, redacted
+	Err  error  // the driver's error
+
+	secrets []string
+}
+
+func (e *OpenError) Error() string {
+	msg := e.Err.Error()
+	for _, s := range e.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return fmt.Sprintf("errand: open %s %s: %s", e.Kind, e.URL, msg)
+}
+
+// Unwrap returns the driver's error.
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// secrets lists the URL's secret values: its password and the values of
+// secret-looking query parameters, longest first so no part of one is left.
+func secrets(u *url.URL) []string {
+	var out []string
+	if p, ok := u.User.Password(); ok && p != "" {
+		out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
+	}
+	for k, vs := range u.Query() {
+		if secretParam(k) {
+			for _, v := range vs {
+				if v != "" {
+					out = append(out, v, url.QueryEscape(v))
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+func parseDriverURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the input: say what is wrong without it.
+		var ue *url.Error
+		reason := err.Error()
+		if errors.As(err, &ue) {
+			reason = ue.Err.Error()
+		}
+		return nil, fmt.Errorf("errand: malformed driver URL %s: %s", RedactURL(raw), redactReason(reason, raw))
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("errand: driver URL %s has no scheme", RedactURL(raw))
+	}
+	return u, nil
+}
+
+// redactReason keeps a parse error's reason from quoting the URL's
+// userinfo (everything between "://" and the last "@" before the path).
+func redactReason(reason, raw string) string {
+	rest, ok := strings.CutPrefix(raw[strings.Index(raw, ":")+1:], "//")
+	if !ok {
+		return reason
+	}
+	if at := strings.LastIndex(rest, "@"); at > 0 {
+		if info := rest[:at]; info != "" {
+			reason = strings.ReplaceAll(reason, info, "xxxxx")
+		}
+	}
+	return reason
+}
+
+// secretParams are query parameters whose values RedactURL hides.
+var secretParams = []string{"password", "secret", "token", "key", "access_key", "secret_key", "aws_secret_access_key", "session_token", "auth"}
+
+func secretParam(k string) bool {
+	for _, s := range secretParams {
+		if strings.EqualFold(k, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactURL returns raw with its password and any secret-looking query
+// parameter replaced by "xxxxx", for printing and logging. A string that
+// does not parse as a URL is hidden whole after its scheme.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if i := strings.Index(raw, "://"); i >= 0 {
+			return raw[:i+3] + "xxxxx"
+		}
+		return "xxxxx"
+	}
+	q := u.Query()
+	changed := false
+	for k := range q {
+		if secretParam(k) {
+			q.Set(k, "xxxxx")
+			changed = true
+		}
+	}
+	if changed {
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
