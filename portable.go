@@ -326,3 +326,12 @@ func (b *backend) Close() error {
 
 // Limits reports the driver's declared limits (zero when it declares none).
 func (b *broker) Limits() driver.Limits { return b.limits }
+
+// ResultExpiry reports how long the driver keeps results (driver.Expirer),
+// or 0 when its results do not expire.
+func (b *backend) ResultExpiry() time.Duration {
+	if e, ok := b.drv.(driver.Expirer); ok {
+		return e.ResultExpiry()
+	}
+	return 0
+}
