@@ -187,9 +187,15 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 }
 
 // call returns the ctx of one step of handling a delivery: bounded by
-// CallTimeout, and ended by Shutdown when it gives up.
+// CallTimeout (by the shutdown grace once Shutdown has given up waiting),
+// and ended by Shutdown when the grace is over. Drivers that only honour
+// deadlines, not cancellation, still return in time.
 func (w *Worker) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.callCtx, w.cfg.CallTimeout)
+	timeout := w.cfg.CallTimeout
+	if w.hardCtx.Err() != nil {
+		timeout = min(timeout, shutdownGrace)
+	}
+	return context.WithTimeout(w.callCtx, timeout)
 }
 
 func (w *Worker) report(err error, msg string, attrs ...any) {
@@ -276,7 +282,14 @@ func (w *Worker) handle(d *driver.Delivery) {
 
 	stopExtend := w.extendLease(d)
 	outcome, err := w.process(sig)
-	stopExtend()
+	waitExtend := stopExtend()
+	if outcome != release {
+		waitExtend() // settle only once no extend can follow
+	} else {
+		// Shutdown: an extend stuck on a silent server must not hold the
+		// release back; the two end by their own deadlines, side by side.
+		defer waitExtend()
+	}
 	ctx, cancel := w.call()
 	defer cancel()
 	switch outcome {
@@ -297,10 +310,11 @@ func (w *Worker) handle(d *driver.Delivery) {
 	}
 }
 
-// extendLease renews d's lease every ExtendEvery until the returned func is
-// called; the func returns once the extender has stopped.
-func (w *Worker) extendLease(d *driver.Delivery) func() {
-	stop := make(chan struct{})
+// extendLease renews d's lease every ExtendEvery, each renewal bounded by
+// half of that, until the returned stop func is called; stop returns a func
+// that waits until the extender has stopped.
+func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
+	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -308,10 +322,10 @@ func (w *Worker) extendLease(d *driver.Delivery) func() {
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(w.callCtx, w.cfg.ExtendEvery)
+				ctx, cancel := context.WithTimeout(w.callCtx, min(w.cfg.ExtendEvery/2, w.cfg.CallTimeout))
 				err := w.srv.broker.Extend(ctx, d, w.cfg.Lease)
 				cancel()
 				if err != nil {
@@ -320,8 +334,8 @@ func (w *Worker) extendLease(d *driver.Delivery) func() {
 			}
 		}
 	}()
-	return func() {
-		close(stop)
-		<-done
+	return func() func() {
+		close(quit)
+		return func() { <-done }
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -768,5 +769,38 @@ func TestKitCatchesBrokenDriversEndToEnd(t *testing.T) {
 			}
 			expectFailure(t, target, func(t testing.TB) { run(t, broken) }, func(t testing.TB) { run(t, healthy) })
 		})
+	}
+}
+
+// TestKitCatchesShutdownHeldBySilentServer: RunShutdownSilentServer fails
+// on a broker whose Release ignores its ctx (as a driver stuck on a silent
+// server would), and passes on the healthy memory broker.
+func TestKitCatchesShutdownHeldBySilentServer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tm := Timing{Lease: 300 * time.Millisecond, Watchdog: 30 * time.Second}.withDefaults()
+	harness := func(stuck bool) SilentServerHarness {
+		shared := memorybroker.New(nil) // both workers' brokers: one queue store
+		t.Cleanup(func() { shared.Close() })
+		return SilentServerHarness{Target: ln.Addr().String(), Timing: tm, Broker: func(t testing.TB, _ string) errand.Broker {
+			b := &brokenBroker{Broker: shared}
+			if stuck {
+				b.release = func(b *brokenBroker, _ context.Context, d *driver.Delivery, nb time.Time) error {
+					time.Sleep(ShutdownDeadline) // a call that ignores its ctx
+					return b.Broker.Release(context.Background(), d, nb)
+				}
+			}
+			return b
+		}}
+	}
+	if m := runMock(t, func(mt testing.TB) { shutdownSilent(mt, harness(false), tm) }); m.Failed() {
+		t.Fatalf("Shutdown/SilentServer fails on the healthy memory broker: %v", m.msgs)
+	}
+	if m := runMock(t, func(mt testing.TB) { shutdownSilent(mt, harness(true), tm) }); !m.Failed() {
+		t.Fatalf("Shutdown/SilentServer passed on a broker whose Release ignores its ctx; the case cannot fail")
 	}
 }

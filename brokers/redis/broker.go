@@ -173,7 +173,13 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 			}
 		}
 		secs := strconv.FormatFloat(b.opts.MaxBlock.Seconds(), 'f', 3, 64)
-		err = b.rdb.Do(ctx, "BLPOP", k.notify, secs).Err()
+		// go-redis reads a blocking reply for its timeout plus 10s; bound
+		// it to the block plus a margin, so that on a client honouring ctx
+		// deadlines (ContextTimeoutEnabled, as Open sets) a server that
+		// stopped answering cannot hold Fetch past its caller's shutdown.
+		bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
+		err = b.rdb.Do(bctx, "BLPOP", k.notify, secs).Err()
+		cancel()
 		if waker != nil {
 			waker.Stop()
 		}
@@ -182,6 +188,10 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		}
 	}
 }
+
+// blockMargin is how long past MaxBlock a blocked fetch waits for Redis's
+// reply before giving up on the server.
+const blockMargin = 2 * time.Second
 
 // wake pushes one wake-up token to a queue's notify list.
 func (b *Broker) wake(notify string) {

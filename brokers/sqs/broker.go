@@ -274,13 +274,22 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		// The receive is not cancelled with ctx (a poll cut short can
+		// swallow a message until its visibility timeout): it may finish
+		// its wait, plus a second, after ctx is done, and no longer, so a
+		// silent endpoint cannot hold a shutting-down worker.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.WaitTime+10*time.Second)
+		stop := context.AfterFunc(ctx, func() {
+			t := time.AfterFunc(b.opts.WaitTime+time.Second, cancel)
+			context.AfterFunc(rctx, func() { t.Stop() })
+		})
 		out, err := b.client.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(u), MaxNumberOfMessages: int32(min(max, 10)),
 			WaitTimeSeconds: int32(max1(b.opts.WaitTime.Seconds())), VisibilityTimeout: vis,
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
 		})
+		stop()
 		cancel()
 		if err != nil {
 			if b.closed.Load() {

@@ -16,8 +16,10 @@ import (
 // it answers within ctx: a cluster client when the URL names more than one
 // address (?addr=host:port), else a single-node client. The query
 // parameters named in own are errand's, not go-redis's: they are taken out
-// first and returned. Errors may repeat the URL; errand.OpenBroker and
-// errand.OpenBackend redact them.
+// first and returned. The client honours ctx deadlines
+// (ContextTimeoutEnabled), so no call outlives its caller's deadline on a
+// server that stopped answering. Errors may repeat the URL;
+// errand.OpenBroker and errand.OpenBackend redact them.
 func Open(ctx context.Context, u *url.URL, own ...string) (goredis.UniversalClient, url.Values, error) {
 	q := u.Query()
 	mine := url.Values{}
@@ -35,12 +37,14 @@ func Open(ctx context.Context, u *url.URL, own ...string) (goredis.UniversalClie
 		if err != nil {
 			return nil, nil, err
 		}
+		co.ContextTimeoutEnabled = true
 		rdb = goredis.NewClusterClient(co)
 	} else {
 		o, err := goredis.ParseURL(clean.String())
 		if err != nil {
 			return nil, nil, err
 		}
+		o.ContextTimeoutEnabled = true
 		rdb = goredis.NewClient(o)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
