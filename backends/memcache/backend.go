@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +25,9 @@ type Options struct {
 	// up to whole seconds, plus one). Default: 1h.
 	ResultExpiry time.Duration
 	// GroupExpiry is how long group metadata is kept after the group's last
-	// completion. Default: 24h; never less than ResultExpiry.
+	// completion, and how long after InitGroup each member has to complete
+	// for the first time (its own item is touched only by its completion).
+	// Default: 24h; never less than ResultExpiry.
 	GroupExpiry time.Duration
 	// MaxItemSize is the largest item the server stores (memcached -I).
 	// Default: 1 MiB.
@@ -96,6 +100,7 @@ func (b *Backend) taskKey(id string) string { return b.opts.Prefix + ":task:" + 
 func (b *Backend) groupKey(g, part string) string {
 	return b.opts.Prefix + ":group:" + g + ":" + part
 }
+func (b *Backend) memberKey(g, id string) string { return b.groupKey(g, "member:"+id) }
 
 func (b *Backend) err(err error) error {
 	switch {
@@ -157,7 +162,16 @@ func decodeState(id string, v []byte) (*driver.TaskState, error) {
 	return &st, nil
 }
 
-// InitGroup stores the member list and a zero counter.
+// InitGroup writes, for a group of N members, N+3 items, all expiring
+// GroupExpiry from now: one per member (its completion counter, "0", so that
+// CompleteGroupMember can check membership and count a member once without
+// reading the member list), the group's counter, the member list (read only
+// by GroupStates) and, last, the group size, whose presence says the group
+// exists. It checks the member list against the item size limit before
+// writing anything. Member items are written by up to 8 goroutines at once
+// (one connection each); each write is bounded by the client's Timeout, ctx
+// is checked between writes, and nothing is retried: on an error the group is
+// not usable and InitGroup must be called again.
 func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 	if err := b.check(ctx); err != nil {
 		return err
@@ -167,13 +181,53 @@ func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 	if err != nil {
 		return fmt.Errorf("%w (a group of %d members)", err, len(ids))
 	}
+	items := make([]*memcache.Item, len(ids))
+	for i, id := range ids {
+		items[i], _ = b.item(b.memberKey(g, id), []byte("0"), b.opts.GroupExpiry)
+	}
+	if err := b.setAll(ctx, items); err != nil {
+		return err
+	}
 	count, _ := b.item(b.groupKey(g, "count"), []byte("0"), b.opts.GroupExpiry)
-	for _, it := range []*memcache.Item{count, members} {
+	total, _ := b.item(b.groupKey(g, "total"), []byte(strconv.Itoa(len(ids))), b.opts.GroupExpiry)
+	for _, it := range []*memcache.Item{count, members, total} {
 		if err := b.mc.Set(it); err != nil {
 			return b.err(err)
 		}
 	}
 	return nil
+}
+
+// setAll sets items, one goroutine per 64 items and at most 8, and returns
+// the first error.
+func (b *Backend) setAll(ctx context.Context, items []*memcache.Item) error {
+	var (
+		next atomic.Int64
+		mu   sync.Mutex
+		ferr error
+		wg   sync.WaitGroup
+	)
+	for range min(8, (len(items)+63)/64) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(items); i = int(next.Add(1)) - 1 {
+				err := ctx.Err()
+				if err == nil {
+					err = b.err(b.mc.Set(items[i]))
+				}
+				if err != nil {
+					mu.Lock()
+					if ferr == nil {
+						ferr = err
+					}
+					mu.Unlock()
+					next.Store(int64(len(items))) // stop the others
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ferr
 }
 
 func (b *Backend) members(g string) ([]string, error) {
@@ -191,44 +245,79 @@ func (b *Backend) members(g string) ([]string, error) {
 	return ids, nil
 }
 
-// CompleteGroupMember adds the member's marker and, if it was new, increments
-// the group's counter.
+// number reads one of the group's numeric items (its size or its counter).
+func (b *Backend) number(g, part string) (uint64, error) {
+	it, err := b.mc.Get(b.groupKey(g, part))
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return 0, fmt.Errorf("memcache backend: group %s: %s: %w", g, part, driver.ErrGroupNotFound)
+	}
+	if err != nil {
+		return 0, b.err(err)
+	}
+	// memcached may pad a number it rewrote in place with spaces.
+	n, err := strconv.ParseUint(strings.TrimSpace(string(it.Value)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("memcache backend: group %s: decode %s: %w", g, part, err)
+	}
+	return n, nil
+}
+
+// CompleteGroupMember makes the same few calls whatever the group's size,
+// and never reads the member list: it gets the group size, increments the
+// member's own item (written "0" by InitGroup), and only if that increment
+// returned 1 increments the group's counter; otherwise it gets the counter.
+// So a redelivered member, even racing its first delivery, counts once, and
+// a UUID that has no member item counts never. It then touches the group's
+// items and the member's, so the group lives GroupExpiry after its last
+// completion.
+//
+// A missing group size is driver.ErrGroupNotFound. A missing member item is
+// too, with a message saying so: memcached cannot tell a UUID that was never
+// a member from a member whose item was evicted or expired (a member item is
+// touched only by that member's completion), and either way failing the
+// chord beats a redelivery loop.
+//
+// It may be called concurrently. Each call is bounded by the client's
+// Timeout and nothing is retried; if the counter increment fails, the
+// member's item is reset to "0" so that a redelivery counts the member
+// (should the failed increment have been applied, the member then counts
+// twice and the chord fires early, seeing that member unfinished). A process
+// that dies between the two increments leaves the member uncounted: see
+// "Lossy storage" in the package doc.
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
 	if err := b.check(ctx); err != nil {
 		return 0, 0, err
 	}
-	ids, err := b.members(g)
+	total, err := b.number(g, "total")
 	if err != nil {
 		return 0, 0, err
 	}
-	exp := seconds(b.opts.GroupExpiry)
-	marker, _ := b.item(b.groupKey(g, "done:"+id), []byte("1"), b.opts.GroupExpiry)
-	var done uint64
-	switch err := b.mc.Add(marker); {
-	case err == nil:
-		if done, err = b.mc.Increment(b.groupKey(g, "count"), 1); err != nil {
-			b.mc.Delete(marker.Key) // so a redelivery counts it again
-			if errors.Is(err, memcache.ErrCacheMiss) {
-				return 0, 0, fmt.Errorf("memcache backend: group %s counter: %w", g, driver.ErrGroupNotFound)
-			}
-			return 0, 0, b.err(err)
-		}
-	case errors.Is(err, memcache.ErrNotStored): // counted before: a redelivery
-		it, err := b.mc.Get(b.groupKey(g, "count"))
-		if errors.Is(err, memcache.ErrCacheMiss) {
-			return 0, 0, fmt.Errorf("memcache backend: group %s counter: %w", g, driver.ErrGroupNotFound)
-		}
-		if err != nil {
-			return 0, 0, b.err(err)
-		}
-		fmt.Sscan(strings.TrimSpace(string(it.Value)), &done)
-	default:
+	member := b.memberKey(g, id)
+	n, err := b.mc.Increment(member, 1)
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return 0, 0, fmt.Errorf("memcache backend: group %s has no member %s (never a member, or its item expired or was evicted): %w", g, id, driver.ErrGroupNotFound)
+	}
+	if err != nil {
 		return 0, 0, b.err(err)
 	}
-	for _, part := range []string{"members", "count", "claim"} {
+	var done uint64
+	if n == 1 { // this member's first completion
+		if done, err = b.mc.Increment(b.groupKey(g, "count"), 1); errors.Is(err, memcache.ErrCacheMiss) {
+			return 0, 0, fmt.Errorf("memcache backend: group %s: count: %w", g, driver.ErrGroupNotFound)
+		} else if err != nil {
+			reset, _ := b.item(member, []byte("0"), b.opts.GroupExpiry)
+			b.mc.Set(reset) // so a redelivery counts it again
+			return 0, 0, b.err(err)
+		}
+	} else if done, err = b.number(g, "count"); err != nil { // counted before: a redelivery
+		return 0, 0, err
+	}
+	exp := seconds(b.opts.GroupExpiry)
+	b.mc.Touch(member, exp)
+	for _, part := range []string{"total", "count", "members", "claim"} {
 		b.mc.Touch(b.groupKey(g, part), exp) // a missing claim is fine
 	}
-	return int(done), len(ids), nil
+	return int(done), int(total), nil
 }
 
 // ClaimChord adds the claim item; the claimer stored in it wins.
@@ -236,10 +325,8 @@ func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, erro
 	if err := b.check(ctx); err != nil {
 		return false, err
 	}
-	if _, err := b.mc.Get(b.groupKey(g, "count")); errors.Is(err, memcache.ErrCacheMiss) {
-		return false, fmt.Errorf("memcache backend: group %s: %w", g, driver.ErrGroupNotFound)
-	} else if err != nil {
-		return false, b.err(err)
+	if _, err := b.number(g, "total"); err != nil {
+		return false, err
 	}
 	claim, _ := b.item(b.groupKey(g, "claim"), []byte(claimer), b.opts.GroupExpiry)
 	switch err := b.mc.Add(claim); {

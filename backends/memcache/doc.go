@@ -15,14 +15,24 @@
 //     write. memcached counts expiry in whole seconds, so an expiry is rounded
 //     up to the next second and one second is added: a result never expires
 //     early, and may live up to two seconds longer than asked.
-//   - Group completion: an add of a per-member marker (only the first add of
-//     a member succeeds, so a redelivered member counts once) followed by an
-//     incr of the group's counter, so the count is O(1).
+//   - Group completion: InitGroup writes the group size in its own item and
+//     one item per member holding "0". A completion gets the size,
+//     increments the member's item, and only the increment that returns 1
+//     (the member's first completion, even racing a redelivery) increments
+//     the group's counter; a redelivery reads the counter instead. So a member
+//     counts once, and a UUID with no member item (not a member) never counts
+//     and gets an error wrapping ErrGroupNotFound. A completion makes the same
+//     eight calls whatever the group's size and never reads the member list,
+//     which only GroupStates reads, once, when the chord fires.
 //   - Chord claim: an add of the claim item — exactly one claimer's add
 //     succeeds — storing the claimer, so the same claimer reading it back wins
 //     again after a crash.
 //   - Group metadata is touched on every completion and lives GroupExpiry
-//     after the last one (default 24h, never less than ResultExpiry).
+//     after the last one (default 24h, never less than ResultExpiry). The
+//     exception is a member's own item, touched only by that member's
+//     completion: every member must first complete within GroupExpiry of the
+//     group's creation, or its completion finds its item gone and the chord
+//     fails with ErrGroupNotFound.
 //
 // # Lossy storage: what it means for you
 //
@@ -30,17 +40,30 @@
 // loses everything. Results can vanish before their expiry (AsyncResult.Get
 // then returns core.ErrTaskNotFound rather than waiting), and so can group
 // counters: a chord whose group metadata vanished never fires, and the worker
-// that finds it gone marks the callback FAILURE with an error saying so. A
-// worker process dying between a member's marker add and its counter incr
-// (two calls, microseconds apart) also leaves the chord unfired. Size the
-// cache so it does not evict, or use the Redis or MongoDB backend for chords
-// you cannot afford to lose.
+// that finds it gone marks the callback FAILURE with an error saying so. An
+// evicted member item does the same when that member completes: the member is
+// refused, never counted twice.
+//
+// A completion is two increments, not one atomic step. A worker process dying
+// between the increment of the member's item and that of the group's counter
+// (two calls, microseconds apart) leaves the member uncounted: its redelivery
+// finds the member's item already incremented and does not count it again, so
+// the chord never fires and its callback stays PENDING. If the counter
+// increment returns an error, the member's item is reset so that a
+// redelivery counts the member; should the failed increment have been applied
+// after all, the member counts twice and the chord fires one completion
+// early, failing on a member that has not finished.
+//
+// Size the cache so it does not evict, or use the Redis or MongoDB backend
+// for chords you cannot afford to lose.
 //
 // # Limits
 //
 // An item holds at most Options.MaxItemSize bytes (default 1 MiB, memcached's
 // default -I): a larger state fails with a clear error, never a silent drop.
 // A group's member list is one item, so a group of about 25 000 members or
-// more does not fit at the default size. gomemcache has no context support:
-// each call is bounded by the client's Timeout (default 500ms) instead of ctx.
+// more does not fit at the default size. InitGroup writes one item per member
+// (up to eight at a time), so sending a group costs one call per member.
+// gomemcache has no context support: each call is bounded by the client's
+// Timeout (default 500ms) instead of ctx.
 package memcachebackend
