@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,33 +39,14 @@ type broker struct {
 
 var _ driver.Broker = (*broker)(nil)
 
-// wrappers maps each driver value to its one portable wrapper, so that
-// every Server and handle on one driver shares its closed state and ack
-// batches. An entry goes when its wrapper is closed.
-var wrappers sync.Map
-
-// wrapOnce returns the wrapper of drv, making it with mk on first use.
-// Drivers of a type that cannot be a map key get a wrapper per call.
-func wrapOnce[W any](drv any, mk func() W) W {
-	if !reflect.TypeOf(drv).Comparable() {
-		return mk()
-	}
-	if w, ok := wrappers.Load(drv); ok {
-		return w.(W)
-	}
-	w, _ := wrappers.LoadOrStore(drv, mk())
-	return w.(W)
-}
-
-// asBroker returns b's portable wrapper: b itself when it is one.
+// asBroker returns b's portable wrapper: b itself when it is one. Each
+// Server wraps its driver once; two Servers on one driver value each have
+// their own wrapper (closing one closes the driver, and the driver's own
+// error answers the other).
 func asBroker(b driver.Broker) *broker {
 	if pb, ok := b.(*broker); ok {
 		return pb
 	}
-	return wrapOnce(b, func() *broker { return newBroker(b) })
-}
-
-func newBroker(b driver.Broker) *broker {
 	pb := &broker{drv: b}
 	if l, ok := b.(driver.Limiter); ok {
 		pb.limits = l.Limits()
@@ -173,7 +153,6 @@ func (b *broker) Close() error {
 			b.stop()
 		}
 		b.closeErr = b.drv.Close()
-		wrappers.CompareAndDelete(b.drv, b)
 	})
 	return b.closeErr
 }
@@ -199,10 +178,6 @@ func asBackend(b driver.Backend) *backend {
 	if pb, ok := b.(*backend); ok {
 		return pb
 	}
-	return wrapOnce(b, func() *backend { return newBackend(b) })
-}
-
-func newBackend(b driver.Backend) *backend {
 	pb := &backend{drv: b}
 	pb.batcher, _ = b.(driver.StateBatcher)
 	pb.waiter, _ = b.(driver.StateWaiter)
@@ -319,7 +294,6 @@ func (b *backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
 		b.closeErr = b.drv.Close()
-		wrappers.CompareAndDelete(b.drv, b)
 	})
 	return b.closeErr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/errand-go/errand"
 	_ "github.com/errand-go/errand/backends/memory"
@@ -37,8 +38,12 @@ func TestOpenByURL(t *testing.T) {
 	}
 	defer b1.Close()
 	b2, _ := errand.OpenBroker(ctx, "memory://shared-q")
-	if b1 != b2 {
-		t.Fatal("memory://NAME opened twice gave two brokers; want one shared instance")
+	msg := errand.Message{ID: "m", Queue: "q", Body: []byte("x")}
+	if err := b1.Publish(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := b2.Fetch(ctx, "q", 1, time.Minute); err != nil || len(ds) != 1 || ds[0].ID != "m" {
+		t.Fatalf("memory://NAME opened twice: a message published on one was not fetched from the other (%v, %v); want one shared broker", ds, err)
 	}
 	be, err := errand.OpenBackend(ctx, "memory://?result_expiry=2m")
 	if err != nil {
