@@ -7,7 +7,9 @@
 //	memory://NAME                     the backend named NAME in this process
 //	memory://NAME?result_expiry=1h    results expire an hour after their last write
 //
-// Import the package for its side effect to register the scheme.
+// Import the package (github.com/errand-go/errand/backends/memory) for its
+// side effect to register the scheme with errand.OpenBackend; New makes a
+// private backend without a URL.
 //
 // # Guarantees
 //
@@ -17,7 +19,7 @@
 // every read; expired entries are swept as writes go on). Group metadata
 // expires GroupExpiry after the group's last activity, and never sooner
 // than ResultExpiry. Waiting for a result is woken by the write itself
-// (core.StateWaiter), not by polling.
+// ([driver.StateWaiter]), not by polling.
 //
 // Nothing survives the process.
 package memorybackend

@@ -7,8 +7,9 @@
 //	mongodb+srv://...
 //
 // The database defaults to "errand"; driver options (authSource,
-// replicaSet, maxPoolSize, ...) pass through. Import the package for its side
-// effect to register both schemes; New takes an injected *mongo.Client.
+// replicaSet, maxPoolSize, ...) pass through. Import the package
+// (github.com/errand-go/errand/backends/mongo) for its side effect to register
+// both schemes with errand.OpenBackend; New takes an injected *mongo.Client.
 // Passwords never appear in errors or logs.
 //
 // # Storage

@@ -7,8 +7,10 @@
 //	rediss://...                                  the same over TLS
 //	redis://host:port?addr=host2:port&addr=...    Redis Cluster
 //
-// Import the package for its side effect to register both schemes (for
-// backends; the broker registers its own).
+// Import the package (github.com/errand-go/errand/backends/redis) for its
+// side effect to register both schemes with errand.OpenBackend (the broker,
+// package redisbroker, registers its own; neither module requires the other).
+// New takes an injected client instead.
 //
 // # Storage
 //
@@ -33,6 +35,8 @@
 // after the group's last completion, so a live group never loses its
 // metadata to a result's expiry (machinery#352).
 //
-// Result waiters poll with backoff (core's default); the backend does not
-// implement core.StateWaiter.
+// Result waiters poll with backoff (errand's default); the backend does not
+// implement [driver.StateWaiter]. States errand writes together (the
+// PENDING states of a group or chord, a task's RECEIVED and STARTED) share
+// one pipeline ([driver.StateBatcher]).
 package redisbackend

@@ -11,7 +11,8 @@
 //	                     URL share it)
 //	memory://NAME?max_payload=BYTES
 //
-// Import the package for its side effect to register the scheme:
+// Import the package for its side effect to register the scheme with
+// errand.OpenBroker; New makes a private broker without a URL:
 //
 //	import _ "github.com/errand-go/errand/brokers/memory"
 //
@@ -30,7 +31,8 @@
 //
 // An ack, release or extend of a delivery whose lease ran out is accepted
 // if no other consumer has taken the message since; otherwise it returns
-// core.ErrLeaseLost.
+// [driver.ErrLeaseLost]. The broker is a [driver.BatchAcker]: errand's
+// batches of concurrent acks are taken under one lock.
 //
 // # Limits
 //

@@ -8,8 +8,11 @@
 //	redis://[user:password@]host:port?addr=host2:port&addr=host3:port
 //	                                    Redis Cluster (several seed addresses)
 //
-// Import the package for its side effect to register both schemes. Passwords
-// never appear in errors or logs. New takes an injected client instead.
+// Import the package (github.com/errand-go/errand/brokers/redis) for its side
+// effect to register both schemes with errand.OpenBroker. Passwords never
+// appear in errors or logs. New takes an injected client instead. The URL
+// form is shared with the Redis result backend (package redisbackend); neither
+// module requires the other.
 //
 // # Design: lists, a lease set and Lua
 //
@@ -17,10 +20,10 @@
 // time, a sorted set of in-flight IDs by lease deadline and a hash of message
 // bodies. Fetch is one Lua script: it promotes due delayed messages (earliest
 // first, in batches), puts back messages whose lease ran out, then pops up to
-// max IDs and leases them — so a message is never removed when it is fetched,
+// limit IDs and leases them — so a message is never removed when it is fetched,
 // only when it is acked. Each delivery carries a lease token; ack, release,
 // extend and reject check it, so a consumer whose lease ran out cannot settle
-// a message another consumer now holds (core.ErrLeaseLost).
+// a message another consumer now holds ([driver.ErrLeaseLost]).
 //
 // Redis Streams with consumer groups were the alternative. They give blocking
 // reads and pending-entry lists, but idle-time based reclaiming (XAUTOCLAIM)
@@ -37,7 +40,7 @@
 // # Delivery semantics
 //
 // At-least-once. A consumer that dies loses nothing: its messages come back
-// when their leases run out (the core worker extends leases while tasks run).
+// when their leases run out (errand's worker extends leases while tasks run).
 // An idle Fetch blocks on a per-queue wake-up list; a publish wakes it at once,
 // and it wakes by itself at the earliest due time or lease deadline (and at
 // least every Options.MaxBlock, to notice a cancelled ctx or Close).

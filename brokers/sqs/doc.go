@@ -6,8 +6,10 @@
 //	sqs://?region=eu-west-1[&prefix=errand-&max_hop=15m&wait=1s&create=false]
 //	sqs://HOST:PORT?region=us-east-1&insecure=1     a local endpoint (fauxqs, LocalStack)
 //
-// Credentials come from the AWS default chain, never from the URL. New takes
-// an injected *sqs.Client instead.
+// Import the package (github.com/errand-go/errand/brokers/sqs) for its side
+// effect to register the scheme with errand.OpenBroker. Credentials come from
+// the AWS default chain, never from the URL. New takes an injected
+// *sqs.Client instead.
 //
 // # Queues
 //
@@ -23,10 +25,19 @@
 // when the caller's ctx ends, Fetch returns after the poll and gives back
 // what it received. Release and shutdown give a message back with
 // ChangeMessageVisibility — at least one second, because aws-sdk-go-v2 drops
-// a zero visibility timeout from the request. Acks of one queue share
-// DeleteMessageBatch calls (up to 10 within 2ms). SQS cannot tell a stale receipt
-// handle from a current one: a consumer whose lease ran out may still delete
-// a message another consumer now holds (that consumer's task still runs).
+// a zero visibility timeout from the request. SQS cannot tell a stale
+// receipt handle from a current one: a consumer whose lease ran out may still
+// delete a message another consumer now holds (that consumer's task still
+// runs).
+//
+// # Acks
+//
+// The broker is a [driver.BatchAcker] declaring Limits().MaxAckBatch 10, so
+// errand's portable layer, not this package, batches acks: the acks of
+// concurrent tasks on one queue share DeleteMessageBatch calls of up to 10
+// entries, each ack getting its own entry's result. Batching is natural: a
+// lone ack is sent at once and never delayed; acks that arrive while earlier
+// calls of their queue are in flight go together in the next call.
 //
 // # Delays
 //

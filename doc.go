@@ -1,0 +1,246 @@
+// Package errand is a distributed task queue: a producer sends a task — a
+// registered name and its arguments — to a broker; a worker takes it, calls
+// the Go function registered under that name and records the outcome in a
+// result backend; chains, groups and chords compose tasks. The wire format
+// and the retry schedule are machinery's.
+//
+// A [Server] is built on one broker and one backend. Here both are the
+// in-process drivers, which need no server:
+//
+//	import (
+//		"github.com/errand-go/errand"
+//		"github.com/errand-go/errand/backends/memory" // package memorybackend
+//		"github.com/errand-go/errand/brokers/memory"  // package memorybroker
+//	)
+//
+//	srv, err := errand.NewServer(errand.Config{
+//		Broker:  memorybroker.New(nil),
+//		Backend: memorybackend.New(nil),
+//	})
+//
+// Register functions and run a worker (usually in its own process, on a
+// Server built on the same broker and backend):
+//
+//	srv.Register("add", func(ctx context.Context, a, b int) (int, error) { return a + b, nil })
+//	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})
+//	w.Start()
+//	defer w.Shutdown(context.Background())
+//
+// Send a task and read its result:
+//
+//	res, err := srv.SendTask(ctx, errand.NewSignature("add", 2, 3))
+//	var sum int
+//	err = res.GetInto(ctx, &sum) // 5: blocks until SUCCESS or FAILURE, honours ctx
+//
+// A chord runs a group of tasks in parallel, then one callback with every
+// member's results in group order:
+//
+//	srv.Register("square", func(x int) (int, error) { return x * x, nil })
+//	srv.Register("sum", func(xs ...int) (int, error) { ... })
+//
+//	var squares []*errand.Signature
+//	for i := 1; i <= 10; i++ {
+//		squares = append(squares, errand.NewSignature("square", i))
+//	}
+//	group, _ := errand.NewGroup(squares...)
+//	chord, _ := errand.NewChord(group, errand.NewSignature("sum"))
+//	res, err := srv.SendChord(ctx, chord, 4) // up to 4 publish batches in flight
+//	var total int
+//	err = res.GetInto(ctx, &total) // 385
+//
+// # Tasks and signatures
+//
+// A [Signature] is one task invocation on the wire. Its field and JSON names
+// are machinery's (UUID, Name, RoutingKey, ETA, GroupUUID, GroupTaskCount,
+// Args, Headers, Priority, Immutable, RetryCount, RetryTimeout, OnSuccess,
+// OnError, ChordCallback), so messages written by machinery decode here;
+// Attempt, Timeout and Deadline are errand's additions. [NewSignature] gives
+// a fresh UUID and converts each argument with [ArgOf]. RoutingKey names the
+// queue (default: [Config.DefaultQueue], itself defaulting to
+// [DefaultQueue]); ETA delays the task, which never runs before it.
+//
+// Arguments are typed ([Arg]) and any JSON-encodable Go value: on the worker
+// each is decoded straight into the registered function's parameter type, so
+// a []Point arrives as a []Point. A value that does not fit fails the task at
+// once, without retries, with an [ArgumentError] naming the task, the
+// argument index and both types.
+//
+// [Server.Register] accepts a function with an optional leading
+// context.Context, JSON-decodable parameters (the last may be variadic),
+// JSON-encodable results and an error last, and refuses anything else with
+// an error naming the task. A running function finds its UUID and attempt
+// number with [TaskInfoFrom].
+//
+// # Workers
+//
+// [Server.NewWorker] returns a [Worker] for one queue; [WorkerConfig]
+// documents every field with its default. A worker runs Concurrency tasks at
+// once and never fetches more deliveries than it has free slots. Delivery is
+// at least once: each delivery is leased, the lease is extended every
+// ExtendEvery while its task runs, and a worker that dies loses nothing —
+// its tasks come back when their leases run out. A redelivered task whose
+// outcome was already recorded is not run again (the worker finishes what
+// the crashed one left and acks), so only work whose outcome was never
+// recorded runs twice; task functions should still be idempotent.
+//
+// A task's ctx is cancelled after its Signature.Timeout (or the worker's
+// TaskTimeout) and at its Signature.Deadline. A panic becomes a
+// [PanicError] with the stack. Every step that calls the broker or backend
+// is bounded by CallTimeout (default 10s): when a server stops answering,
+// the step fails and the delivery is redelivered after ErrorBackoff.
+//
+// [Worker.Run] blocks until its ctx is done, then shuts down within
+// ShutdownTimeout. [Worker.Shutdown] works like http.Server.Shutdown: it
+// stops fetching and waits for running tasks; if its ctx ends first, it
+// cancels their contexts and releases each unfinished delivery back to the
+// broker, unrecorded, for another worker; half a second later it cancels
+// every broker and backend call still in progress, so a silent server cannot
+// hold it. PreTaskHook, PostTaskHook and ErrorHandler observe tasks and
+// errors; logs go to an injected *slog.Logger and are silent by default.
+//
+// # Task states
+//
+// A task is in one of six states ([State]), with machinery's and Celery's
+// names. Every change a worker records is an edge of this graph:
+//
+//	PENDING  -> RECEIVED | FAILURE
+//	RECEIVED -> RECEIVED | STARTED | FAILURE
+//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
+//	RETRY    -> RECEIVED
+//
+// PENDING is written by the sender before the task reaches the broker, so a
+// result handle never finds a sent task unknown. RECEIVED after RECEIVED or
+// STARTED is a redelivery: a worker died or shut down before finishing and
+// another took the task. FAILURE straight from PENDING or RECEIVED is a task
+// that could not run: an unknown name ([ErrUnknownTask]), bad arguments, a
+// chord callback whose member failed. SUCCESS and FAILURE are terminal. Each
+// state is stored as a [TaskState] with the attempt number, results, error
+// text and timestamps.
+//
+// # Retries
+//
+// A task that returns an error is retried while its attempts stay within
+// its RetryCount (retries after the first attempt: RetryCount 3 means at
+// most four runs). The delay before each retry comes from a [RetryPolicy],
+// set per task with [WithRetryPolicy] or per worker: [Fibonacci] (the
+// default, machinery's: 1, 2, 3, 5, 8 ... seconds), [Fixed], [Exponential]
+// with jitter, or any [RetryFunc]. A retry is a new message with the next
+// Attempt and an ETA; the task is RETRY until a worker receives it.
+//
+// A function steers its retries with errors found by [errors.As], so
+// wrapping them works: [RetryLater] retries after a given delay (still
+// counted against RetryCount), and [Permanent] fails the task at once.
+// Argument errors and unknown task names are never retried, and no retry is
+// scheduled past a signature's Deadline.
+//
+// # Workflows
+//
+// [NewChain], [NewGroup] and [NewChord] build workflows; [Server.SendChain],
+// [Server.SendGroup] and [Server.SendChord] send them. What each task
+// receives as arguments is fixed (and checked on every driver by the
+// conformance kit):
+//
+//   - chain a → b: b's own Args, then a's results (machinery's order);
+//   - chord callback: its own Args, then every member's results in group
+//     order, member by member (a member returning two values contributes
+//     two arguments), so a callback is naturally variadic;
+//   - OnSuccess callback: its own Args, then the task's results;
+//   - OnError callback: the error text first, then its own Args;
+//   - a task with Immutable set: only its own Args.
+//
+// In a chain, each task is sent when the previous one succeeds, and when one
+// fails for good the rest never run. A group's members run in parallel. A
+// chord's callback is sent exactly once, when its last member finishes: each
+// member marks itself done in the backend (idempotent and O(1)) and the one
+// that completes the group claims the chord with a compare-and-set. When a
+// member fails for good the callback never runs: it is marked FAILURE with an
+// error naming that member, and its OnError callbacks are sent. A delivery
+// is acked only after the callbacks it triggers are published, so none is
+// ever dropped.
+//
+// # Results
+//
+// [Server.SendTask] returns an [AsyncResult]; [NewAsyncResult] makes one in
+// a process that did not send the task. [AsyncResult.Get] and
+// [AsyncResult.GetInto] block until SUCCESS or FAILURE without spinning:
+// woken by the backend where it can notify, otherwise polling with a backoff
+// from 2ms to 200ms. An unknown or expired task returns [ErrTaskNotFound] at
+// once, a failed task a [TaskError] with the recorded error text, and a done
+// ctx ctx.Err(). A [ChainAsyncResult] returns the last task's results (or
+// the first failure), a [ChordAsyncResult] the callback's.
+//
+// # Drivers and URLs
+//
+// Each driver is a package named after what it is; those with third-party
+// dependencies are Go modules of their own, so a build pays only for the
+// drivers it imports:
+//
+//	import path                                   package          URL schemes
+//	github.com/errand-go/errand/brokers/memory    memorybroker     memory://       (this module)
+//	github.com/errand-go/errand/brokers/redis     redisbroker      redis://, rediss://
+//	github.com/errand-go/errand/brokers/sqs       sqsbroker        sqs://
+//	github.com/errand-go/errand/backends/memory   memorybackend    memory://       (this module)
+//	github.com/errand-go/errand/backends/redis    redisbackend     redis://, rediss://
+//	github.com/errand-go/errand/backends/mongo    mongobackend     mongodb://, mongodb+srv://
+//	github.com/errand-go/errand/backends/memcache memcachebackend  memcache://
+//
+// A driver's constructor (New) takes an injected client and an *Options;
+// pass its value to [Config]. Or, database/sql style, open drivers by URL:
+// importing a driver registers its schemes, and [OpenBroker] and
+// [OpenBackend] find them:
+//
+//	import _ "github.com/errand-go/errand/brokers/redis"
+//
+//	broker, err := errand.OpenBroker(ctx, "redis://:secret@127.0.0.1:6379/0")
+//
+// Secrets in URLs are never printed or logged: an [OpenError] shows the URL
+// redacted, and [RedactURL] does the same for URLs you print yourself. Each
+// driver's package documentation gives its URL form, delivery semantics and
+// limits.
+//
+// # The portable layer
+//
+// Every broker and backend errand uses — opened by URL or passed to
+// [Config] — is wrapped in errand's portable layer, so these hold whatever
+// the driver (one driver value has one wrapper, shared by every [Server]
+// on it):
+//
+//   - after Close, every call returns an error satisfying
+//     errors.Is(err, [ErrClosed]) without reaching the driver, and the
+//     driver is closed once;
+//   - a call whose ctx is already done returns ctx.Err() without reaching
+//     the driver, and an error returned while ctx is done satisfies
+//     errors.Is(err, ctx.Err()) whatever the driver wrapped;
+//   - a message larger than the broker's declared maximum is refused with a
+//     [PayloadError] before anything of its batch is sent;
+//   - on brokers that ack many deliveries in one call (SQS, memory), the
+//     acks of concurrent tasks on one queue share calls, up to the broker's
+//     batch size, each ack returning its own result; a lone ack is sent at
+//     once, never held back to fill a batch;
+//   - errors of [OpenBroker] and [OpenBackend] hide the URL's secrets and
+//     still satisfy errors.Is and errors.As for what the driver returned;
+//   - an ability the driver lacks is an error satisfying
+//     errors.Is(err, errors.ErrUnsupported), never a silent no-op.
+//
+// [Server.Broker] and [Server.Backend] return the wrapped values.
+//
+// # Operating
+//
+// [Inspect] (pending and delayed messages), [InFlight], [Stats], [Purge]
+// and [DeadLetters] work on a queue of any [Broker]: a driver's own value,
+// one [OpenBroker] returned, or [Server.Broker]. The memory and Redis
+// brokers support them all; SQS supports Stats (approximate counts) and
+// Purge. Messages a worker cannot decode are set aside with their reason
+// ([ErrBadMessage]) and listed by DeadLetters where the broker can.
+//
+// # Errors
+//
+// Test sentinels with [errors.Is]: [ErrClosed], [ErrTaskNotFound],
+// [ErrGroupNotFound], [ErrLeaseLost] and [ErrPayloadTooLarge] are the
+// driver package's own values, so drivers' errors match them; [ErrUnknownTask],
+// [ErrBadArguments] and [ErrBadMessage] are wrapped by recorded failures and
+// set-aside reasons. Error types, found with [errors.As]: [PayloadError],
+// [ArgumentError], [TaskError] (a task's recorded failure, see also
+// [IsTaskFailure]), [PanicError], [OpenError], and the two a function returns
+// to steer retries, [RetryLaterError] and [PermanentError].
+package errand
