@@ -202,8 +202,7 @@
 //
 // Every broker and backend errand uses — opened by URL or passed to
 // [Config] — is wrapped in errand's portable layer, so these hold whatever
-// the driver (one driver value has one wrapper, shared by every [Server]
-// on it):
+// the driver:
 //
 //   - after Close, every call returns an error satisfying
 //     errors.Is(err, [ErrClosed]) without reaching the driver, and the
@@ -222,7 +221,10 @@
 //   - an ability the driver lacks is an error satisfying
 //     errors.Is(err, errors.ErrUnsupported), never a silent no-op.
 //
-// [Server.Broker] and [Server.Backend] return the wrapped values.
+// [Server.Broker] and [Server.Backend] return the wrapped values. Each
+// Server wraps the drivers it is given in its own layer, and [Server.Close]
+// closes the drivers themselves: when several Servers share one driver
+// value, close one of them only once all are done.
 //
 // # Operating
 //
