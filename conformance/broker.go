@@ -20,30 +20,31 @@ import (
 // Broker/<Case>/<Subcase> (select with -run and -skip).
 func RunBroker(t *testing.T, h BrokerHarness) {
 	h.Timing = h.Timing.withDefaults()
-	t.Run("Broker", func(t *testing.T) { runCases(t, h, h.Timing, brokerCases) })
+	t.Run("Broker", func(t *testing.T) { runCases(t, h, h.Timing, h.Serial, brokerCases) })
 }
 
-// brokerCases are the broker promises, by stable name.
+// brokerCases are the broker promises, by stable name; true marks a case
+// that runs alone (see kase).
 var brokerCases = []kase[BrokerHarness]{
-	{"Capabilities", brokerCapabilities},
-	{"PublishFetchAck", publishFetchAck},
-	{"BatchPublish", batchPublish},
-	{"Release/Immediate", releaseImmediate},
-	{"Release/NotBefore", releaseNotBefore},
-	{"Redelivery/LeaseExpired", redeliveryLeaseExpired},
-	{"Lease/ExtendKeepsAway", leaseExtend},
-	{"Lease/ConcurrentConsumers", concurrentConsumers},
-	{"Delay/NeverEarly", delayNeverEarly},
-	{"Delay/OrderByETA", delayOrder},
-	{"Delay/BeyondMax", delayBeyondMax},
-	{"Ctx/FetchCancel", fetchCancel},
-	{"Close/WakesFetch", closeWakesFetch},
-	{"Payload/Limit", payloadLimit},
-	{"Ack/Batch", ackBatch},
-	{"Ack/Concurrent", ackConcurrent},
-	{"BadMessage/SetAside", badMessageSetAside},
-	{"Inspect/PendingDelayed", inspectPendingDelayed},
-	{"Purge", purge},
+	{"Capabilities", brokerCapabilities, parallel},
+	{"PublishFetchAck", publishFetchAck, parallel},
+	{"BatchPublish", batchPublish, parallel},
+	{"Release/Immediate", releaseImmediate, parallel},
+	{"Release/NotBefore", releaseNotBefore, parallel},
+	{"Redelivery/LeaseExpired", redeliveryLeaseExpired, parallel},
+	{"Lease/ExtendKeepsAway", leaseExtend, alone},
+	{"Lease/ConcurrentConsumers", concurrentConsumers, parallel},
+	{"Delay/NeverEarly", delayNeverEarly, alone},
+	{"Delay/OrderByETA", delayOrder, alone},
+	{"Delay/BeyondMax", delayBeyondMax, parallel},
+	{"Ctx/FetchCancel", fetchCancel, alone},
+	{"Close/WakesFetch", closeWakesFetch, alone},
+	{"Payload/Limit", payloadLimit, parallel},
+	{"Ack/Batch", ackBatch, parallel},
+	{"Ack/Concurrent", ackConcurrent, parallel},
+	{"BadMessage/SetAside", badMessageSetAside, parallel},
+	{"Inspect/PendingDelayed", inspectPendingDelayed, parallel},
+	{"Purge", purge, parallel},
 }
 
 type bcase struct {

@@ -29,6 +29,10 @@ type BrokerHarness struct {
 	Caps BrokerCaps
 	// Timing tunes the waits of the broker cases. Zero fields take defaults.
 	Timing Timing
+	// Serial runs every case one after another. By default independent
+	// cases run in parallel (t.Parallel, bounded by go test -parallel);
+	// cases that assert how late something may be always run alone, first.
+	Serial bool
 }
 
 // BrokerCaps are a broker's declared capabilities.
@@ -48,8 +52,9 @@ type BrokerCaps struct {
 	// cannot tell (a stale receipt handle's delete succeeds); the kit then
 	// checks only that nothing is lost.
 	DetectsLostLease bool
-	// Durable: messages survive a server restart (documentation; fault
-	// tests live with the driver).
+	// Durable: messages survive a restart of the broker's server, queued
+	// and in flight alike. Checked by RunServerRestart: a broker restarted
+	// there must declare it, and then nothing may be lost.
 	Durable bool
 	// Optional abilities; each must match the optional interface the broker
 	// implements, both ways.
@@ -70,6 +75,8 @@ type BackendHarness struct {
 	Caps BackendCaps
 	// Timing tunes the waits of the backend cases.
 	Timing Timing
+	// Serial runs every case one after another (see BrokerHarness.Serial).
+	Serial bool
 }
 
 // BackendCaps are a backend's declared capabilities.
@@ -81,10 +88,15 @@ type BackendCaps struct {
 	// MinExpiry is the shortest expiry the backend honours (memcached and
 	// Redis count whole seconds). Default: 100ms.
 	MinExpiry time.Duration
-	// Lossy: the store may evict entries under memory pressure (memcached).
-	// The kit runs every case; users are told results and group counters
-	// can vanish.
+	// Lossy: the store may lose entries, evicted under memory pressure or
+	// gone with a server restart (memcached). The kit runs every case, and
+	// RunServerRestart checks what a lossy backend still promises: a waiter
+	// on a lost result or chord gets an error, never a hang or a wrong value.
 	Lossy bool
+	// Durable: states and group metadata survive a restart of the backend's
+	// server. Checked by RunServerRestart: every result and the chord
+	// callback arrive as if nothing happened. Excludes Lossy.
+	Durable bool
 	// Waiter: the backend implements driver.StateWaiter.
 	Waiter bool
 }
@@ -200,14 +212,34 @@ func checkAbility(t testing.TB, v any, declared bool, iface reflect.Type, capNam
 // isUnsupported reports whether err says an optional ability is missing.
 func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
 
+// How a case runs beside others (kase.alone).
+const (
+	parallel = false
+	alone    = true
+)
+
 type kase[H any] struct {
 	name string
 	run  func(t testing.TB, h H)
+	// alone: the case asserts an upper bound on a latency (a delay's
+	// lateness, a prompt return, a lease extended in time) that the load of
+	// other cases could break on a small machine, so it never runs beside
+	// them.
+	alone bool
 }
 
-func runCases[H any](t *testing.T, h H, tm Timing, cases []kase[H]) {
+// runCases runs the cases as subtests. Unless serial, every case that need
+// not run alone calls t.Parallel: cases are independent (each has its own
+// queue, task and group IDs), and most of a network driver's time is spent
+// waiting on leases and delays. Cases that must run alone run first, one
+// after another; the parallel ones start when they are done (go test's
+// -parallel bounds how many run at once).
+func runCases[H any](t *testing.T, h H, tm Timing, serial bool, cases []kase[H]) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if !serial && !c.alone {
+				t.Parallel()
+			}
 			guard(t, tm.Watchdog, func() { c.run(t, h) })
 		})
 	}

@@ -556,6 +556,12 @@ var brokenBackends = map[string]BackendHarness{
 		h.Caps.Waiter = false
 		return h
 	}(),
+	// Promises to keep everything across a restart and that it may lose it.
+	"durable-and-lossy": func() BackendHarness {
+		h := healthyBackend()
+		h.Caps.Durable, h.Caps.Lossy = true, true
+		return h
+	}(),
 }
 
 type lyingExpiry struct {
@@ -611,6 +617,7 @@ var backendTargets = map[string]string{
 
 var moreBackendTargets = map[string]string{
 	"Chord/ClaimOnce": "claimer-cannot-reclaim",
+	"Capabilities":    "durable-and-lossy",
 }
 
 // workerTargets name a broken broker ("broker:NAME") or backend
@@ -667,6 +674,23 @@ func TestEveryCaseHasATarget(t *testing.T) {
 	for name := range brokenBackends {
 		if !used[name] {
 			t.Errorf("broken backend %q is no case's target", name)
+		}
+	}
+	// Every fault scenario has a broken setup (selftest_fault_test.go).
+	for _, sc := range faultScenarios {
+		n := 0
+		for _, setup := range faultSetups {
+			if setup.scenario == sc {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("fault scenario %s has no broken setup: a scenario never shown to fail is a defect", sc)
+		}
+	}
+	for variant, setup := range faultSetups {
+		if !slices.Contains(faultScenarios, setup.scenario) {
+			t.Errorf("broken setup %q names an unknown fault scenario %q", variant, setup.scenario)
 		}
 	}
 }

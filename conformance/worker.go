@@ -22,7 +22,7 @@ func RunWorker(t *testing.T, bh BrokerHarness, beh BackendHarness) {
 	bh.Timing = bh.Timing.withDefaults()
 	beh.Timing = beh.Timing.withDefaults()
 	pair := workerPair{bh, beh}
-	t.Run("Worker", func(t *testing.T) { runCases(t, pair, bh.Timing, workerCases) })
+	t.Run("Worker", func(t *testing.T) { runCases(t, pair, bh.Timing, bh.Serial || beh.Serial, workerCases) })
 }
 
 type workerPair struct {
@@ -31,23 +31,23 @@ type workerPair struct {
 }
 
 var workerCases = []kase[workerPair]{
-	{"Task/ArgumentRoundTrip", taskArgs},
-	{"Retry/Fibonacci", retryFibonacci},
-	{"Retry/Policy", retryPolicy},
-	{"Retry/Later", retryLater},
-	{"Retry/Permanent", retryPermanent},
-	{"Chain/ArgumentOrder", chainOrder},
-	{"Group/Results", groupResults},
-	{"Chord/ArgumentOrder", chordOrder},
-	{"Chord/MemberFails", chordMemberFails},
-	{"Callbacks/OnSuccessOnError", callbacks},
-	{"Failure/Panic", failurePanic},
-	{"Failure/Timeout", failureTimeout},
-	{"Failure/UnknownTask", failureUnknown},
-	{"Failure/BadArguments", failureBadArgs},
-	{"BadMessage/WorkerGoesOn", badMessageWorker},
-	{"Redelivery/CrashedWorker", crashedWorker},
-	{"Shutdown/ReleasesUnfinished", shutdownReleases},
+	{"Task/ArgumentRoundTrip", taskArgs, parallel},
+	{"Retry/Fibonacci", retryFibonacci, parallel},
+	{"Retry/Policy", retryPolicy, parallel},
+	{"Retry/Later", retryLater, parallel},
+	{"Retry/Permanent", retryPermanent, parallel},
+	{"Chain/ArgumentOrder", chainOrder, parallel},
+	{"Group/Results", groupResults, parallel},
+	{"Chord/ArgumentOrder", chordOrder, parallel},
+	{"Chord/MemberFails", chordMemberFails, parallel},
+	{"Callbacks/OnSuccessOnError", callbacks, parallel},
+	{"Failure/Panic", failurePanic, parallel},
+	{"Failure/Timeout", failureTimeout, parallel},
+	{"Failure/UnknownTask", failureUnknown, parallel},
+	{"Failure/BadArguments", failureBadArgs, parallel},
+	{"BadMessage/WorkerGoesOn", badMessageWorker, parallel},
+	{"Redelivery/CrashedWorker", crashedWorker, parallel},
+	{"Shutdown/ReleasesUnfinished", shutdownReleases, parallel},
 }
 
 // recorder wraps a backend to record each task's states.
