@@ -2,13 +2,9 @@ package memcachebackend_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,73 +70,27 @@ func TestOpenByURL(t *testing.T) {
 	}
 }
 
-// TestServerRestartDuringChord: memcached restarts while a chord is in
-// flight. Everything it held is gone; the user sees an error, never a hang.
-func TestServerRestartDuringChord(t *testing.T) {
+// TestServerRestart runs the kit's restart scenario on a private
+// memcached: everything it held is gone after the restart, and the backend
+// declares Lossy, so every waiter must get its result or an error, never
+// hang or see a wrong value.
+func TestServerRestart(t *testing.T) {
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
 		conformance.ServiceUnavailable(t, "memcached not installed (scripts/services start installs it)")
 	}
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "-l", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "16", "-u", "root")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	server := start()
-	defer func() { server.Process.Kill(); server.Wait() }()
-	mc := gomemcache.New("127.0.0.1:" + strconv.Itoa(port))
-	waitPing(t, mc)
-
-	be := memcachebackend.New(mc, nil)
-	srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
-	release := make(chan struct{})
-	var ran atomic.Int32
-	srv.Register("member", func(i int) (int, error) { <-release; return i, nil })
-	srv.Register("callback", func(xs ...int) error { ran.Add(1); return nil })
-	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, ErrorBackoff: 50 * time.Millisecond})
-	w.Start()
-	defer w.Shutdown(context.Background())
-	var sigs []*errand.Signature
-	for i := range 8 {
-		sigs = append(sigs, errand.NewSignature("member", i))
-	}
-	g, _ := errand.NewGroup(sigs...)
-	c, _ := errand.NewChord(g, errand.NewSignature("callback"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := srv.SendChord(ctx, c, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server.Process.Kill()
-	server.Wait()
-	server = start()
-	waitPing(t, mc)
-	close(release)
-	_, err = r.Get(ctx)
-	if err == nil || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("chord Get after memcached lost its data = %v; want an error reporting the chord's fate, not success or a hang", err)
-	}
-	if ran.Load() != 0 {
-		t.Fatal("the chord callback ran although its group was lost")
-	}
-	t.Logf("the user sees: %v", err)
-}
-
-func waitPing(t *testing.T, mc *gomemcache.Client) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for mc.Ping() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("memcached did not come up")
-		}
-		<-tick.C
-	}
+	addr := conformance.FreeAddr(t)
+	host, port, _ := strings.Cut(addr, ":")
+	mc := gomemcache.New(addr)
+	t.Cleanup(func() { mc.Close() })
+	server := conformance.StartServerProcess(t, func() *exec.Cmd {
+		return exec.Command(bin, "-l", host, "-p", port, "-m", "16", "-u", "root")
+	}, func(context.Context) error { return mc.Ping() })
+	conformance.RunServerRestart(t, conformance.RestartHarness{
+		Broker:   conformance.MemoryBroker(memorybroker.Options{}),
+		Backend:  harness(mc),
+		Restarts: conformance.RestartsBackend,
+		Stop:     server.Kill,
+		Start:    server.Start,
+	})
 }

@@ -47,7 +47,7 @@ func harness(c *gomongo.Client) conformance.BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond, Durable: true},
 	}
 }
 
