@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/errand-go/errand"
@@ -15,6 +16,11 @@ import (
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 )
 
+// Tests that hinge on timing windows (expiry, retry delays, leases,
+// shutdown deadlines) run in a testing/synctest bubble: fake time, so they
+// neither wait nor flake, and the bubble fails the test if any goroutine
+// outlives it.
+//
 // The end-to-end promises every driver keeps (retries, workflows, failures,
 // bad input, redelivery, shutdown) are checked by conformance.RunWorker over
 // the memory drivers (conformance/memory_test.go). The tests here cover what
@@ -55,22 +61,24 @@ func TestSendTaskAndGet(t *testing.T) {
 }
 
 func TestGetUnknownOrExpiredErrors(t *testing.T) {
-	ctx := ctxT(t)
-	be := memorybackend.New(&memorybackend.Options{ResultExpiry: 50 * time.Millisecond})
-	defer be.Close()
-	r := errand.NewAsyncResult(&errand.Signature{UUID: "no-such-task"}, be)
-	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
-		t.Fatalf("Get(unknown) = %v, want ErrTaskNotFound at once", err)
-	}
-	// A task nobody runs: its PENDING state expires, and the waiter is told.
-	srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
-	r, err := srv.SendTask(ctx, errand.NewSignature("nobody-runs-this"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
-		t.Fatalf("Get(expired) = %v, want ErrTaskNotFound", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := ctxT(t)
+		be := memorybackend.New(&memorybackend.Options{ResultExpiry: 50 * time.Millisecond})
+		defer be.Close()
+		r := errand.NewAsyncResult(&errand.Signature{UUID: "no-such-task"}, be)
+		if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
+			t.Fatalf("Get(unknown) = %v, want ErrTaskNotFound at once", err)
+		}
+		// A task nobody runs: its PENDING state expires, and the waiter is told.
+		srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
+		r, err := srv.SendTask(ctx, errand.NewSignature("nobody-runs-this"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
+			t.Fatalf("Get(expired) = %v, want ErrTaskNotFound", err)
+		}
+	})
 }
 
 func TestHooksAndErrorHandler(t *testing.T) {
@@ -140,38 +148,40 @@ func TestShutdownOfIdleAndNeverStartedWorkers(t *testing.T) {
 // TestRetryThenSucceed: a task failing twice succeeds on its third attempt,
 // sees its attempt number, and goes RETRY twice.
 func TestRetryThenSucceed(t *testing.T) {
-	e := newEnv(t)
-	var attempts []int
-	var mu sync.Mutex
-	e.srv.Register("flaky", func(ctx context.Context) (string, error) {
-		ti, _ := errand.TaskInfoFrom(ctx)
-		mu.Lock()
-		attempts = append(attempts, ti.Attempt)
-		mu.Unlock()
-		if ti.Attempt < 3 {
-			return "", fmt.Errorf("transient failure %d", ti.Attempt)
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		var attempts []int
+		var mu sync.Mutex
+		e.srv.Register("flaky", func(ctx context.Context) (string, error) {
+			ti, _ := errand.TaskInfoFrom(ctx)
+			mu.Lock()
+			attempts = append(attempts, ti.Attempt)
+			mu.Unlock()
+			if ti.Attempt < 3 {
+				return "", fmt.Errorf("transient failure %d", ti.Attempt)
+			}
+			return "ok", nil
+		})
+		e.start(t, errand.WorkerConfig{})
+		ctx := ctxT(t)
+		sig := errand.NewSignature("flaky")
+		sig.RetryCount = 3
+		r, err := e.srv.SendTask(ctx, sig)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return "ok", nil
+		var got string
+		if err := r.GetInto(ctx, &got); err != nil || got != "ok" {
+			t.Fatalf("Get = %q, %v; want ok", got, err)
+		}
+		if fmt.Sprint(attempts) != "[1 2 3]" {
+			t.Fatalf("attempts seen by the task = %v, want [1 2 3]", attempts)
+		}
+		path := fmt.Sprint(e.rec.path(sig.UUID))
+		if want := "[PENDING RECEIVED STARTED RETRY RECEIVED STARTED RETRY RECEIVED STARTED SUCCESS]"; path != want {
+			t.Fatalf("state path = %s, want %s", path, want)
+		}
 	})
-	e.start(t, errand.WorkerConfig{})
-	ctx := ctxT(t)
-	sig := errand.NewSignature("flaky")
-	sig.RetryCount = 3
-	r, err := e.srv.SendTask(ctx, sig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got string
-	if err := r.GetInto(ctx, &got); err != nil || got != "ok" {
-		t.Fatalf("Get = %q, %v; want ok", got, err)
-	}
-	if fmt.Sprint(attempts) != "[1 2 3]" {
-		t.Fatalf("attempts seen by the task = %v, want [1 2 3]", attempts)
-	}
-	path := fmt.Sprint(e.rec.path(sig.UUID))
-	if want := "[PENDING RECEIVED STARTED RETRY RECEIVED STARTED RETRY RECEIVED STARTED SUCCESS]"; path != want {
-		t.Fatalf("state path = %s, want %s", path, want)
-	}
 }
 
 // waitFor polls cond until it holds or a deadline passes.
@@ -206,37 +216,38 @@ func TestOversizedPayloadRefusedBeforeSend(t *testing.T) {
 // TestShutdownReleasesUnfinished: a worker whose shutdown times out gives
 // its running task back; a second worker completes it.
 func TestShutdownReleasesUnfinished(t *testing.T) {
-	checkNoLeak(t)
-	e := newEnv(t)
-	started := make(chan struct{}, 1)
-	var runs atomic.Int32
-	e.srv.Register("long", func(ctx context.Context) (string, error) {
-		if runs.Add(1) == 1 {
-			started <- struct{}{}
-			<-ctx.Done()
-			return "", ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		started := make(chan struct{}, 1)
+		var runs atomic.Int32
+		e.srv.Register("long", func(ctx context.Context) (string, error) {
+			if runs.Add(1) == 1 {
+				started <- struct{}{}
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			return "done", nil
+		})
+		w1 := e.srv.NewWorker(errand.WorkerConfig{Lease: time.Minute})
+		w1.Start()
+		ctx := ctxT(t)
+		r, _ := e.srv.SendTask(ctx, errand.NewSignature("long"))
+		<-started
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown = %v, want DeadlineExceeded (the task outlived the timeout)", err)
 		}
-		return "done", nil
+		st, _ := errand.Stats(ctx, e.broker, errand.DefaultQueue)
+		if st.Pending != 1 || st.InFlight != 0 {
+			t.Fatalf("after shutdown the queue holds %+v, want the unfinished task released (1 pending, 0 in flight)", st)
+		}
+		e.start(t, errand.WorkerConfig{})
+		var out string
+		if err := r.GetInto(ctx, &out); err != nil || out != "done" {
+			t.Fatalf("second worker: %q, %v; want done", out, err)
+		}
 	})
-	w1 := e.srv.NewWorker(errand.WorkerConfig{Lease: time.Minute})
-	w1.Start()
-	ctx := ctxT(t)
-	r, _ := e.srv.SendTask(ctx, errand.NewSignature("long"))
-	<-started
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Shutdown = %v, want DeadlineExceeded (the task outlived the timeout)", err)
-	}
-	st, _ := errand.Stats(ctx, e.broker, errand.DefaultQueue)
-	if st.Pending != 1 || st.InFlight != 0 {
-		t.Fatalf("after shutdown the queue holds %+v, want the unfinished task released (1 pending, 0 in flight)", st)
-	}
-	e.start(t, errand.WorkerConfig{})
-	var out string
-	if err := r.GetInto(ctx, &out); err != nil || out != "done" {
-		t.Fatalf("second worker: %q, %v; want done", out, err)
-	}
 }
 
 func TestConcurrencyBound(t *testing.T) {
@@ -279,29 +290,34 @@ func TestConcurrencyBound(t *testing.T) {
 }
 
 func TestLeaseExtendedWhileRunning(t *testing.T) {
-	e := newEnv(t)
-	var runs atomic.Int32
-	release := make(chan struct{})
-	e.srv.Register("hold", func() error { runs.Add(1); <-release; return nil })
-	e.start(t, errand.WorkerConfig{Lease: 30 * time.Millisecond, Concurrency: 2})
-	ctx := ctxT(t)
-	r, _ := e.srv.SendTask(ctx, errand.NewSignature("hold"))
-	waitFor(t, "task running", func() bool { return runs.Load() == 1 })
-	// Hold the task for several leases; a second consumer must not get it.
-	deadline := time.Now().Add(200 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		fctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		ds, _ := e.broker.Fetch(fctx, errand.DefaultQueue, 1, time.Second)
-		cancel()
-		if len(ds) > 0 {
-			t.Fatalf("a running task's delivery reached another consumer: its lease was not extended")
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t)
+		var runs atomic.Int32
+		release := make(chan struct{})
+		e.srv.Register("hold", func() error { runs.Add(1); <-release; return nil })
+		e.start(t, errand.WorkerConfig{Lease: 30 * time.Millisecond, Concurrency: 2})
+		var once sync.Once
+		free := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(free) // before the worker's shutdown, should the test fail first
+		ctx := ctxT(t)
+		r, _ := e.srv.SendTask(ctx, errand.NewSignature("hold"))
+		waitFor(t, "task running", func() bool { return runs.Load() == 1 })
+		// Hold the task for several leases; a second consumer must not get it.
+		deadline := time.Now().Add(200 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			fctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			ds, _ := e.broker.Fetch(fctx, errand.DefaultQueue, 1, time.Second)
+			cancel()
+			if len(ds) > 0 {
+				t.Fatalf("a running task's delivery reached another consumer: its lease was not extended")
+			}
 		}
-	}
-	close(release)
-	if _, err := r.Get(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("runs = %d, want 1", n)
-	}
+		free()
+		if _, err := r.Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("runs = %d, want 1", n)
+		}
+	})
 }
