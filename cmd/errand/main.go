@@ -10,9 +10,17 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 )
 
-const version = "0.1.0-dev"
+// version is the module version the binary was built from (as `go install
+// .../cmd/errand@vX` records it), or "devel" for a build from a checkout.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -34,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "version":
-		fmt.Fprintln(stdout, "errand", version)
+		fmt.Fprintln(stdout, "errand", version())
 		return 0
 	case "help", "-h", "--help":
 		usage(stdout)
