@@ -14,7 +14,7 @@ import (
 )
 
 // recorder wraps a backend and records every state each task is set to, so
-// tests can check the paths against driver.Transitions.
+// tests can check the paths against the state graph (driver.ValidPath).
 type recorder struct {
 	errand.Backend
 	mu    sync.Mutex

@@ -24,7 +24,7 @@ import (
 // The end-to-end promises every driver keeps (retries, workflows, failures,
 // bad input, redelivery, shutdown) are checked by conformance.RunWorker over
 // the memory drivers (conformance/memory_test.go). The tests here cover what
-// is the core's alone: concurrency, lease extension, hooks, results, leaks.
+// is errand's alone: concurrency, lease extension, hooks, results, leaks.
 
 func add(a, b int) (int, error) { return a + b, nil }
 

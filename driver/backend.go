@@ -12,7 +12,9 @@ import (
 // workers complete members of one group at once.
 //
 // All methods may be called concurrently. errand checks ctx before every
-// call and never calls a method after Close (it answers ErrClosed itself).
+// call and, within one Server, never calls a method after Close (it answers
+// ErrClosed itself); a driver value shared by several Servers may still be
+// called after Close and must then return an error, never panic or block.
 type Backend interface {
 	// SetState stores st as the task's current state, replacing the
 	// previous one, and restarts its result expiry.
@@ -47,12 +49,12 @@ type Backend interface {
 	// returned as PENDING.
 	GroupStates(ctx context.Context, groupUUID string) ([]*TaskState, error)
 
-	// Close releases the backend's resources. errand calls it once.
+	// Close releases the backend's resources. A second Close is harmless.
 	Close() error
 }
 
 // StateWaiter is implemented by backends that can wake a waiter when a
-// task's state changes, instead of the core polling with backoff.
+// task's state changes, instead of errand polling with backoff.
 type StateWaiter interface {
 	// WaitState blocks until the task's state satisfies done, ctx is done,
 	// or the task is unknown (ErrTaskNotFound).

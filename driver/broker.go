@@ -8,9 +8,9 @@ import (
 // Message is one encoded task on its way to a queue.
 type Message struct {
 	// ID identifies the message for deduplication and inspection (the task
-	// UUID for messages the core sends).
+	// UUID for messages errand sends).
 	ID string
-	// Queue is the routing key; never empty when the core publishes.
+	// Queue is the routing key; never empty when errand publishes.
 	Queue string
 	// Body is the encoded Signature (opaque to the broker).
 	Body []byte
@@ -31,7 +31,7 @@ type Delivery struct {
 	// first, where the broker knows it; 0 otherwise.
 	Attempt int
 	// Handle is the broker's own receipt (a lease token, a receipt handle).
-	// The core passes it back untouched.
+	// errand passes it back untouched.
 	Handle any
 }
 
@@ -41,9 +41,12 @@ type Delivery struct {
 // driver.
 //
 // All methods may be called concurrently. errand checks ctx before every
-// call and never calls a method after Close (it answers ErrClosed itself),
-// so a driver need not track whether it is closed except to make Close wake
-// blocked Fetch calls. A driver maps its service's errors onto this
+// call and, within one Server, never calls a method after Close (it answers
+// ErrClosed itself), so a driver need not track whether it is closed except
+// to make Close wake blocked Fetch calls. A driver value shared by several
+// Servers (or also used directly) may still be called after Close: it must
+// then return an error, never panic or block, and a second Close must be
+// harmless. A driver maps its service's errors onto this
 // package's sentinels (ErrLeaseLost, ErrPayloadTooLarge) so callers can
 // test them with errors.Is, and does not retry calls itself unless its
 // documentation says so.
@@ -78,15 +81,16 @@ type Broker interface {
 	Reject(ctx context.Context, d *Delivery, reason string) error
 
 	// Close releases the broker's resources and makes blocked Fetch calls
-	// return. errand calls it once.
+	// return.
 	Close() error
 }
 
 // BatchAcker is implemented by brokers whose service acks many deliveries
-// in one call (SQS DeleteMessageBatch). errand then coalesces the acks of
-// concurrent tasks on one queue, up to Limits().MaxAckBatch of them within a
-// short window, into one AckBatch call; a lone ack waits at most that
-// window.
+// in one call (SQS DeleteMessageBatch). errand then acks through it: an ack
+// is sent at once when fewer than four AckBatch calls of its queue are in
+// flight, and otherwise joins the next call, which carries every ack that
+// queued meanwhile (up to Limits().MaxAckBatch). A lone ack never waits;
+// under load, batches form by themselves.
 type BatchAcker interface {
 	// AckBatch acks ds, which all come from the same queue, and returns one
 	// error per delivery, in order (nil where the ack succeeded). It may be
