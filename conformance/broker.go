@@ -91,11 +91,11 @@ func (c *bcase) publish(ms ...errand.Message) {
 
 // fetch waits up to within for one fetch; it returns nothing (not an error)
 // when nothing arrived in time.
-func (c *bcase) fetch(max int, lease, within time.Duration) []*driver.Delivery {
+func (c *bcase) fetch(limit int, lease, within time.Duration) []*driver.Delivery {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(c.ctx, within)
 	defer cancel()
-	ds, err := c.b.Fetch(ctx, c.q, max, lease)
+	ds, err := c.b.Fetch(ctx, c.q, limit, lease)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		c.t.Fatalf("Fetch: %v", err)
 	}

@@ -135,9 +135,9 @@ func (q *queue) promote(now time.Time) time.Time {
 	return next
 }
 
-// Fetch blocks until a message of queue is due, then leases up to max.
-func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease time.Duration) ([]*driver.Delivery, error) {
-	max = maxOf(max, 1)
+// Fetch blocks until a message of queue is due, then leases up to limit.
+func (b *Broker) Fetch(ctx context.Context, queueName string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	limit = max(limit, 1)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -154,8 +154,8 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease tim
 		q := b.queue(queueName)
 		next := q.promote(now)
 		if q.ready.Len() > 0 {
-			out := make([]*driver.Delivery, 0, min(max, q.ready.Len()))
-			for len(out) < max && q.ready.Len() > 0 {
+			out := make([]*driver.Delivery, 0, min(limit, q.ready.Len()))
+			for len(out) < limit && q.ready.Len() > 0 {
 				e := heap.Pop(&q.ready).(*entry)
 				b.seq++
 				e.token, e.leaseUntil = b.seq, now.Add(lease)
@@ -190,12 +190,6 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, max int, lease tim
 	}
 }
 
-func maxOf(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
-}
 
 // leased returns the in-flight entry d refers to, if d still holds its
 // lease (or the lease ran out but nobody took the message since).

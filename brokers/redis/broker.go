@@ -138,9 +138,9 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // Fetch runs the fetch script (promote due delayed messages and expired
-// leases, then lease up to max); when nothing is due it blocks on the
+// leases, then lease up to limit); when nothing is due it blocks on the
 // queue's wake-up list until a publish, the next due time, or MaxBlock.
-func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
 	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count}
 	for {
@@ -150,7 +150,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		res, err := fetchScript.Run(ctx, b.rdb, keys, max, lease.Milliseconds(), 1000, randomID()).Slice()
+		res, err := fetchScript.Run(ctx, b.rdb, keys, limit, lease.Milliseconds(), 1000, randomID()).Slice()
 		if err != nil {
 			return nil, b.err(ctx, err)
 		}

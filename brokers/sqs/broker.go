@@ -256,12 +256,12 @@ type handle struct {
 	msg          driver.Message
 }
 
-// Fetch long-polls for up to max messages (10 per receive). The receive is
+// Fetch long-polls for up to limit messages (10 per receive). The receive is
 // never cancelled mid-flight (an emulator can lose a message that way):
 // when ctx ends, Fetch returns after the current poll and gives back
 // whatever it received. Messages that arrive before their not-before time
 // (a hop of a long delay) are sent on again, not returned.
-func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	u, err := b.url(ctx, b.queueName(queue))
 	if err != nil {
 		return nil, err
@@ -284,7 +284,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, max int, lease time.Du
 			context.AfterFunc(rctx, func() { t.Stop() })
 		})
 		out, err := b.client.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(u), MaxNumberOfMessages: int32(min(max, 10)),
+			QueueUrl: aws.String(u), MaxNumberOfMessages: int32(min(limit, 10)),
 			WaitTimeSeconds: int32(max1(b.opts.WaitTime.Seconds())), VisibilityTimeout: vis,
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
