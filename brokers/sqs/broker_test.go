@@ -55,13 +55,17 @@ func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
 	}
 }
 
+// The standard and FIFO suites run side by side: their cases wait on
+// leases and delays of seconds, not on the CPU.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	conformance.RunBroker(t, harness(c, false))
 	conformance.RunWorker(t, harness(c, false), conformance.MemoryBackend())
 }
 
 func TestConformanceFIFO(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	conformance.RunBroker(t, harness(c, true))
 	conformance.RunWorker(t, harness(c, true), conformance.MemoryBackend())
