@@ -488,25 +488,48 @@ func serverRestart(t testing.TB, h RestartHarness) {
 	vctx, cancel := context.WithDeadline(ctx, restarted.Add(settle))
 	defer cancel()
 
-	// The verdict, result by result.
+	// The verdict: every result awaited at once (one that hangs must not
+	// look like the others hanging), then one message per broken promise.
+	var vmu sync.Mutex
+	var wg sync.WaitGroup
+	var wrong, hung, lost, told []string
 	check := func(what string, r resultHandle, want int) {
 		var got int
 		err := r.GetInto(vctx, &got)
+		vmu.Lock()
+		defer vmu.Unlock()
 		switch {
 		case err == nil && got == want:
 		case err == nil:
-			t.Errorf("results promise broken: across a restart of %s, %s returned %d, want %d: a lost result must be an error, never a wrong value", who, what, got, want)
-		case vctx.Err() != nil && mode == "lossy":
-			t.Errorf("lossy promise broken: %s stopped and started mid-chord; %s neither returned its result nor an error within %v of the restart (%v): a Lossy backend may lose a result but must say so, never leave a waiter hanging", who, what, settle, err)
+			wrong = append(wrong, fmt.Sprintf("%s returned %d, want %d", what, got, want))
+		case mode == "lossy" && vctx.Err() != nil:
+			hung = append(hung, what)
 		case mode == "lossy":
-			t.Logf("%s: lost, and said so: %v", what, err)
+			told = append(told, fmt.Sprintf("%s: %v", what, err))
 		default:
-			t.Errorf("durability promise broken: %s stopped and started mid-chord; %s ended with %v within %v of the restart, want %d: a Durable driver loses nothing across a restart", who, what, err, settle, want)
+			lost = append(lost, fmt.Sprintf("%s ended with %v, want %d", what, err, want))
 		}
 	}
-	check("the chord (callback)", chord, wantSum)
+	wg.Go(func() { check("the chord", chord, wantSum) })
 	for i, r := range tasks {
-		check(fmt.Sprintf("task %d sent before the restart", i), r, 2*i)
+		wg.Go(func() { check(fmt.Sprintf("task %d", i), r, 2*i) })
+	}
+	wg.Wait()
+	slices.Sort(wrong)
+	slices.Sort(hung)
+	slices.Sort(lost)
+	slices.Sort(told)
+	if len(wrong) > 0 {
+		t.Errorf("results promise broken: across a restart of %s, %s: a lost result must be an error, never a wrong value", who, strings.Join(wrong, "; "))
+	}
+	if len(hung) > 0 {
+		t.Errorf("lossy promise broken: %s stopped and started mid-chord; %v neither returned a result nor an error within %v of the restart: a Lossy backend may lose results and group counters but must say so, never leave a waiter hanging", who, hung, settle)
+	}
+	if len(lost) > 0 {
+		t.Errorf("durability promise broken: %s stopped and started mid-chord; within %v of the restart %s: a Durable driver loses nothing across a restart (what was sent before it, queued or running, completes)", who, settle, strings.Join(lost, "; "))
+	}
+	for _, l := range told {
+		t.Logf("lost, and said so: %s", l)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -52,7 +52,9 @@ func harness(rdb goredis.UniversalClient) conformance.BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond},
+		// Durable as far as the server persists (an append-only file, as
+		// TestServerRestart runs it).
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true},
 	}
 }
 
