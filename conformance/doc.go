@@ -10,7 +10,7 @@
 //
 //	func TestMyBroker(t *testing.T) {
 //		conformance.RunBroker(t, conformance.BrokerHarness{
-//			New: func(t testing.TB) core.Broker {
+//			New: func(t testing.TB) errand.Broker {
 //				b := mybroker.New(client, nil)
 //				t.Cleanup(func() { b.Close() })
 //				return b
@@ -30,7 +30,26 @@
 //
 // Declared capabilities are checked against the optional interfaces the
 // driver implements, both ways: declaring Purge without implementing
-// core.Purger fails, and so does implementing it without declaring it.
+// driver.Purger fails, and so does implementing it without declaring it.
+// What a driver promises across a server restart (BrokerCaps.Durable,
+// BackendCaps.Durable, BackendCaps.Lossy) is checked by the restart
+// scenario below, not just declared.
+//
+// # Fault scenarios
+//
+// [RunWorkerKilled] and [RunServerRestart] run what every driver with a
+// server used to hand-write, with real processes:
+//
+//   - Fault/WorkerKilled: the test binary re-runs itself as worker
+//     processes (no TestMain needed); one is killed with SIGKILL while its
+//     tasks run, and a second must complete every task (at-least-once).
+//   - Fault/ServerRestart: a chord and plain tasks are in flight when the
+//     driver's own server process is stopped and started again; a Durable
+//     driver loses nothing, a Lossy backend tells every waiter (a result or
+//     an error), never leaves one hanging.
+//
+// [StartServerProcess] and [FreeAddr] run the private server a restart
+// needs, so a driver wires the scenario with a command line and a ping.
 //
 // # Timing
 //
@@ -40,10 +59,18 @@
 // Every queue, task and group a run creates carries a per-run ID, so cases on
 // a shared server never see each other's leftovers.
 //
+// Cases are independent and run in parallel (t.Parallel, bounded by go
+// test's -parallel), except those asserting how late something may be (a
+// delay's lateness, a prompt return, a lease extended in time), which run
+// alone, first. A harness whose server cannot take the load sets Serial.
+//
 // # The kit tests itself
 //
 // The package's own tests run every case against a deliberately broken
 // variant of the memory drivers (one that loses a crashed consumer's
 // messages, delivers early, double-counts a group member, lets every chord
-// claimer win, ...) and require the case to fail.
+// claimer win, ...) and require the case to fail. The fault scenarios are
+// tested the same way over in-memory stand-ins for processes and servers (a
+// broker losing what a killed worker took, a Durable driver whose restart
+// empties it, a Lossy backend whose lost chord leaves its waiter hanging).
 package conformance
