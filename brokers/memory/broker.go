@@ -190,7 +190,6 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, limit int, lease t
 	}
 }
 
-
 // leased returns the in-flight entry d refers to, if d still holds its
 // lease (or the lease ran out but nobody took the message since).
 func (b *Broker) leased(d *driver.Delivery) (*queue, *entry, error) {
