@@ -171,7 +171,7 @@ func stateBatch(t testing.TB, h BackendHarness) {
 	c := newBeCase(t, h, 0)
 	sb, ok := c.b.(driver.StateBatcher)
 	if !ok {
-		return // optional: the core writes one state at a time instead
+		return // optional: errand writes one state at a time instead
 	}
 	var sts []*errand.TaskState
 	for i := range 20 {

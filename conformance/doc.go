@@ -19,7 +19,7 @@
 //		})
 //	}
 //
-// [RunBroker], [RunBackend] and [RunWorker] (end to end through the core's
+// [RunBroker], [RunBackend] and [RunWorker] (end to end through errand's
 // worker loop) run subtests with stable names — Broker/Delay/NeverEarly,
 // Backend/Chord/ClaimOnce, Worker/Retry/Fibonacci — so -run and -skip select
 // them. There is no skip list: a case that does not apply to a declared

@@ -15,7 +15,7 @@ import (
 )
 
 // RunWorker runs the end-to-end cases — retries, workflows, failures,
-// shutdown, redelivery — through the core's real worker loop on a broker and
+// shutdown, redelivery — through errand's real worker loop on a broker and
 // a backend, as subtests named Worker/<Case>/<Subcase>. Every task's
 // recorded state sequence is checked against driver.Transitions.
 func RunWorker(t *testing.T, bh BrokerHarness, beh BackendHarness) {
@@ -79,7 +79,7 @@ func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
 }
 
 // SetStates records and writes sts in order, batched where the wrapped
-// backend batches, so the kit drives the same path the core takes in
+// backend batches, so the kit drives the same path errand takes in
 // production.
 func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) error {
 	sb, ok := r.Backend.(driver.StateBatcher)

@@ -38,7 +38,7 @@
 //
 // memcached is a cache. Under memory pressure it evicts items, and a restart
 // loses everything. Results can vanish before their expiry (AsyncResult.Get
-// then returns core.ErrTaskNotFound rather than waiting), and so can group
+// then returns errand.ErrTaskNotFound rather than waiting), and so can group
 // counters: a chord whose group metadata vanished never fires, and the worker
 // that finds it gone marks the callback FAILURE with an error saying so. An
 // evicted member item does the same when that member completes: the member is
