@@ -74,24 +74,47 @@ func (e *OpenError) Error() string {
 // Unwrap returns the driver's error.
 func (e *OpenError) Unwrap() error { return e.Err }
 
-// secrets lists the URL's secret values: its password and the values of
-// secret-looking query parameters, longest first so no part of one is left.
+// secrets lists the URL's secret values, in every form a driver's error
+// may repeat them (as given, and escaped for a query, a path or userinfo):
+// its password, a username that may be a credential (see hideUser), and
+// the values of secret-looking query parameters. Longest first, so no part
+// of one is left.
 func secrets(u *url.URL) []string {
-	var out []string
-	if p, ok := u.User.Password(); ok && p != "" {
-		out = append(out, p, url.QueryEscape(p), url.PathEscape(p))
+	var raw []string
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			raw = append(raw, p)
+		}
+		if n := u.User.Username(); n != "" && hideUser(u) {
+			raw = append(raw, n)
+		}
 	}
 	for k, vs := range u.Query() {
 		if secretParam(k) {
 			for _, v := range vs {
 				if v != "" {
-					out = append(out, v, url.QueryEscape(v))
+					raw = append(raw, v)
 				}
 			}
 		}
 	}
+	var out []string
+	for _, v := range raw {
+		out = append(out, v, url.QueryEscape(v), url.PathEscape(v), url.User(v).String())
+	}
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
+	return slices.Compact(out)
+}
+
+// hideUser reports whether u's username may itself be a credential and is
+// hidden: a username with no password (a token, or a password as some
+// clients read it), and an SQS URL's (an AWS access key ID).
+func hideUser(u *url.URL) bool {
+	if u.User == nil || u.User.Username() == "" {
+		return false
+	}
+	_, hasPassword := u.User.Password()
+	return !hasPassword || u.Scheme == "sqs"
 }
 
 func parseDriverURL(raw string) (*url.URL, error) {
@@ -126,21 +149,26 @@ func redactReason(reason, raw string) string {
 	return reason
 }
 
-// secretParams are query parameters whose values RedactURL hides.
-var secretParams = []string{"password", "secret", "token", "key", "access_key", "secret_key", "aws_secret_access_key", "session_token", "auth"}
+// secretWords mark query parameters whose values are hidden: any
+// parameter whose name contains one, in any case (password, secret_key,
+// aws_access_key_id, session_token, auth, sig, ...).
+var secretWords = []string{"pass", "secret", "token", "key", "auth", "cred", "sig"}
 
 func secretParam(k string) bool {
-	for _, s := range secretParams {
-		if strings.EqualFold(k, s) {
+	k = strings.ToLower(k)
+	for _, w := range secretWords {
+		if strings.Contains(k, w) {
 			return true
 		}
 	}
 	return false
 }
 
-// RedactURL returns raw with its password and any secret-looking query
-// parameter replaced by "xxxxx", for printing and logging. A string that
-// does not parse as a URL is hidden whole after its scheme.
+// RedactURL returns raw with its password, any secret-looking query
+// parameter and a username that may be a credential (one without a
+// password, or an SQS URL's access key ID) replaced by "xxxxx", for
+// printing and logging. A string that does not parse as a URL is hidden
+// whole after its scheme.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -159,6 +187,13 @@ func RedactURL(raw string) string {
 	}
 	if changed {
 		u.RawQuery = q.Encode()
+	}
+	if hideUser(u) {
+		if p, ok := u.User.Password(); ok {
+			u.User = url.UserPassword("xxxxx", p)
+		} else {
+			u.User = url.User("xxxxx")
+		}
 	}
 	return u.Redacted()
 }

@@ -18,10 +18,18 @@ func TestRedactURL(t *testing.T) {
 		"sqs://host/q?secret_key=hunter2&region=eu-west-1": "sqs://host/q?region=eu-west-1&secret_key=xxxxx",
 		"memory://":                             "memory:",
 		"mongodb://h:27017/db?password=hunter2": "mongodb://h:27017/db?password=xxxxx",
+		// A username without a password may itself be the secret.
+		"redis://hunter2@host/0": "redis://xxxxx@host/0",
+		// issue 15 item 6: a password query parameter beside a user.
+		"redis://alice@host/0?password=hunter2": "redis://xxxxx@host/0?password=xxxxx",
+		// An SQS access key ID in userinfo or the query is a credential.
+		"sqs://AKIAHUNTER2:hunter2@host/q":                                        "sqs://xxxxx:xxxxx@host/q",
+		"sqs://host/?aws_access_key_id=AKIAHUNTER2&aws_secret_access_key=hunter2": "sqs://host/?aws_access_key_id=xxxxx&aws_secret_access_key=xxxxx",
+		"sqs://host/?AccessKeyId=AKIAHUNTER2&SessionToken=hunter2":                "sqs://host/?AccessKeyId=xxxxx&SessionToken=xxxxx",
 	}
 	for in, want := range cases {
 		got := errand.RedactURL(in)
-		if strings.Contains(got, "hunter2") {
+		if strings.Contains(got, "hunter2") || strings.Contains(got, "AKIA") {
 			t.Errorf("RedactURL(%q) = %q leaks the secret", in, got)
 		}
 		if want != "memory:" && got != want {
