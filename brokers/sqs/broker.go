@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,8 +58,9 @@ type Broker struct {
 	opts   Options
 	closed atomic.Bool
 
-	mu   sync.Mutex
-	urls map[string]string
+	mu    sync.Mutex
+	urls  map[string]string // queue name → URL, as last looked up
+	known map[string]bool   // queue names ever found or created
 }
 
 var (
@@ -83,7 +82,7 @@ const (
 
 // New returns a broker on client. opts may be nil.
 func New(client *sqs.Client, opts *Options) *Broker {
-	b := &Broker{client: client, urls: map[string]string{}}
+	b := &Broker{client: client, urls: map[string]string{}, known: map[string]bool{}}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -102,54 +101,6 @@ func New(client *sqs.Client, opts *Options) *Broker {
 // Limits: 256 KiB less attributes; the native maximum delay is MaxHop.
 func (b *Broker) Limits() driver.Limits {
 	return driver.Limits{MaxPayload: maxBody, MaxDelay: b.opts.MaxHop, MaxAckBatch: 10}
-}
-
-var badChars = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
-
-// queueName maps a routing key to a valid SQS name (80 characters of
-// [a-zA-Z0-9_-]); long keys keep a hash so they stay distinct.
-func (b *Broker) queueName(queue string) string {
-	n := badChars.ReplaceAllString(b.opts.QueuePrefix+queue, "-")
-	if len(n) > 70 {
-		h := sha256.Sum256([]byte(n))
-		n = n[:60] + "-" + hex.EncodeToString(h[:4])
-	}
-	if b.opts.FIFO {
-		n += ".fifo"
-	}
-	return n
-}
-
-// url returns the queue's URL, creating the queue where allowed.
-func (b *Broker) url(ctx context.Context, name string) (string, error) {
-	b.mu.Lock()
-	u, ok := b.urls[name]
-	b.mu.Unlock()
-	if ok {
-		return u, nil
-	}
-	out, err := b.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
-	if err != nil {
-		var nf *types.QueueDoesNotExist
-		if !errors.As(err, &nf) || b.opts.NoCreate {
-			return "", fmt.Errorf("sqs broker: queue %s: %w", name, err)
-		}
-		in := &sqs.CreateQueueInput{QueueName: aws.String(name)}
-		if strings.HasSuffix(name, ".fifo") {
-			in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
-		}
-		created, cerr := b.client.CreateQueue(ctx, in)
-		if cerr != nil {
-			return "", fmt.Errorf("sqs broker: create queue %s: %w", name, cerr)
-		}
-		u = aws.ToString(created.QueueUrl)
-	} else {
-		u = aws.ToString(out.QueueUrl)
-	}
-	b.mu.Lock()
-	b.urls[name] = u
-	b.mu.Unlock()
-	return u, nil
 }
 
 // delaySeconds returns the SQS delay for a not-before time (rounded up: never
@@ -199,20 +150,24 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 		byQueue[m.Queue] = append(byQueue[m.Queue], m)
 	}
 	for _, q := range order {
-		u, err := b.url(ctx, b.queueName(q))
-		if err != nil {
-			return err
-		}
+		name := b.queueName(q)
 		var batch []types.SendMessageBatchRequestEntry
 		size := 0
 		flush := func() error {
 			if len(batch) == 0 {
 				return nil
 			}
-			out, err := b.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: batch})
+			var out *sqs.SendMessageBatchOutput
+			err := b.withQueue(ctx, name, func(u string) (err error) {
+				out, err = b.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: batch})
+				if err != nil {
+					return fmt.Errorf("sqs broker: send batch to %s: %w", name, err)
+				}
+				return nil
+			})
 			batch, size = nil, 0
 			if err != nil {
-				return fmt.Errorf("sqs broker: send batch: %w", err)
+				return err
 			}
 			if len(out.Failed) > 0 {
 				f := out.Failed[0]
@@ -262,10 +217,7 @@ type handle struct {
 // whatever it received. Messages that arrive before their not-before time
 // (a hop of a long delay) are sent on again, not returned.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
-	u, err := b.url(ctx, b.queueName(queue))
-	if err != nil {
-		return nil, err
-	}
+	name := b.queueName(queue)
 	vis := int32(max1(math.Ceil(lease.Seconds())))
 	for {
 		if b.closed.Load() {
@@ -274,28 +226,21 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// The receive is not cancelled with ctx (a poll cut short can
-		// swallow a message until its visibility timeout): it may finish
-		// its wait, plus a second, after ctx is done, and no longer, so a
-		// silent endpoint cannot hold a shutting-down worker.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.WaitTime+10*time.Second)
-		stop := context.AfterFunc(ctx, func() {
-			t := time.AfterFunc(b.opts.WaitTime+time.Second, cancel)
-			context.AfterFunc(rctx, func() { t.Stop() })
+		var (
+			out *sqs.ReceiveMessageOutput
+			u   string
+		)
+		// A queue deleted under the broker is found again (created again
+		// unless NoCreate) by withQueue, so a worker's loop recovers.
+		err := b.withQueue(ctx, name, func(url string) error {
+			u = url
+			return b.receive(ctx, url, limit, vis, &out)
 		})
-		out, err := b.client.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(u), MaxNumberOfMessages: int32(min(limit, 10)),
-			WaitTimeSeconds: int32(max1(b.opts.WaitTime.Seconds())), VisibilityTimeout: vis,
-			MessageAttributeNames:       []string{"All"},
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
-		})
-		stop()
-		cancel()
 		if err != nil {
 			if b.closed.Load() {
 				return nil, fmt.Errorf("sqs broker: %w", driver.ErrClosed)
 			}
-			return nil, fmt.Errorf("sqs broker: receive: %w", err)
+			return nil, err
 		}
 		var ds []*driver.Delivery
 		for _, m := range out.Messages {
@@ -318,6 +263,31 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 			return ds, nil
 		}
 	}
+}
+
+// receive is one long poll of the queue at u into *out. It is not cancelled
+// with ctx (a poll cut short can swallow a message until its visibility
+// timeout): it may finish its wait, plus a second, after ctx is done, and no
+// longer, so a silent endpoint cannot hold a shutting-down worker.
+func (b *Broker) receive(ctx context.Context, u string, limit int, vis int32, out **sqs.ReceiveMessageOutput) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.opts.WaitTime+10*time.Second)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(b.opts.WaitTime+time.Second, cancel)
+		context.AfterFunc(rctx, func() { t.Stop() })
+	})
+	defer stop()
+	var err error
+	*out, err = b.client.ReceiveMessage(rctx, &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(u), MaxNumberOfMessages: int32(min(limit, 10)),
+		WaitTimeSeconds: int32(max1(b.opts.WaitTime.Seconds())), VisibilityTimeout: vis,
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+	})
+	if err != nil {
+		return fmt.Errorf("sqs broker: receive: %w", err)
+	}
+	return nil
 }
 
 func max1(f float64) float64 { return math.Max(f, 1) }
@@ -372,10 +342,15 @@ func (b *Broker) del(ctx context.Context, h handle) error {
 	return b.leaseErr(err, h.msg.ID)
 }
 
-// leaseErr maps a stale receipt handle onto driver.ErrLeaseLost.
+// leaseErr maps a stale receipt handle, or a message whose queue was
+// deleted, onto driver.ErrLeaseLost.
 func (b *Broker) leaseErr(err error, id string) error {
 	if err == nil {
 		return nil
+	}
+	if queueMissing(err) {
+		// The queue was deleted, and the message with it.
+		return fmt.Errorf("sqs broker: message %q: %w: its queue no longer exists (deleted since the message was received)", id, driver.ErrLeaseLost)
 	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -435,14 +410,11 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	return b.leaseErr(err, d.ID)
 }
 
-// Reject moves the message to the queue's dead-letter queue (NAME-dead) with
+// Reject moves the message to the queue's dead-letter queue (NAME-dead,
+// created at the first reject and again if deleted, unless NoCreate) with
 // the reason as an attribute, then deletes it.
 func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
 	h, err := b.handle(d)
-	if err != nil {
-		return err
-	}
-	dead, err := b.url(ctx, b.queueName(d.Queue)+"-dead")
 	if err != nil {
 		return err
 	}
@@ -456,8 +428,15 @@ func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) 
 	if body == "" || !validBody(body) {
 		body = fmt.Sprintf("%q", body)
 	}
-	if _, err := b.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dead), MessageBody: aws.String(body), MessageAttributes: a}); err != nil {
-		return fmt.Errorf("sqs broker: dead-letter %s: %w", d.ID, err)
+	dead := deadName(b.queueName(d.Queue))
+	err = b.withQueue(ctx, dead, func(u string) error {
+		if _, err := b.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(body), MessageAttributes: a}); err != nil {
+			return fmt.Errorf("sqs broker: dead-letter %s to %s: %w", d.ID, dead, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return b.del(ctx, h)
 }
@@ -482,15 +461,19 @@ func (b *Broker) Close() error {
 
 // Stats reads SQS's approximate counts (eventually consistent on real SQS).
 func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, error) {
-	u, err := b.url(ctx, b.queueName(queue))
+	var out *sqs.GetQueueAttributesOutput
+	name := b.queueName(queue)
+	err := b.withQueue(ctx, name, func(u string) (err error) {
+		out, err = b.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+		if err != nil {
+			return fmt.Errorf("sqs broker: stats of %s: %w", name, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return driver.QueueStats{}, err
-	}
-	out, err := b.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{
-		types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-		types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
-	if err != nil {
-		return driver.QueueStats{}, fmt.Errorf("sqs broker: %w", err)
 	}
 	n := func(k types.QueueAttributeName) int { v, _ := strconv.Atoi(out.Attributes[string(k)]); return v }
 	return driver.QueueStats{
@@ -507,9 +490,15 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	u, _ := b.url(ctx, b.queueName(queue))
-	if _, err := b.client.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(u)}); err != nil {
-		return 0, fmt.Errorf("sqs broker: purge: %w", err)
+	name := b.queueName(queue)
+	err = b.withQueue(ctx, name, func(u string) error {
+		if _, err := b.client.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(u)}); err != nil {
+			return fmt.Errorf("sqs broker: purge %s: %w", name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return st.Pending + st.Delayed, nil
 }
