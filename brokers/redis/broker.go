@@ -20,8 +20,11 @@ import (
 type Options struct {
 	// Prefix starts every key the broker writes. Default: "errand".
 	Prefix string
-	// MaxPayload is the largest message body accepted, in bytes.
-	// Default: 0, no limit beyond Redis's own 512 MB.
+	// MaxPayload is the largest message body accepted, in bytes: errand
+	// refuses a larger message before anything is written (an error
+	// satisfying errors.Is(err, errand.ErrPayloadTooLarge)), and so does
+	// Publish. Negative: no limit beyond Redis's own 512 MB per string.
+	// Default (0): DefaultMaxPayload, 1 MiB.
 	MaxPayload int
 	// MaxBlock bounds one blocking wait of an idle Fetch, so a cancelled
 	// ctx or a Close is noticed within it. Publishes wake a blocked Fetch at
@@ -31,6 +34,15 @@ type Options struct {
 	// its own client. Default: false (the caller owns the client).
 	CloseClient bool
 }
+
+// DefaultMaxPayload is the largest message body a Broker accepts unless
+// Options.MaxPayload says otherwise: 1 MiB. A task's arguments travel in
+// the body; larger data belongs in a store the task reads (pass its key).
+// The bound keeps one careless producer from filling Redis's memory (every
+// byte of a queued message is held in RAM until it is acked) and one
+// message from costing a worker a large decode. errand's SQS broker takes
+// 256 KiB, Kafka 1 MB by default; asynq and Celery set no bound of their own.
+const DefaultMaxPayload = 1 << 20
 
 // Broker is a driver.Broker on Redis. It is safe for concurrent use.
 type Broker struct {
@@ -58,6 +70,12 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
+	switch {
+	case b.opts.MaxPayload == 0:
+		b.opts.MaxPayload = DefaultMaxPayload
+	case b.opts.MaxPayload < 0:
+		b.opts.MaxPayload = -1
+	}
 	if b.opts.MaxBlock <= 0 {
 		b.opts.MaxBlock = 250 * time.Millisecond
 	}
@@ -74,8 +92,9 @@ func (b *Broker) keys(queue string) keys {
 // handle is what a Delivery carries back to Ack, Release, Extend, Reject.
 type handle struct{ mid, token string }
 
-// Limits reports the configured maximum payload; Redis has no maximum delay.
-func (b *Broker) Limits() driver.Limits { return driver.Limits{MaxPayload: b.opts.MaxPayload} }
+// Limits reports the maximum payload (0 when Options.MaxPayload is
+// negative: no limit); Redis has no maximum delay.
+func (b *Broker) Limits() driver.Limits { return driver.Limits{MaxPayload: max(b.opts.MaxPayload, 0)} }
 
 func (b *Broker) err(ctx context.Context, err error) error {
 	switch {
@@ -96,14 +115,20 @@ func randomID() string {
 }
 
 // Publish enqueues msgs, one script per queue, all in one pipeline (one
-// round trip). Each queue's messages are stored atomically.
+// round trip). Each queue's messages are stored atomically. A body over
+// MaxPayload refuses the whole batch before anything is sent.
 func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
-	byQueue := map[string][]any{}
-	var order []string
 	for _, m := range msgs {
 		if strings.ContainsRune(m.ID, '\n') {
 			return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
 		}
+		if lim := b.opts.MaxPayload; lim > 0 && len(m.Body) > lim {
+			return fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
+		}
+	}
+	byQueue := map[string][]any{}
+	var order []string
+	for _, m := range msgs {
 		if _, ok := byQueue[m.Queue]; !ok {
 			order = append(order, m.Queue)
 		}

@@ -4,6 +4,7 @@
 // # URL form
 //
 //	redis://[user:password@]host:port[/db][?prefix=errand&max_payload=BYTES]
+//	                                    max_payload: default 1 MiB, -1 no limit
 //	rediss://...                        the same over TLS
 //	redis://[user:password@]host:port?addr=host2:port&addr=host3:port
 //	                                    Redis Cluster (several seed addresses)
@@ -52,7 +53,17 @@
 //
 // # Limits
 //
-// Payload: Options.MaxPayload (default none; Redis strings hold up to
-// 512 MB, but keep tasks small). Rejected (undecodable) messages stay in the
-// queue's dead list with their reason until purged by hand.
+// Payload: Options.MaxPayload, max_payload in the URL; default
+// [DefaultMaxPayload], 1 MiB. errand refuses a larger message before
+// anything is written, state or message, with an error satisfying
+// errors.Is(err, errand.ErrPayloadTooLarge); Publish refuses it too. A
+// negative value lifts the bound (Redis strings hold up to 512 MB). The
+// default is a guard, not a Redis limit: every queued byte lives in Redis's
+// memory until acked, and a worker decodes what it fetches, so large data
+// belongs in a store the task reads, with its key as the argument.
+// (errand's SQS broker takes 256 KiB, Kafka 1 MB by default; asynq and
+// Celery set no bound of their own.)
+//
+// Rejected (undecodable) messages stay in the queue's dead list with their
+// reason until purged by hand.
 package redisbroker

@@ -17,6 +17,8 @@ func init() {
 
 // Open returns a broker for a redis:// or rediss:// URL (see the package
 // doc). The broker owns the client it makes and closes it on Close.
+// max_payload=BYTES sets Options.MaxPayload: 0 or absent is the default
+// (DefaultMaxPayload), a negative count (max_payload=-1) no limit.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload")
 	if err != nil {
@@ -25,9 +27,9 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
 	if v := own.Get("max_payload"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
+		if err != nil {
 			rdb.Close()
-			return nil, fmt.Errorf("redis broker: max_payload %q is not a byte count", v)
+			return nil, fmt.Errorf("redis broker: max_payload %q is not a byte count (a negative count means no limit)", v)
 		}
 		opts.MaxPayload = n
 	}
