@@ -48,7 +48,7 @@ func (b *Broker) deleteBatch(ctx context.Context, url string, hs []handle, idx [
 	out, err := b.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
 	if err != nil {
 		for _, i := range idx {
-			errs[i] = b.leaseErr(err, hs[i].msg.ID)
+			errs[i] = b.leaseErr(err, hs[i])
 		}
 		return
 	}
@@ -58,7 +58,7 @@ func (b *Broker) deleteBatch(ctx context.Context, url string, hs []handle, idx [
 			continue
 		}
 		i := idx[j]
-		errs[i] = b.leaseErr(&batchEntryError{code: aws.ToString(f.Code), msg: aws.ToString(f.Message)}, hs[i].msg.ID)
+		errs[i] = b.leaseErr(&batchEntryError{code: aws.ToString(f.Code), msg: aws.ToString(f.Message)}, hs[i])
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,11 @@ type Options struct {
 	// QueuePrefix starts every queue name. Default: "errand-".
 	QueuePrefix string
 	// NoCreate: missing queues are an error. Default: false, queues (and
-	// their NAME-dead dead-letter queues) are created on first use.
+	// their NAME-dead dead-letter queues) are created on first use, and
+	// created again, with the same attributes, when SQS says one no longer
+	// exists (deleted, or a server that restarted empty); the call that
+	// found it missing then runs once more. With NoCreate such a call fails
+	// with an error naming the queue and saying it no longer exists.
 	NoCreate bool
 	// MaxHop is the longest delay given to SQS in one send (SQS's maximum is
 	// 15 minutes). Longer ETAs hop: the message carries its absolute
@@ -324,7 +329,7 @@ func (b *Broker) hide(ctx context.Context, h handle, notBefore time.Time) error 
 	_, err := b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: int32(math.Min(secs, 12*3600)),
 	})
-	return b.leaseErr(err, h.msg.ID)
+	return b.leaseErr(err, h)
 }
 
 // resend sends a copy of the message (with its not-before time) and deletes
@@ -339,18 +344,19 @@ func (b *Broker) resend(ctx context.Context, u string, h handle) error {
 
 func (b *Broker) del(ctx context.Context, h handle) error {
 	_, err := b.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt)})
-	return b.leaseErr(err, h.msg.ID)
+	return b.leaseErr(err, h)
 }
 
 // leaseErr maps a stale receipt handle, or a message whose queue was
 // deleted, onto driver.ErrLeaseLost.
-func (b *Broker) leaseErr(err error, id string) error {
+func (b *Broker) leaseErr(err error, h handle) error {
 	if err == nil {
 		return nil
 	}
+	id := h.msg.ID
 	if queueMissing(err) {
 		// The queue was deleted, and the message with it.
-		return fmt.Errorf("sqs broker: message %q: %w: its queue no longer exists (deleted since the message was received)", id, driver.ErrLeaseLost)
+		return fmt.Errorf("sqs broker: message %q: %w: its queue %s no longer exists (deleted since the message was received)", id, driver.ErrLeaseLost, path.Base(h.url))
 	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -407,7 +413,7 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	_, err = b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: int32(max1(math.Ceil(lease.Seconds()))),
 	})
-	return b.leaseErr(err, d.ID)
+	return b.leaseErr(err, h)
 }
 
 // Reject moves the message to the queue's dead-letter queue (NAME-dead,

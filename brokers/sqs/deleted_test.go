@@ -6,6 +6,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -147,9 +148,15 @@ func TestQueueDeletedProducerAlone(t *testing.T) {
 			if err != nil || len(ds) != 1 || ds[0].ID != "after" {
 				t.Fatalf("missing-queue promise broken: the message published to the recreated queue did not arrive: %v, %v", ds, err)
 			}
-			if err := b.Ack(ctx, ds[0]); err != nil {
+			// A message held when its queue is deleted is gone with it:
+			// settling it says so.
+			if _, err := c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: u.QueueUrl}); err != nil {
 				t.Fatal(err)
 			}
+			if err := b.Ack(ctx, ds[0]); !errors.Is(err, errand.ErrLeaseLost) || !strings.Contains(err.Error(), "no longer exists") {
+				t.Fatalf("missing-queue promise broken: acking a message whose queue was deleted returned %v; want ErrLeaseLost saying the queue no longer exists", err)
+			}
+			publish("after the second deletion")
 		})
 	}
 }
@@ -223,7 +230,7 @@ func TestQueueDeletedNoCreate(t *testing.T) {
 	for {
 		select {
 		case err := <-reported:
-			if strings.Contains(err.Error(), "no longer exists") {
+			if strings.Contains(err.Error(), "NoCreate") { // the fetch's error, not an ack's
 				clear("the running worker's fetch", err)
 				if _, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)}); err == nil {
 					t.Fatalf("NoCreate promise broken: queue %s was recreated by the broker", queue)

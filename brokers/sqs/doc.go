@@ -17,6 +17,18 @@
 // [A-Za-z0-9_-] become '-', long names keep a hash), created on first use
 // unless Options.NoCreate; rejected messages go to PREFIX+key+"-dead".
 //
+// Queue URLs are cached. When a call finds its queue gone — deleted by an
+// operator, or an SQS endpoint that restarted empty — the broker drops the
+// cached URL, creates the queue again as at its first use (a FIFO queue
+// stays FIFO; NAME-dead comes back at the next reject) and runs the call once
+// more: sends go through and a worker's receive loop picks up where it was.
+// Messages held by the deleted queue are gone with it; settling one of them
+// returns [driver.ErrLeaseLost]. With Options.NoCreate nothing is created:
+// every call on the queue fails with an error naming it and saying it no
+// longer exists (a worker reports it on each fetch) until it is recreated.
+// Real SQS refuses to create a queue within 60 seconds of deleting one of
+// that name (QueueDeletedRecently): calls fail with that reason until then.
+//
 // # Delivery semantics
 //
 // At-least-once. The lease is the visibility timeout (whole seconds, at
