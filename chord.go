@@ -23,6 +23,15 @@ func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
 		// complete. Say so on the callback instead of retrying forever.
 		return w.failChord(ctx, sig.ChordCallback.Copy(), fmt.Sprintf("chord group %s is gone from the backend (expired or evicted): its callback cannot run", sig.GroupUUID))
 	}
+	if errors.Is(err, ErrNotMember) {
+		// A stray: the message names the group but its UUID is not one of
+		// the members (a forged, misrouted or foreign message). Its own state
+		// is recorded; it must neither count toward the chord nor fail it,
+		// and retrying cannot make it a member. Say so, and settle it.
+		w.report(fmt.Errorf("errand: task %s (%s) names chord group %s but is not one of its members: not counted, the chord is left alone: %w", sig.Name, sig.UUID, sig.GroupUUID, err),
+			"errand: stray chord completion ignored", "task", sig.Name, "uuid", sig.UUID, "group", sig.GroupUUID)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("errand: task %s (%s): complete group member: %w", sig.Name, sig.UUID, err)
 	}

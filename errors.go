@@ -8,7 +8,7 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// Sentinel errors, tested with [errors.Is]. The first five are the
+// Sentinel errors, tested with [errors.Is]. The first six are the
 // driver package's own values, so a driver's error satisfies them too.
 var (
 	// ErrClosed is returned by every call on a broker, backend or server
@@ -22,6 +22,11 @@ var (
 	// ErrGroupNotFound is returned when a group ID is unknown to the
 	// backend, or its metadata has expired.
 	ErrGroupNotFound = driver.ErrGroupNotFound
+
+	// ErrNotMember is returned when a task UUID is completed in a group it
+	// is not a member of (a stray message naming the group); the group's
+	// count is unchanged and its chord does not fire.
+	ErrNotMember = driver.ErrNotMember
 
 	// ErrLeaseLost is returned when a delivery is acked, released or
 	// extended after its lease ran out (another consumer may hold it now).

@@ -35,6 +35,7 @@ var backendCases = []kase[BackendHarness]{
 	{"Group/CountWithoutStates", groupCountWithoutStates, parallel},
 	{"Group/StatesInOrder", groupStatesInOrder, parallel},
 	{"Group/OutlivesResultExpiry", groupOutlivesExpiry, alone},
+	{"Group/NonMemberNotCounted", groupNonMember, parallel},
 	{"Chord/ClaimOnce", chordClaimOnce, parallel},
 }
 
@@ -284,6 +285,46 @@ func groupCountWithoutStates(t testing.TB, h BackendHarness) {
 		if d, n := c.complete(g, id); d != i+1 || n != 5 {
 			t.Fatalf("O(1) group promise broken: completion %d returned %d/%d, want %d/5; the count must be kept by the backend, not derived from member states", i+1, d, n, i+1)
 		}
+	}
+}
+
+func groupNonMember(t testing.TB, h BackendHarness) {
+	// Stray messages carry the group's UUID under UUIDs that are not its
+	// members (issue 15): counting them fires the chord before its members
+	// have finished.
+	c := newBeCase(t, h, 0)
+	g, ids := c.group(3)
+	stray := func(id string) {
+		t.Helper()
+		d, n, err := c.b.CompleteGroupMember(c.ctx, g, id)
+		if !errors.Is(err, errand.ErrNotMember) {
+			t.Fatalf("member-only count promise broken: completing %s, not a member of group %s, returned %d/%d, %v; want an error satisfying errors.Is(err, ErrNotMember)", id, g, d, n, err)
+		}
+	}
+	member := func(what string, id string, want int) {
+		t.Helper()
+		if d, n := c.complete(g, id); d != want || n != 3 {
+			t.Fatalf("member-only count promise broken: completing %s returned %d/%d, want %d/3 (a UUID that is not a member must change nothing, so the chord fires at the real last member only)", what, d, n, want)
+		}
+	}
+	for i := range 3 {
+		stray(fmt.Sprintf("%s-stray%d", g, i))
+	}
+	member("the first member after three strays", ids[0], 1)
+	stray(g + "-stray0") // the same stray again
+	stray(ids[0] + "x")  // a member's UUID with a suffix
+	member("the second member", ids[1], 2)
+	// Another group's member is a stray here.
+	g2, ids2 := c.group(2)
+	stray(ids2[0])
+	member("the last member", ids[2], 3)
+	if d, n := c.complete(g2, ids2[0]); d != 1 || n != 2 {
+		t.Fatalf("member-only count promise broken: group %s's own member completed %d/%d after being refused as a stray in group %s, want 1/2", g2, d, n, g)
+	}
+	stray(g + "-late")
+	member("the last member again (its redelivery)", ids[2], 3)
+	if won, err := c.b.ClaimChord(c.ctx, g, ids[2]); err != nil || !won {
+		t.Fatalf("chord promise broken: the real last member claiming a completed group got %v, %v; it must win", won, err)
 	}
 }
 

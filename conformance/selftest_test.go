@@ -457,6 +457,26 @@ var brokenBackends = map[string]BackendHarness{
 			return done, n, err
 		}
 	}),
+	// Counts any UUID completed in a group, members or not (issue 15): stray
+	// messages naming the group fire its chord early.
+	"counts-strays": brokenBackendHarness(func(b *brokenBackend) {
+		total, done := map[string]int{}, map[string]map[string]bool{}
+		b.initGroup = func(b *brokenBackend, ctx context.Context, g string, ids []string) error {
+			b.mu.Lock()
+			total[g], done[g] = len(ids), map[string]bool{}
+			b.mu.Unlock()
+			return b.Backend.InitGroup(ctx, g, ids)
+		}
+		b.complete = func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error) {
+			if _, _, err := b.Backend.CompleteGroupMember(ctx, g, id); err != nil && !errors.Is(err, errand.ErrNotMember) {
+				return 0, 0, err
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			done[g][id] = true
+			return len(done[g]), total[g], nil
+		}
+	}),
 	"every-claimer-wins": brokenBackendHarness(func(b *brokenBackend) {
 		b.claim = func(*brokenBackend, context.Context, string, string) (bool, error) { return true, nil }
 	}),
@@ -612,6 +632,7 @@ var backendTargets = map[string]string{
 	"Group/CountWithoutStates":   "counts-from-states",
 	"Group/StatesInOrder":        "group-states-reversed",
 	"Group/OutlivesResultExpiry": "group-dies-with-results",
+	"Group/NonMemberNotCounted":  "counts-strays",
 	"Chord/ClaimOnce":            "every-claimer-wins",
 }
 
@@ -632,6 +653,7 @@ var workerTargets = map[string]string{
 	"Group/Results":               "backend:drops-results",
 	"Chord/ArgumentOrder":         "backend:group-states-reversed",
 	"Chord/MemberFails":           "backend:failure-stored-as-success",
+	"Chord/StraysIgnored":         "backend:counts-strays",
 	"Callbacks/OnSuccessOnError":  "broker:drops-every-other-publish",
 	"Failure/Panic":               "backend:failure-stored-as-success",
 	"Failure/Timeout":             "backend:failure-stored-as-success",

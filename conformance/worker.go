@@ -40,6 +40,7 @@ var workerCases = []kase[workerPair]{
 	{"Group/Results", groupResults, parallel},
 	{"Chord/ArgumentOrder", chordOrder, parallel},
 	{"Chord/MemberFails", chordMemberFails, parallel},
+	{"Chord/StraysIgnored", chordStrays, parallel},
 	{"Callbacks/OnSuccessOnError", callbacks, parallel},
 	{"Failure/Panic", failurePanic, parallel},
 	{"Failure/Timeout", failureTimeout, parallel},
@@ -510,6 +511,95 @@ func chordMemberFails(t testing.TB, p workerPair) {
 		t.Fatalf("workflows promise broken: after a member failed, %q ran; want the callback's OnError with the member named", msg)
 	}
 	c.pathIs(cb.UUID, errand.StatePending, errand.StateFailure)
+}
+
+func chordStrays(t testing.TB, p workerPair) {
+	// Issue 15: messages naming a chord's group under UUIDs that are not its
+	// members, published straight on the broker, must not count toward the
+	// chord: counted, they fire it before its members finish.
+	c := newWCase(t, p)
+	started := make(chan string, 3)
+	release := make(chan struct{})
+	c.register("hold", func(ctx context.Context, s string) (string, error) {
+		started <- s
+		select {
+		case <-release:
+			return s, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	c.register("stray", func() (string, error) { return "stray", nil })
+	var calls atomic.Int32
+	c.register("gather", func(xs ...string) (string, error) { calls.Add(1); return strings.Join(xs, ","), nil })
+	reports := make(chan error, 16)
+	c.start(errand.WorkerConfig{Concurrency: 8, ErrorHandler: func(err error) {
+		if errors.Is(err, errand.ErrNotMember) {
+			select {
+			case reports <- err:
+			default:
+			}
+		}
+	}})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // runs before the worker's shutdown
+
+	g, _ := errand.NewGroup(errand.NewSignature("hold", "a"), errand.NewSignature("hold", "b"), errand.NewSignature("hold", "c"))
+	ch, _ := errand.NewChord(g, errand.NewSignature("gather"))
+	r, err := c.srv.SendChord(c.ctx, ch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		c.recv(started, "a chord member")
+	}
+	strays := make([]*errand.Signature, 3)
+	for i := range strays {
+		s := errand.NewSignature("stray")
+		s.RoutingKey, s.GroupUUID, s.GroupTaskCount, s.ChordCallback = c.queue, g.GroupUUID, 3, ch.Callback.Copy()
+		if err := c.rec.SetState(c.ctx, &errand.TaskState{TaskUUID: s.UUID, TaskName: s.Name, State: errand.StatePending, CreatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+		body, err := errand.EncodeSignature(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.broker.Publish(c.ctx, errand.Message{ID: s.UUID, Queue: c.queue, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		strays[i] = s
+	}
+	early := make(chan error, 1)
+	go func() { _, err := r.Callback.Get(c.ctx); early <- err }()
+	for reported := map[string]bool{}; len(reported) < len(strays); {
+		select {
+		case err := <-reports:
+			for _, s := range strays {
+				if strings.Contains(err.Error(), s.UUID) && strings.Contains(err.Error(), g.GroupUUID) {
+					reported[s.UUID] = true
+				}
+			}
+		case err := <-early:
+			t.Fatalf("member-only count promise broken: the chord callback ended (%v) while all 3 members were still running, after 3 stray messages naming group %s under UUIDs that are not its members; a group counts only its own members", err, g.GroupUUID)
+		case <-c.ctx.Done():
+			t.Fatalf("member-only count promise broken: the worker did not report the 3 stray messages naming group %s; want an error satisfying errors.Is(err, ErrNotMember) naming each stray's UUID and the group", g.GroupUUID)
+		}
+	}
+	unblock()
+	var got string
+	if err := r.Callback.GetInto(c.ctx, &got); err != nil || got != "a,b,c" {
+		t.Fatalf("member-only count promise broken: after 3 strays, the chord callback ended %q, %v; want %q, its members' results in group order", got, err, "a,b,c")
+	}
+	if k := calls.Load(); k != 1 {
+		t.Fatalf("no double count promise broken: the chord callback ran %d times, want once", k)
+	}
+	for _, s := range strays {
+		var out string
+		if err := errand.NewAsyncResult(s, c.rec).GetInto(c.ctx, &out); err != nil || out != "stray" {
+			t.Errorf("a stray task's own result is %q, %v; want it recorded like any task's (only its group completion is refused)", out, err)
+		}
+	}
 }
 
 func callbacks(t testing.TB, p workerPair) {

@@ -34,7 +34,11 @@ type Backend interface {
 	// CompleteGroupMember marks taskUUID done in its group and returns how
 	// many members are done and the group size. It is idempotent per task
 	// UUID (a redelivered member counts once) and O(1): it never reads every
-	// member's state.
+	// member's state, nor the member list. It counts only the group's own
+	// members: a UUID that is not a member returns an error satisfying
+	// errors.Is(err, ErrNotMember) and changes nothing, checked in the same
+	// atomic step as the count. An unknown or expired group returns
+	// ErrGroupNotFound.
 	CompleteGroupMember(ctx context.Context, groupUUID, taskUUID string) (done, total int, err error)
 
 	// ClaimChord is a compare-and-set on the group's chord: the first claimer

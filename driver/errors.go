@@ -18,6 +18,11 @@ var (
 	// backend, or its metadata has expired.
 	ErrGroupNotFound = errors.New("errand: group not found (unknown or expired)")
 
+	// ErrNotMember is returned by Backend.CompleteGroupMember for a task
+	// UUID that is not one of the group's members (a stray message naming
+	// the group); the group's count is unchanged.
+	ErrNotMember = errors.New("errand: task is not a member of the group")
+
 	// ErrLeaseLost is returned when a delivery is acked, released or
 	// extended after its lease ran out (another consumer may hold it now).
 	ErrLeaseLost = errors.New("errand: delivery lease lost")

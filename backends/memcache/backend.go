@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -271,11 +272,15 @@ func (b *Backend) number(g, part string) (uint64, error) {
 // items and the member's, so the group lives GroupExpiry after its last
 // completion.
 //
-// A missing group size is driver.ErrGroupNotFound. A missing member item is
-// too, with a message saying so: memcached cannot tell a UUID that was never
-// a member from a member whose item was evicted or expired (a member item is
-// touched only by that member's completion), and either way failing the
-// chord beats a redelivery loop.
+// A missing group size is driver.ErrGroupNotFound. A missing member item
+// means either a UUID that was never a member (a stray) or a member whose
+// item was evicted or expired (a member item is touched only by that
+// member's completion); memcached cannot tell them apart from the item
+// alone, so on that path only, CompleteGroupMember reads the member list
+// once: a UUID in it lost its item, and the chord can never complete
+// (driver.ErrGroupNotFound, so the chord fails instead of hanging); a UUID
+// not in it is a stray (driver.ErrNotMember, nothing counted). A completion
+// that counts never reads the list.
 //
 // It may be called concurrently. Each call is bounded by the client's
 // Timeout and nothing is retried; if the counter increment fails, the
@@ -295,7 +300,7 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 	member := b.memberKey(g, id)
 	n, err := b.mc.Increment(member, 1)
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		return 0, 0, fmt.Errorf("memcache backend: group %s has no member %s (never a member, or its item expired or was evicted): %w", g, id, driver.ErrGroupNotFound)
+		return 0, 0, b.noMemberItem(g, id)
 	}
 	if err != nil {
 		return 0, 0, b.err(err)
@@ -318,6 +323,21 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 		b.mc.Touch(b.groupKey(g, part), exp) // a missing claim is fine
 	}
 	return int(done), int(total), nil
+}
+
+// noMemberItem tells, for a completion that found no member item, a stray
+// (driver.ErrNotMember) from a member whose item is gone
+// (driver.ErrGroupNotFound), by reading the member list. Only this path
+// reads it.
+func (b *Backend) noMemberItem(g, id string) error {
+	ids, err := b.members(g)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(ids, id) {
+		return fmt.Errorf("memcache backend: group %s: member %s lost its item (expired or evicted), so the group can never complete: %w", g, id, driver.ErrGroupNotFound)
+	}
+	return fmt.Errorf("memcache backend: task %s, group %s: %w", id, g, driver.ErrNotMember)
 }
 
 // ClaimChord adds the claim item; the claimer stored in it wins.

@@ -20,10 +20,12 @@
 //     increments the member's item, and only the increment that returns 1
 //     (the member's first completion, even racing a redelivery) increments
 //     the group's counter; a redelivery reads the counter instead. So a member
-//     counts once, and a UUID with no member item (not a member) never counts
-//     and gets an error wrapping ErrGroupNotFound. A completion makes the same
-//     eight calls whatever the group's size and never reads the member list,
-//     which only GroupStates reads, once, when the chord fires.
+//     counts once, and a UUID with no member item never counts. A completion
+//     that counts makes the same eight calls whatever the group's size and
+//     never reads the member list, which GroupStates reads once, when the
+//     chord fires. Only a completion that finds no member item reads it, to
+//     tell a UUID that is not a member (ErrNotMember: a stray, nothing
+//     counted) from a member whose item is gone (ErrGroupNotFound).
 //   - Chord claim: an add of the claim item — exactly one claimer's add
 //     succeeds — storing the claimer, so the same claimer reading it back wins
 //     again after a crash.

@@ -155,8 +155,8 @@ func TestNonMemberDoesNotCount(t *testing.T) {
 	stranger := errand.NewUUID()
 	for i := range 3 {
 		d, n, err := b.CompleteGroupMember(ctx, g, stranger)
-		if !errors.Is(err, errand.ErrGroupNotFound) || !strings.Contains(err.Error(), "no member "+stranger) {
-			t.Fatalf("membership promise broken: completing non-member %s returned %d/%d, %v; want an error wrapping ErrGroupNotFound that names the missing member", stranger, d, n, err)
+		if !errors.Is(err, errand.ErrNotMember) || !strings.Contains(err.Error(), stranger) {
+			t.Fatalf("membership promise broken: completing non-member %s returned %d/%d, %v; want an error wrapping ErrNotMember that names it", stranger, d, n, err)
 		}
 		if d, n, err := b.CompleteGroupMember(ctx, g, ids[i]); err != nil || d != i+1 || n != 3 {
 			t.Fatalf("membership promise broken: after %d non-member completions, member %d's completion returned %d/%d, %v; want %d/3 (a non-member must not count)", i+1, i, d, n, err, i+1)
@@ -167,14 +167,40 @@ func TestNonMemberDoesNotCount(t *testing.T) {
 	if err := b.InitGroup(ctx, g2, ids2); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.CompleteGroupMember(ctx, g2, ids[0]); !errors.Is(err, errand.ErrGroupNotFound) {
-		t.Fatalf("membership promise broken: completing group %s's member in group %s returned %v; want ErrGroupNotFound", g, g2, err)
+	if _, _, err := b.CompleteGroupMember(ctx, g2, ids[0]); !errors.Is(err, errand.ErrNotMember) {
+		t.Fatalf("membership promise broken: completing group %s's member in group %s returned %v; want ErrNotMember", g, g2, err)
 	}
 	if d, n, err := b.CompleteGroupMember(ctx, g2, ids2[0]); err != nil || d != 1 || n != 2 {
 		t.Fatalf("membership promise broken: group %s's first member completion returned %d/%d, %v; want 1/2", g2, d, n, err)
 	}
 	if _, _, err := b.CompleteGroupMember(ctx, errand.NewUUID(), ids[0]); !errors.Is(err, errand.ErrGroupNotFound) {
 		t.Fatalf("completing a member of an unknown group returned %v; want ErrGroupNotFound", err)
+	}
+}
+
+// TestLostMemberItemFailsTheGroup: a member whose own item was evicted or
+// expired cannot be counted; its completion must say the group cannot
+// complete (ErrGroupNotFound, so the chord fails) and not pass it off as a
+// stray (ErrNotMember, which the worker ignores, leaving the chord PENDING
+// for ever).
+func TestLostMemberItemFailsTheGroup(t *testing.T) {
+	t.Parallel()
+	mc := client(t)
+	b := memcachebackend.New(mc, &memcachebackend.Options{Prefix: "errand-test-lost"})
+	ctx := context.Background()
+	g, ids := errand.NewUUID(), members(3)
+	if err := b.InitGroup(ctx, g, ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := mc.Delete(fmt.Sprintf("errand-test-lost:group:%s:member:%s", g, ids[1])); err != nil {
+		t.Fatal(err)
+	}
+	d, n, err := b.CompleteGroupMember(ctx, g, ids[1])
+	if !errors.Is(err, errand.ErrGroupNotFound) || errors.Is(err, errand.ErrNotMember) || !strings.Contains(err.Error(), ids[1]) {
+		t.Fatalf("lossy storage promise broken: a member whose item was evicted completed %d/%d, %v; want ErrGroupNotFound naming it, never ErrNotMember", d, n, err)
+	}
+	if d, n, err := b.CompleteGroupMember(ctx, g, ids[0]); err != nil || d != 1 || n != 3 {
+		t.Fatalf("the next member completed %d/%d, %v; want 1/3", d, n, err)
 	}
 }
 

@@ -197,7 +197,8 @@ func (b *Backend) group(id string, now time.Time) (*group, error) {
 }
 
 // CompleteGroupMember marks taskUUID done, once, and extends the group's
-// life.
+// life. A UUID that is not a member changes nothing and returns an error
+// wrapping driver.ErrNotMember.
 func (b *Backend) CompleteGroupMember(_ context.Context, groupUUID, taskUUID string) (int, int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -207,7 +208,7 @@ func (b *Backend) CompleteGroupMember(_ context.Context, groupUUID, taskUUID str
 		return 0, 0, err
 	}
 	if !g.index[taskUUID] {
-		return 0, 0, fmt.Errorf("memory backend: task %s is not a member of group %s", taskUUID, groupUUID)
+		return 0, 0, fmt.Errorf("memory backend: task %s, group %s: %w", taskUUID, groupUUID, driver.ErrNotMember)
 	}
 	g.done[taskUUID] = true
 	g.expires = now.Add(b.opts.GroupExpiry)

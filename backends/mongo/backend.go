@@ -241,14 +241,19 @@ func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 var countOnly = bson.D{{Key: "count", Value: 1}, {Key: "total", Value: 1}}
 
 // CompleteGroupMember adds the member to done and increments the counter in
-// one update that matches only if the member was not done yet (so a
-// redelivered member changes nothing), then reads the counter.
+// one update whose filter matches only if the UUID is in the group's member
+// list and not done yet (so a redelivered member changes nothing, and a UUID
+// that is not a member never counts), then reads the counter where the UUID
+// is a member. Only when that read finds nothing does it tell a missing
+// group (driver.ErrGroupNotFound) from a UUID that is not a member
+// (driver.ErrNotMember) with a second read.
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
 	if err := b.check(); err != nil {
 		return 0, 0, err
 	}
 	now := time.Now()
-	filter := bson.D{{Key: "_id", Value: g}, live(now), {Key: "done", Value: bson.D{{Key: "$ne", Value: id}}}}
+	member := bson.E{Key: "members", Value: id} // an array field holding id
+	filter := bson.D{{Key: "_id", Value: g}, live(now), member, {Key: "done", Value: bson.D{{Key: "$ne", Value: id}}}}
 	update := bson.D{
 		{Key: "$addToSet", Value: bson.D{{Key: "done", Value: id}}},
 		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
@@ -260,9 +265,16 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 	// Read the counter (two fields, O(1)). Two racing last members may both
 	// read done == total; the chord claim lets only one through.
 	var d groupDoc
-	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(countOnly)).Decode(&d)
+	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now), member}, options.FindOne().SetProjection(countOnly)).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, fmt.Errorf("mongo backend: group %s: %w", g, driver.ErrGroupNotFound)
+		n, err := b.groups.CountDocuments(ctx, bson.D{{Key: "_id", Value: g}, live(now)})
+		if err != nil {
+			return 0, 0, b.err(ctx, err)
+		}
+		if n == 0 {
+			return 0, 0, fmt.Errorf("mongo backend: group %s: %w", g, driver.ErrGroupNotFound)
+		}
+		return 0, 0, fmt.Errorf("mongo backend: task %s, group %s: %w", id, g, driver.ErrNotMember)
 	}
 	if err != nil {
 		return 0, 0, b.err(ctx, err)

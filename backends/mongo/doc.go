@@ -23,12 +23,15 @@
 //
 // # Workflow primitives: one atomic server-side operation each
 //
-//   - CompleteGroupMember is one update filtered on "member not yet in done":
-//     $addToSet the member and $inc the counter together, then a read of the
-//     counter and size alone (O(1); FerretDB v1 has no projection on
-//     findAndModify). A redelivered member does not match and reads the
-//     counter unchanged. Two last members racing may both read done == total;
-//     the chord claim lets only one of them fire the callback.
+//   - CompleteGroupMember is one update filtered on "a member, and not yet
+//     in done" (members: ID, done: {$ne: ID}): $addToSet the member and $inc
+//     the counter together, then a read of the counter and size alone (O(1);
+//     FerretDB v1 has no projection on findAndModify). A redelivered member
+//     does not match and reads the counter unchanged. A UUID that is not a
+//     member never matches, so it never counts: the read finds nothing and
+//     a second read tells a missing group (ErrGroupNotFound) from a stray
+//     ([driver.ErrNotMember]). Two last members racing may both read
+//     done == total; the chord claim lets only one of them fire the callback.
 //   - ClaimChord is one update filtered on "no claimer yet, or this claimer",
 //     judged by its matched count: exactly one claimer matches first; the same
 //     claimer matches again after a crash. (machinery's Mongo backend waited

@@ -143,10 +143,19 @@ func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, e
 }
 
 // initGroupScript: KEYS meta, members, done; ARGV expiry ms, member IDs...
+// The meta hash holds the size ("total"), one field "m:ID" per member (for
+// the completion's membership check) and, later, the chord's claimer.
 var initGroupScript = goredis.NewScript(`
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 for i = 2, #ARGV, 1000 do
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  local j = math.min(i + 999, #ARGV)
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, j))
+  local fields = {}
+  for k = i, j do
+    fields[#fields + 1] = 'm:' .. ARGV[k]
+    fields[#fields + 1] = 1
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
 end
 redis.call('HSET', KEYS[1], 'total', #ARGV - 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
@@ -166,25 +175,32 @@ func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 }
 
 // completeScript: KEYS meta, members, done; ARGV member, expiry ms.
-// Returns {done, total}, or {-1, 0} for an unknown group.
+// Returns {done, total}, {-1, 0} for an unknown group, or {-2, total} for
+// a UUID that is not a member (nothing changed).
 var completeScript = goredis.NewScript(`
 local total = redis.call('HGET', KEYS[1], 'total')
 if not total then return {-1, 0} end
+if redis.call('HEXISTS', KEYS[1], 'm:' .. ARGV[1]) == 0 then return {-2, tonumber(total)} end
 redis.call('SADD', KEYS[3], ARGV[1])
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
 return {redis.call('SCARD', KEYS[3]), tonumber(total)}
 `)
 
 // CompleteGroupMember marks the member done (idempotent, O(1)) and extends
-// the group's life.
+// the group's life. A UUID that is not a member (no "m:ID" field in the
+// group's hash) changes nothing and returns driver.ErrNotMember; the check
+// and the count are one script, so nothing can slip between them.
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
 	k := b.groupKeys(g)
 	r, err := completeScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, b.err(ctx, err)
 	}
-	if r[0] < 0 {
+	switch r[0] {
+	case -1:
 		return 0, 0, fmt.Errorf("redis backend: group %s: %w", g, driver.ErrGroupNotFound)
+	case -2:
+		return 0, 0, fmt.Errorf("redis backend: task %s, group %s: %w", id, g, driver.ErrNotMember)
 	}
 	return int(r[0]), int(r[1]), nil
 }

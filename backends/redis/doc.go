@@ -17,14 +17,17 @@
 // A task's state is one JSON string, written with one SET ... PX (one round
 // trip per state change) and expiring ResultExpiry after its last write
 // (default 1h). A group is three keys sharing the hash tag {prefix:group:ID}
-// — its metadata hash (size, chord claimer), its member list (group order) and
-// the set of completed members — so every group script runs on Redis Cluster.
+// — its metadata hash (size, chord claimer, and one field per member for the
+// membership check), its member list (group order) and the set of completed
+// members — so every group script runs on Redis Cluster.
 //
 // # Workflow primitives
 //
-//   - CompleteGroupMember is one Lua script: SADD the member to the done
+//   - CompleteGroupMember is one Lua script: check the UUID is a member
+//     (HEXISTS on its field in the metadata hash; a UUID that is not a member
+//     changes nothing and gets [driver.ErrNotMember]), SADD it to the done
 //     set (a redelivered member is already there) and return SCARD with the
-//     size: idempotent and O(1).
+//     size: idempotent, member-only and O(1).
 //   - ClaimChord is one Lua script: set the claimer if none is set, and
 //     report whether the claimer now stored is the caller (so the same
 //     claimer wins again after a crash).
