@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime/debug"
 	"time"
@@ -148,7 +149,7 @@ func safeCall(ctx context.Context, tk *task, args []reflect.Value) (results []Re
 func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error, policy RetryPolicy, st *TaskState) (settle, *TaskState, error) {
 	var perm *PermanentError
 	var argErr *ArgumentError
-	if errors.As(runErr, &perm) || errors.As(runErr, &argErr) || sig.attempt() > sig.RetryCount {
+	if errors.As(runErr, &perm) || errors.As(runErr, &argErr) || sig.attempt() > w.retryLimit(sig) {
 		return w.fail(ctx, sig, st, runErr)
 	}
 	next := sig.Copy()
@@ -178,6 +179,14 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 		return requeue, st, fmt.Errorf("errand: task %s (%s): publish retry: %w", sig.Name, sig.UUID, err)
 	}
 	return ack, st, nil
+}
+
+// retryLimit is the number of retries sig may have on this worker: its
+// RetryCount, capped at WorkerConfig.MaxRetries, so a message asking for a
+// billion retries gets the worker's bound (and the attempt number never
+// comes near overflowing).
+func (w *Worker) retryLimit(sig *Signature) int {
+	return min(sig.RetryCount, w.cfg.MaxRetries, math.MaxInt-1)
 }
 
 // fail records FAILURE for sig, runs what follows a failure, and returns

@@ -1,6 +1,7 @@
 package errand
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -31,26 +32,44 @@ type Fibonacci struct {
 	Unit time.Duration
 }
 
-// RetryDelay returns next.RetryTimeout units.
+// RetryDelay returns next.RetryTimeout units, saturating at the longest
+// time.Duration (about 292 years) instead of overflowing.
 func (f Fibonacci) RetryDelay(next *Signature, _ error) time.Duration {
 	u := f.Unit
 	if u <= 0 {
 		u = time.Second
 	}
-	return time.Duration(next.RetryTimeout) * u
+	return mulSat(time.Duration(max(next.RetryTimeout, 0)), u)
 }
 
 // FibonacciNext returns the smallest Fibonacci number greater than n
-// (machinery's retry.FibonacciNext): 0→1, 1→2, 2→3, 3→5, 5→8.
+// (machinery's retry.FibonacciNext): 0→1, 1→2, 2→3, 3→5, 5→8. Past the
+// largest Fibonacci number an int holds it saturates at math.MaxInt, so a
+// RetryTimeout near MaxInt64 can neither overflow nor loop for ever.
 func FibonacciNext(n int) int {
 	a, b := 1, 2
 	if n < 1 {
 		return 1
 	}
 	for b <= n {
+		if b > math.MaxInt-a {
+			return math.MaxInt
+		}
 		a, b = b, a+b
 	}
 	return b
+}
+
+// mulSat returns a*b for non-negative a and b, or the longest Duration
+// when the product would overflow.
+func mulSat(a, b time.Duration) time.Duration {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // Fixed waits the same delay before every retry.
@@ -68,17 +87,40 @@ type Exponential struct {
 	Jitter float64
 }
 
-// RetryDelay returns the delay before attempt next.Attempt.
+// RetryDelay returns the delay before attempt next.Attempt. The doubling
+// saturates at Max, or at the longest time.Duration when Max is unset, and
+// takes at most 63 steps whatever the attempt number.
 func (e Exponential) RetryDelay(next *Signature, _ error) time.Duration {
-	d := e.Base
-	for i := 2; i < next.Attempt && (e.Max <= 0 || d < e.Max); i++ {
+	return spread(expDelay(e.Base, e.Max, next.Attempt-1), e.Jitter)
+}
+
+// expDelay returns base doubled n-1 times (base for n <= 1), capped at
+// limit when limit > 0, saturating instead of overflowing.
+func expDelay(base, limit time.Duration, n int) time.Duration {
+	d := max(base, 0)
+	for i := 1; i < n && d > 0 && (limit <= 0 || d < limit); i++ {
+		if d > math.MaxInt64/2 {
+			d = math.MaxInt64
+			break
+		}
 		d *= 2
 	}
-	if e.Max > 0 && d > e.Max {
-		d = e.Max
-	}
-	if j := min(max(e.Jitter, 0), 1); j > 0 {
-		d = time.Duration(float64(d) * (1 - j + 2*j*rand.Float64()))
+	if limit > 0 && d > limit {
+		d = limit
 	}
 	return d
+}
+
+// spread multiplies d by a random factor in [1-j, 1+j] (j clamped to
+// [0, 1]), saturating at the longest Duration.
+func spread(d time.Duration, j float64) time.Duration {
+	j = min(max(j, 0), 1)
+	if j == 0 {
+		return d
+	}
+	f := float64(d) * (1 - j + 2*j*rand.Float64())
+	if f >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(f)
 }

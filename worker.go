@@ -40,6 +40,20 @@ type WorkerConfig struct {
 	// backend or broker failed while it was handled, and how long the loop
 	// waits after a failed Fetch. Default: 1s.
 	ErrorBackoff time.Duration
+	// MaxErrorBackoff caps the fetch loop's backoff after consecutive failed
+	// fetches. Default: 30s.
+	MaxErrorBackoff time.Duration
+	// MaxRetries caps the RetryCount of every task this worker runs: a
+	// signature asking for more retries gets MaxRetries (a message is input,
+	// and a RetryCount of a billion must not keep a task cycling for ever).
+	// Default (0): 100. Negative: no retries at all.
+	MaxRetries int
+	// UnknownTaskAttempts bounds how many deliveries of a task whose name
+	// this worker has no function for are given back. Default: 10.
+	UnknownTaskAttempts int
+	// MaxMessageSize is the largest delivery body the worker decodes.
+	// Default: the broker's Limits().MaxPayload, else 16 MiB.
+	MaxMessageSize int
 	// CallTimeout bounds each step of handling a delivery that calls the
 	// broker or backend (recording states, sending callbacks and retries,
 	// acking or releasing), so a server that stops answering holds a slot
@@ -57,6 +71,9 @@ type WorkerConfig struct {
 	// Logger receives the worker's warnings. Default: the server's.
 	Logger *slog.Logger
 }
+
+// DefaultMaxRetries is WorkerConfig.MaxRetries when unset.
+const DefaultMaxRetries = 100
 
 // Worker consumes one queue: it fetches deliveries, runs their tasks and
 // records the outcome. Create it with Server.NewWorker.
@@ -102,6 +119,12 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.ErrorBackoff <= 0 {
 		cfg.ErrorBackoff = time.Second
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
