@@ -8,16 +8,24 @@ import (
 	"reflect"
 	"runtime/debug"
 	"time"
+
+	"github.com/errand-go/errand/driver"
 )
 
 // The task state machine: what a worker does with one decoded delivery,
 // from reading its previous state to the callbacks that follow its end.
 
+// ErrUUIDConflict is wrapped by the reason a delivery is set aside when its
+// task UUID belongs to another task: one recorded under another name, or
+// one STARTED under another delivery's live lease (see [Worker] and
+// docs/concepts.md, "Bad input").
+var ErrUUIDConflict = errors.New("errand: task UUID already in use")
+
 // process runs one decoded task through its states and returns how to
-// settle its delivery. Each step that calls the broker or backend runs
+// settle its delivery d. Each step that calls the broker or backend runs
 // under its own bounded ctx (Worker.call); the task itself runs under the
-// task's ctx.
-func (w *Worker) process(sig *Signature) (settle, error) {
+// task's ctx. With setAside, the error is the reason.
+func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 	be := w.srv.backend
 	ctx, cancel := w.call()
 	defer cancel()
@@ -29,6 +37,9 @@ func (w *Worker) process(sig *Signature) (settle, error) {
 		return requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
 	}
 	if prev != nil {
+		if err := uuidConflict(sig, prev, d); err != nil {
+			return setAside, err
+		}
 		// A redelivery of work already recorded: finish what the crashed
 		// or stale attempt left (callbacks are idempotent by UUID), never
 		// run the function again.
@@ -55,7 +66,12 @@ func (w *Worker) process(sig *Signature) (settle, error) {
 	tk := w.srv.task(sig.Name)
 	var args []reflect.Value
 	if tk == nil {
-		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)
+		if d.Attempt >= 1 && d.Attempt < w.cfg.UnknownTaskAttempts {
+			// Perhaps another worker on this queue has it (another
+			// application, a newer version): give it back untouched.
+			return passOn, nil
+		}
+		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
 	} else {
 		args, cannotRun = tk.decodeArgs(sig.Args)
 	}
@@ -64,6 +80,11 @@ func (w *Worker) process(sig *Signature) (settle, error) {
 			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 		}
 		outcome, _, err := w.fail(ctx, sig, st, cannotRun)
+		if tk == nil && outcome == ack {
+			// Dead-letter it, so it can be re-driven once a worker has the
+			// function (its FAILURE state must be removed first).
+			return setAside, cannotRun
+		}
 		return outcome, err
 	}
 
@@ -106,6 +127,34 @@ func (w *Worker) process(sig *Signature) (settle, error) {
 		w.cfg.PostTaskHook(tctx, sig, st)
 	}
 	return outcome, err
+}
+
+// uuidConflict returns why d must not run as the task its UUID names
+// (wrapping ErrUUIDConflict), or nil. prev is the task's recorded state.
+//
+//   - A different task name under the UUID: the message is not that task
+//     (a forged or buggy producer reusing an ID); running it would
+//     overwrite the real task's state and result.
+//   - The task is STARTED, and d is the broker's first delivery of its
+//     message (Attempt 1) for the same or a later attempt: a second
+//     message with this UUID, while the first one runs under a live lease
+//     (a redelivery of the running message has Attempt >= 2, and a retry
+//     finds RETRY recorded). A second copy of a legitimate message (a
+//     callback sent again by a redelivered parent) is set aside as well:
+//     the running one completes the task.
+//
+// A broker that does not count deliveries (Attempt 0) gets only the name
+// check.
+func uuidConflict(sig *Signature, prev *TaskState, d *driver.Delivery) error {
+	switch {
+	case prev.TaskName != "" && prev.TaskName != sig.Name:
+		return fmt.Errorf("%w: message %q on queue %q is task %q under UUID %s, which belongs to task %q (%s): not run, set aside",
+			ErrUUIDConflict, d.ID, d.Queue, sig.Name, sig.UUID, prev.TaskName, prev.State)
+	case prev.State == StateStarted && d.Attempt == 1 && sig.attempt() >= prev.Attempt:
+		return fmt.Errorf("%w: message %q on queue %q carries UUID %s of task %q, STARTED (attempt %d) under another delivery's lease; this is the broker's first delivery of a second message, not a redelivery: not run, set aside",
+			ErrUUIDConflict, d.ID, d.Queue, sig.UUID, sig.Name, prev.Attempt)
+	}
+	return nil
 }
 
 func (w *Worker) taskContext(sig *Signature) (context.Context, context.CancelFunc) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -24,7 +25,13 @@ type WorkerConfig struct {
 	// wait before redelivery. Default: 30s.
 	Lease time.Duration
 	// ExtendEvery is how often a running task's lease is extended.
-	// Default: Lease/3.
+	// Default: Lease/3. Each extend call is bounded by ExtendEvery/2; a
+	// failed one (a server slow or paused, a dropped connection) is retried
+	// at once with a short backoff (ExtendEvery/20, doubling up to
+	// ExtendEvery/10) rather than at the next tick, so an outage shorter
+	// than what is left of the lease (at least Lease-ExtendEvery) costs no
+	// lease. Once the broker answers ErrLeaseLost, extending stops and the
+	// loss is reported once.
 	ExtendEvery time.Duration
 	// TaskTimeout bounds one attempt of every task without its own
 	// Signature.Timeout: the task's ctx is cancelled after it. Default: none.
@@ -37,22 +44,43 @@ type WorkerConfig struct {
 	// own. Default: Fibonacci{Unit: time.Second} (machinery's).
 	RetryPolicy RetryPolicy
 	// ErrorBackoff is how long a delivery waits before redelivery when the
-	// backend or broker failed while it was handled, and how long the loop
-	// waits after a failed Fetch. Default: 1s.
+	// backend or broker failed while it was handled, and the first step of
+	// the backoffs below. Default: 1s.
+	//
+	// After a failed Fetch the loop waits ErrorBackoff, then twice that
+	// after a second failure in a row, four times after a third, and so on
+	// up to MaxErrorBackoff, each wait drawn at random from [d/2, d] (equal
+	// jitter), so many workers reconnecting to a recovering server spread
+	// out instead of arriving together. A successful Fetch resets it.
 	ErrorBackoff time.Duration
-	// MaxErrorBackoff caps the fetch loop's backoff after consecutive failed
-	// fetches. Default: 30s.
+	// MaxErrorBackoff caps the exponential backoffs: the fetch loop's after
+	// failed fetches, and the wait before a task nobody here can run is
+	// offered again (UnknownTaskAttempts). Default: 30s (ErrorBackoff if
+	// that is longer).
 	MaxErrorBackoff time.Duration
 	// MaxRetries caps the RetryCount of every task this worker runs: a
 	// signature asking for more retries gets MaxRetries (a message is input,
 	// and a RetryCount of a billion must not keep a task cycling for ever).
 	// Default (0): 100. Negative: no retries at all.
 	MaxRetries int
-	// UnknownTaskAttempts bounds how many deliveries of a task whose name
-	// this worker has no function for are given back. Default: 10.
+	// UnknownTaskAttempts bounds how a task whose name has no function on
+	// this worker is handled. Below it (the broker's Delivery.Attempt
+	// counts each delivery), the delivery is given back to the broker,
+	// recording nothing, to be offered again after an exponential backoff
+	// (ErrorBackoff doubling up to MaxErrorBackoff, equal jitter), so a
+	// worker that has the function — another application on a shared
+	// queue, a newer version during a rolling deploy — can run it. On the
+	// UnknownTaskAttempts-th delivery the task is recorded FAILURE with
+	// ErrUnknownTask and the message is set aside (Broker.Reject, dead
+	// letters). On a broker that does not count deliveries (Attempt 0) the
+	// task fails at its first delivery. 1 fails at once. Default: 10.
 	UnknownTaskAttempts int
-	// MaxMessageSize is the largest delivery body the worker decodes.
-	// Default: the broker's Limits().MaxPayload, else 16 MiB.
+	// MaxMessageSize is the largest delivery body, in bytes, the worker
+	// decodes: a larger one is set aside (Broker.Reject) undecoded with
+	// ErrPayloadTooLarge in its reason, so one huge message cannot take the
+	// worker's memory. Default: the broker's Limits().MaxPayload when it
+	// declares one (what errand lets producers send), else 16 MiB.
+	// Negative: no bound.
 	MaxMessageSize int
 	// CallTimeout bounds each step of handling a delivery that calls the
 	// broker or backend (recording states, sending callbacks and retries,
@@ -72,8 +100,13 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultMaxRetries is WorkerConfig.MaxRetries when unset.
-const DefaultMaxRetries = 100
+// Worker defaults (see WorkerConfig).
+const (
+	DefaultMaxRetries          = 100              // WorkerConfig.MaxRetries
+	DefaultUnknownTaskAttempts = 10               // WorkerConfig.UnknownTaskAttempts
+	DefaultMaxErrorBackoff     = 30 * time.Second // WorkerConfig.MaxErrorBackoff
+	DefaultMaxMessageSize      = 16 << 20         // WorkerConfig.MaxMessageSize on a broker declaring no MaxPayload
+)
 
 // Worker consumes one queue: it fetches deliveries, runs their tasks and
 // records the outcome. Create it with Server.NewWorker.
@@ -119,6 +152,19 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.ErrorBackoff <= 0 {
 		cfg.ErrorBackoff = time.Second
+	}
+	if cfg.MaxErrorBackoff <= 0 {
+		cfg.MaxErrorBackoff = DefaultMaxErrorBackoff
+	}
+	cfg.MaxErrorBackoff = max(cfg.MaxErrorBackoff, cfg.ErrorBackoff)
+	if cfg.UnknownTaskAttempts <= 0 {
+		cfg.UnknownTaskAttempts = DefaultUnknownTaskAttempts
+	}
+	if cfg.MaxMessageSize == 0 {
+		cfg.MaxMessageSize = s.broker.limits.MaxPayload
+		if cfg.MaxMessageSize <= 0 {
+			cfg.MaxMessageSize = DefaultMaxMessageSize
+		}
 	}
 	switch {
 	case cfg.MaxRetries == 0:
@@ -234,6 +280,7 @@ func (w *Worker) loop() {
 	defer close(w.loopDone)
 	defer close(w.work)
 	b := w.srv.broker
+	failures := 0 // failed fetches in a row
 	for {
 		select {
 		case w.slots <- struct{}{}:
@@ -258,32 +305,45 @@ func (w *Worker) loop() {
 			w.tasks.Add(1)
 			w.work <- d // never blocks: a slot is held for each delivery
 		}
-		if err != nil {
-			if w.fetchCtx.Err() != nil {
-				return
-			}
-			w.report(err, "errand: fetch failed", "queue", w.cfg.Queue)
-			if errors.Is(err, ErrClosed) {
-				return
-			}
-			t := time.NewTimer(w.cfg.ErrorBackoff)
-			select {
-			case <-t.C:
-			case <-w.fetchCtx.Done():
-				t.Stop()
-				return
-			}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		if w.fetchCtx.Err() != nil {
+			return
+		}
+		failures++
+		w.report(err, "errand: fetch failed", "queue", w.cfg.Queue, "failures_in_a_row", failures)
+		if errors.Is(err, ErrClosed) {
+			return
+		}
+		t := time.NewTimer(w.backoff(failures))
+		select {
+		case <-t.C:
+		case <-w.fetchCtx.Done():
+			t.Stop()
+			return
 		}
 	}
+}
+
+// backoff returns the wait after the n-th failure in a row (n >= 1):
+// ErrorBackoff doubled n-1 times, capped at MaxErrorBackoff, drawn at
+// random from [d/2, d] (equal jitter: spread out, yet never near zero).
+func (w *Worker) backoff(n int) time.Duration {
+	d := expDelay(w.cfg.ErrorBackoff, w.cfg.MaxErrorBackoff, n)
+	return d/2 + rand.N(d-d/2+1)
 }
 
 // settle is how a handled delivery leaves the worker.
 type settle int
 
 const (
-	ack     settle = iota // done: remove it
-	requeue               // something failed: deliver again after ErrorBackoff
-	release               // shutdown: deliver again at once
+	ack      settle = iota // done: remove it
+	requeue                // something failed: deliver again after ErrorBackoff
+	release                // shutdown: deliver again at once
+	setAside               // must not run: Reject it, with the error as the reason
+	passOn                 // no function here: deliver again after backoff(Attempt), for another worker
 )
 
 func (w *Worker) handle(d *driver.Delivery) {
@@ -291,20 +351,26 @@ func (w *Worker) handle(d *driver.Delivery) {
 	defer func() { <-w.slots }()
 	b := w.srv.broker
 
-	sig, err := DecodeSignature(d.Body)
-	if err != nil {
-		reason := fmt.Sprintf("%v (message %q on queue %q)", err, d.ID, d.Queue)
-		ctx, cancel := w.call()
-		defer cancel()
-		if rerr := b.Reject(ctx, d, reason); rerr != nil {
-			w.report(rerr, "errand: reject malformed message", "message", d.ID)
-		}
-		w.report(fmt.Errorf("errand: set aside: %s", reason), "errand: malformed message set aside", "message", d.ID)
+	if lim := w.cfg.MaxMessageSize; lim > 0 && len(d.Body) > lim {
+		w.setAside(d, fmt.Errorf("%w: message %q on queue %q is %d bytes, over the worker's MaxMessageSize of %d bytes: set aside without decoding", ErrPayloadTooLarge, d.ID, d.Queue, len(d.Body), lim))
 		return
 	}
+	sig, err := DecodeSignature(d.Body)
+	if err != nil {
+		w.setAside(d, fmt.Errorf("%w (message %q on queue %q)", err, d.ID, d.Queue))
+		return
+	}
+	// A signature that names no queue (sent by hand, or by another
+	// producer) lives on the queue it came from: its retries and callbacks
+	// go back there, never to queue "" where no worker reads.
+	queue := d.Queue
+	if queue == "" {
+		queue = w.cfg.Queue
+	}
+	routeTo(sig, queue)
 
 	stopExtend := w.extendLease(d)
-	outcome, err := w.process(sig)
+	outcome, err := w.process(sig, d)
 	waitExtend := stopExtend()
 	if outcome != release {
 		waitExtend() // settle only once no extend can follow
@@ -330,30 +396,131 @@ func (w *Worker) handle(d *driver.Delivery) {
 		if rerr := b.Release(ctx, d, time.Time{}); rerr != nil {
 			w.report(rerr, "errand: release on shutdown", "task", sig.Name, "uuid", sig.UUID)
 		}
+	case setAside:
+		w.reject(ctx, d, err)
+	case passOn:
+		wait := w.backoff(d.Attempt)
+		w.log.Info("errand: no function for this task here: given back for another worker", "task", sig.Name, "uuid", sig.UUID,
+			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)
+		if rerr := b.Release(ctx, d, time.Now().Add(wait)); rerr != nil {
+			w.report(rerr, "errand: release unknown task", "task", sig.Name, "uuid", sig.UUID)
+		}
 	}
 }
 
-// extendLease renews d's lease every ExtendEvery, each renewal bounded by
-// half of that, until the returned stop func is called; stop returns a func
-// that waits until the extender has stopped.
+// setAside rejects d, which is not handled at all, for reason.
+func (w *Worker) setAside(d *driver.Delivery, reason error) {
+	ctx, cancel := w.call()
+	defer cancel()
+	w.reject(ctx, d, reason)
+}
+
+// reject sets d aside for good (the broker's dead letters) with reason,
+// and reports it.
+func (w *Worker) reject(ctx context.Context, d *driver.Delivery, reason error) {
+	if err := w.srv.broker.Reject(ctx, d, reason.Error()); err != nil {
+		w.report(err, "errand: reject", "message", d.ID, "queue", d.Queue)
+	}
+	w.report(fmt.Errorf("errand: set aside: %w", reason), "errand: message set aside", "message", d.ID, "queue", d.Queue)
+}
+
+// routeTo gives sig, and every signature linked to it, queue as its
+// RoutingKey where it names none.
+func routeTo(sig *Signature, queue string) {
+	if sig == nil {
+		return
+	}
+	if sig.RoutingKey == "" {
+		sig.RoutingKey = queue
+	}
+	for _, c := range sig.OnSuccess {
+		routeTo(c, queue)
+	}
+	for _, c := range sig.OnError {
+		routeTo(c, queue)
+	}
+	routeTo(sig.ChordCallback, queue)
+}
+
+// extendLease renews d's lease every ExtendEvery until the returned stop
+// func is called; stop returns a func that waits until the extender has
+// stopped. Each renewal is bounded by ExtendEvery/2 (so Shutdown is not held
+// by a silent server). A failed renewal is retried with a short backoff
+// instead of waiting for the next tick, for as long as the lease may still
+// hold: an outage shorter than what is left of the lease costs nothing.
+// Errors are reported once per outage, not once per try; ErrLeaseLost (the
+// broker may have handed the message to another consumer) ends the
+// renewals, reported once.
 func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(w.cfg.ExtendEvery)
+		every := w.cfg.ExtendEvery
+		// The lease was granted during the fetch, just before now: its
+		// end is estimated a little late, never early by more than that.
+		leaseEnd := time.Now().Add(w.cfg.Lease)
+		extend := func() error {
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(w.callCtx, min(every/2, w.cfg.CallTimeout))
+			defer cancel()
+			err := w.srv.broker.Extend(ctx, d, w.cfg.Lease)
+			if err == nil {
+				leaseEnd = start.Add(w.cfg.Lease) // granted no earlier than the call began
+			}
+			return err
+		}
+		// sleep waits for d, or reports false when stop was called.
+		sleep := func(d time.Duration) bool {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return true
+			case <-quit:
+				return false
+			}
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
+		outage := false  // a renewal failed and none has succeeded since
+		expired := false // the outage outlasted the lease (reported)
 		for {
 			select {
 			case <-quit:
 				return
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(w.callCtx, min(w.cfg.ExtendEvery/2, w.cfg.CallTimeout))
-				err := w.srv.broker.Extend(ctx, d, w.cfg.Lease)
-				cancel()
-				if err != nil {
-					w.report(err, "errand: extend lease", "message", d.ID)
+			}
+			err := extend()
+			for wait := every / 20; err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrClosed) && w.callCtx.Err() == nil; wait = min(2*wait, every/10) {
+				if !outage {
+					outage = true
+					w.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "lease_left", time.Until(leaseEnd))
 				}
+				if !time.Now().Add(wait).Before(leaseEnd) {
+					// The lease has run out on our clock: the broker may hand
+					// the message to another consumer. Keep trying at the
+					// tick's pace, in case none took it.
+					if !expired {
+						expired = true
+						w.report(fmt.Errorf("errand: message %q: lease not renewed within %v (last error: %w); the task may run again elsewhere", d.ID, w.cfg.Lease, err),
+							"errand: lease ran out during an outage", "message", d.ID)
+					}
+					break
+				}
+				if !sleep(wait) {
+					return
+				}
+				err = extend()
+			}
+			switch {
+			case err == nil:
+				outage, expired = false, false
+			case errors.Is(err, ErrLeaseLost):
+				w.report(err, "errand: lease lost; no longer extended (another consumer may run the task)", "message", d.ID)
+				return
+			case errors.Is(err, ErrClosed):
+				return
 			}
 		}
 	}()

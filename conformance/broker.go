@@ -158,6 +158,12 @@ func publishFetchAck(t testing.TB, h BrokerHarness) {
 	if d.ID != m.ID || string(d.Body) != string(m.Body) || d.Queue != c.q {
 		t.Fatalf("delivery promise broken: fetched {ID %q, Queue %q, Body %q}, published {%q, %q, %q}", d.ID, d.Queue, d.Body, m.ID, c.q, m.Body)
 	}
+	// errand tells a redelivery (Attempt >= 2) from a second message that
+	// reuses a running task's UUID (Attempt 1), and bounds unknown task
+	// names by it: every broker counts deliveries.
+	if d.Attempt != 1 {
+		t.Errorf("delivery count promise broken: the first delivery of a message has Attempt %d, want 1", d.Attempt)
+	}
 	c.ack(d)
 	// Well past the lease it was fetched with, it must not come back.
 	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
@@ -197,6 +203,9 @@ func releaseImmediate(t testing.TB, h BrokerHarness) {
 	again := c.fetchN(1, time.Minute, c.tm.Prompt*5)
 	if len(again) != 1 || again[0].ID != ds[0].ID {
 		t.Fatalf("release promise broken: a released message was not delivered again within %v (got %v)", c.tm.Prompt*5, ids(again))
+	}
+	if again[0].Attempt <= ds[0].Attempt {
+		t.Errorf("delivery count promise broken: a released message came back with Attempt %d after Attempt %d; a release must not reset the count (errand bounds unknown task names by it)", again[0].Attempt, ds[0].Attempt)
 	}
 	c.ack(again[0])
 }

@@ -311,6 +311,27 @@ var brokenBrokers = map[string]BrokerHarness{
 			return b.Broker.Publish(ctx, kept...)
 		}
 	}),
+	// Counts the first delivery of a message as its second: a second message
+	// reusing a running task's UUID looks like a redelivery.
+	"first-delivery-counted-twice": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+			ds, err := b.Broker.Fetch(ctx, q, max, lease)
+			for _, d := range ds {
+				d.Attempt++
+			}
+			return ds, err
+		}
+	}),
+	// Reports every delivery as the first: a release resets the count.
+	"release-resets-count": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+			ds, err := b.Broker.Fetch(ctx, q, max, lease)
+			for _, d := range ds {
+				d.Attempt = 1
+			}
+			return ds, err
+		}
+	}),
 	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
 		b.ack = func(*brokenBroker, context.Context, *driver.Delivery) error { return nil }
 	}),
@@ -619,6 +640,8 @@ var brokerTargets = map[string]string{
 // moreBrokerTargets are second variants for cases with more than one promise.
 var moreBrokerTargets = map[string]string{
 	"Inspect/PendingDelayed": "inspect-misses-in-flight",
+	"PublishFetchAck":        "first-delivery-counted-twice",
+	"Release/Immediate":      "release-resets-count",
 }
 
 var backendTargets = map[string]string{
@@ -660,6 +683,7 @@ var workerTargets = map[string]string{
 	"Failure/UnknownTask":         "backend:failure-stored-as-success",
 	"Failure/BadArguments":        "backend:failure-stored-as-success",
 	"BadMessage/WorkerGoesOn":     "broker:reject-requeues",
+	"BadMessage/ForgedUUID":       "broker:first-delivery-counted-twice",
 	"Redelivery/CrashedWorker":    "broker:loses-on-fetch",
 	"Shutdown/ReleasesUnfinished": "broker:release-drops",
 }

@@ -47,6 +47,7 @@ var workerCases = []kase[workerPair]{
 	{"Failure/UnknownTask", failureUnknown, parallel},
 	{"Failure/BadArguments", failureBadArgs, parallel},
 	{"BadMessage/WorkerGoesOn", badMessageWorker, parallel},
+	{"BadMessage/ForgedUUID", forgedUUID, parallel},
 	{"Redelivery/CrashedWorker", crashedWorker, parallel},
 	{"Shutdown/ReleasesUnfinished", shutdownReleases, parallel},
 }
@@ -118,6 +119,7 @@ type wcase struct {
 	tm     Timing
 	srv    *errand.Server
 	broker errand.Broker
+	caps   BrokerCaps
 	rec    *recorder
 	queue  string
 	ctx    context.Context
@@ -131,7 +133,7 @@ func newWCase(t testing.TB, p workerPair) *wcase {
 	if _, ok := rec.Backend.(driver.StateWaiter); ok {
 		be = waitingRecorder{rec}
 	}
-	c := &wcase{t: t, tm: tm, broker: p.broker.New(t), rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
+	c := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: p.broker.New(t), rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
 	srv, err := errand.NewServer(errand.Config{Broker: c.broker, Backend: be, DefaultQueue: c.queue})
 	if err != nil {
 		t.Fatal(err)
@@ -652,16 +654,48 @@ func failureTimeout(t testing.TB, p workerPair) {
 	}
 }
 
+// failureUnknown: a task name no worker has is given back (recording
+// nothing) until its third delivery, then fails with the name and is set
+// aside.
 func failureUnknown(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
-	c.start(errand.WorkerConfig{})
+	c.start(errand.WorkerConfig{UnknownTaskAttempts: 3, MaxErrorBackoff: c.tm.Prompt / 5})
 	sig := errand.NewSignature("no.such.task", 1)
 	sig.RetryCount = 3
 	err := c.failure(c.send(sig), "bad input")
 	if !strings.Contains(err.Error(), `"no.such.task"`) || !strings.Contains(err.Error(), "unknown task") {
 		t.Fatalf("bad input promise broken: unknown task failed with %q; want the name and 'unknown task'", err)
 	}
+	if !strings.Contains(err.Error(), "delivery 3") {
+		t.Errorf("unknown task promise broken: failed with %q; want it failed on its third delivery (UnknownTaskAttempts 3), given back before", err)
+	}
 	c.pathIs(sig.UUID, errand.StatePending, errand.StateReceived, errand.StateFailure)
+	c.deadLetter(sig.UUID, "unknown task", "unknown task")
+}
+
+// deadLetter waits, on a broker that lists dead letters, for message id
+// among them with a reason containing want.
+func (c *wcase) deadLetter(id, want, promise string) {
+	c.t.Helper()
+	if !c.caps.DeadLetters {
+		return
+	}
+	deadline := time.Now().Add(c.tm.Prompt * 5)
+	for {
+		dl, err := errand.DeadLetters(c.ctx, c.broker, c.queue)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, m := range dl {
+			if m.ID == id && strings.Contains(m.Reason, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s promise broken: message %s is not in the dead letters with a reason containing %q: %+v", promise, id, want, dl)
+		}
+		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
+	}
 }
 
 func failureBadArgs(t testing.TB, p workerPair) {
@@ -715,6 +749,88 @@ func badMessageWorker(t testing.TB, p workerPair) {
 			t.Fatalf("bad input promise broken: the malformed message is not in the dead letters with its reason: %+v", dl)
 		}
 		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
+	}
+}
+
+// forgedUUID: while a task runs, two messages carrying its UUID are put
+// straight on the queue — one with another task name, one with the same
+// name and other arguments (the broker's first delivery of a second
+// message, not a redelivery). Neither may run as the task or touch its
+// result: both are set aside, reported with ErrUUIDConflict.
+func forgedUUID(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	ran := make(chan string, 4)
+	var realRuns atomic.Int32
+	c.register("slow", func(ctx context.Context, tag string) (string, error) {
+		if tag != "real" {
+			ran <- "slow(" + tag + ")"
+			return "forged " + tag, nil
+		}
+		realRuns.Add(1)
+		started <- struct{}{}
+		select {
+		case <-release:
+			return "real", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	c.register("other", func(tag string) (string, error) { ran <- "other(" + tag + ")"; return "forged " + tag, nil })
+	conflicts := make(chan error, 4)
+	c.start(errand.WorkerConfig{ErrorHandler: func(err error) {
+		if errors.Is(err, errand.ErrUUIDConflict) {
+			conflicts <- err
+		}
+	}})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	c.t.Cleanup(free) // before the worker's shutdown, should the case fail first
+	real := errand.NewSignature("slow", "real")
+	r := c.send(real)
+	select {
+	case <-started:
+	case <-c.ctx.Done():
+		t.Fatalf("delivery promise broken: the real task never started")
+	}
+	var forged []string
+	for i, f := range []*errand.Signature{
+		{UUID: real.UUID, Name: "other", RoutingKey: c.queue, Args: []errand.Arg{errand.ArgOf("other-name")}},
+		{UUID: real.UUID, Name: "slow", RoutingKey: c.queue, Args: []errand.Arg{errand.ArgOf("same-name")}},
+	} {
+		body, err := errand.EncodeSignature(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := errand.Message{ID: fmt.Sprintf("%s-forged-%d-%d", runID, seq.Add(1), i), Queue: c.queue, Body: body}
+		if err := c.broker.Publish(c.ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		forged = append(forged, m.ID)
+	}
+	for range forged {
+		select {
+		case <-conflicts:
+		case what := <-ran:
+			t.Fatalf("bad input promise broken: a message reusing the UUID of a running task ran as that task: %s (a delivery whose UUID belongs to another task name, or to a task STARTED under another delivery's lease, must be set aside)", what)
+		case <-c.ctx.Done():
+			t.Fatalf("bad input promise broken: the messages reusing a running task's UUID were never set aside with ErrUUIDConflict")
+		}
+	}
+	if st, err := r.State(c.ctx); err != nil || st.State != errand.StateStarted {
+		t.Fatalf("bad input promise broken: while the real task runs its state is %+v, %v; want STARTED, untouched by the forged messages", st, err)
+	}
+	free()
+	var out string
+	if err := r.GetInto(c.ctx, &out); err != nil || out != "real" {
+		t.Fatalf("bad input promise broken: the real task's result is %q, %v; want %q, not a forged message's", out, err, "real")
+	}
+	if n := realRuns.Load(); n != 1 {
+		t.Errorf("bad input promise broken: the real task ran %d times, want once", n)
+	}
+	for _, id := range forged {
+		c.deadLetter(id, "UUID", "bad input")
 	}
 }
 
