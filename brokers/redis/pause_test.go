@@ -43,9 +43,9 @@ func pausable(t *testing.T) string {
 // pauseAt after the first task started. Each task works until holdFor
 // after that start.
 type pauseRun struct {
-	lease, extendEvery       time.Duration
+	lease, extendEvery      time.Duration
 	pauseAt, pause, holdFor time.Duration
-	n                        int
+	n                       int
 }
 
 type pauseResult struct {
