@@ -88,6 +88,16 @@
 // [PanicError] with the stack. Every step that calls the broker or backend
 // is bounded by CallTimeout (default 10s): when a server stops answering,
 // the step fails and the delivery is redelivered after ErrorBackoff.
+// A failed lease extension is retried within the lease, so an outage shorter
+// than what is left of it costs nothing; failed fetches back off
+// exponentially with jitter up to MaxErrorBackoff.
+//
+// A task whose name has no function on the worker is given back to the
+// broker for another worker, up to WorkerConfig.UnknownTaskAttempts
+// deliveries, then fails with [ErrUnknownTask] and is set aside. A delivery
+// larger than MaxMessageSize, or reusing the UUID of a task recorded under
+// another name or running under another delivery's lease
+// ([ErrUUIDConflict]), is set aside without running.
 //
 // [Worker.Run] blocks until its ctx is done, then shuts down within
 // ShutdownTimeout. [Worker.Shutdown] works like http.Server.Shutdown: it
@@ -130,8 +140,11 @@
 // A function steers its retries with errors found by [errors.As], so
 // wrapping them works: [RetryLater] retries after a given delay (still
 // counted against RetryCount), and [Permanent] fails the task at once.
-// Argument errors and unknown task names are never retried, and no retry is
-// scheduled past a signature's Deadline.
+// Argument errors are never retried, and no retry is scheduled past a
+// signature's Deadline. A worker caps RetryCount at WorkerConfig.MaxRetries
+// (default 100), and retry delays saturate rather than overflow. A retry, or
+// a callback, of a signature without a RoutingKey goes back to the queue
+// its parent was delivered from.
 //
 // # Workflows
 //
@@ -240,8 +253,8 @@
 // Test sentinels with [errors.Is]: [ErrClosed], [ErrTaskNotFound],
 // [ErrGroupNotFound], [ErrLeaseLost] and [ErrPayloadTooLarge] are the
 // driver package's own values, so drivers' errors match them; [ErrUnknownTask],
-// [ErrBadArguments] and [ErrBadMessage] are wrapped by recorded failures and
-// set-aside reasons. Error types, found with [errors.As]: [PayloadError],
+// [ErrBadArguments], [ErrBadMessage] and [ErrUUIDConflict] are wrapped by
+// recorded failures and set-aside reasons. Error types, found with [errors.As]: [PayloadError],
 // [ArgumentError], [TaskError] (a task's recorded failure, see also
 // [IsTaskFailure]), [PanicError], [OpenError], and the two a function returns
 // to steer retries, [RetryLaterError] and [PermanentError].
