@@ -28,10 +28,11 @@ type WorkerConfig struct {
 	// Default: Lease/3. Each extend call is bounded by ExtendEvery/2; a
 	// failed one (a server slow or paused, a dropped connection) is retried
 	// at once with a short backoff (ExtendEvery/20, doubling up to
-	// ExtendEvery/10) rather than at the next tick, so an outage shorter
-	// than what is left of the lease (at least Lease-ExtendEvery) costs no
-	// lease. Once the broker answers ErrLeaseLost, extending stops and the
-	// loss is reported once.
+	// ExtendEvery/10) rather than at the next tick, so an outage that ends
+	// more than ExtendEvery/10 before the lease would run out (it has at
+	// least Lease-ExtendEvery left when the outage begins) costs no lease.
+	// Once the broker answers ErrLeaseLost, extending stops and the loss is
+	// reported once.
 	ExtendEvery time.Duration
 	// TaskTimeout bounds one attempt of every task without its own
 	// Signature.Timeout: the task's ctx is cancelled after it. Default: none.
