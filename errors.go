@@ -47,6 +47,12 @@ var (
 	// ErrBadMessage is wrapped by the reason a delivery is set aside when
 	// its body cannot be decoded as a Signature.
 	ErrBadMessage = errors.New("errand: malformed message")
+
+	// ErrUUIDConflict is wrapped by the reason a delivery is set aside when
+	// its task UUID belongs to another task: one recorded under another
+	// name, or one STARTED under another delivery's live lease (see
+	// docs/concepts.md, "Bad input").
+	ErrUUIDConflict = errors.New("errand: task UUID already in use")
 )
 
 // PayloadError reports an encoded message larger than a broker accepts.

@@ -15,12 +15,6 @@ import (
 // The task state machine: what a worker does with one decoded delivery,
 // from reading its previous state to the callbacks that follow its end.
 
-// ErrUUIDConflict is wrapped by the reason a delivery is set aside when its
-// task UUID belongs to another task: one recorded under another name, or
-// one STARTED under another delivery's live lease (see [Worker] and
-// docs/concepts.md, "Bad input").
-var ErrUUIDConflict = errors.New("errand: task UUID already in use")
-
 // process runs one decoded task through its states and returns how to
 // settle its delivery d. Each step that calls the broker or backend runs
 // under its own bounded ctx (Worker.call); the task itself runs under the
