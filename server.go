@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -104,13 +106,29 @@ func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
 	return nil
 }
 
-// RegisterTasks registers every function of m under its key.
+// RegisterTasks registers every function of m under its key, or none of
+// them: if any entry is refused, nothing is registered and the error names
+// every refused entry, in name order.
 func (s *Server) RegisterTasks(m map[string]any) error {
-	for name, fn := range m {
-		if err := s.Register(name, fn); err != nil {
-			return err
+	names := slices.Sorted(maps.Keys(m))
+	tasks := make([]*task, 0, len(m))
+	var errs []error
+	for _, name := range names {
+		t, err := newTask(name, m[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		tasks = append(tasks, t)
 	}
+	if len(errs) > 0 {
+		return fmt.Errorf("errand: RegisterTasks: nothing registered: %w", errors.Join(errs...))
+	}
+	s.mu.Lock()
+	for _, t := range tasks {
+		s.tasks[t.name] = t
+	}
+	s.mu.Unlock()
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package errand
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -127,6 +128,11 @@ func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
 		}
 		raw = b
 	}
+	if !nillable(t) && string(bytes.TrimSpace(raw)) == "null" {
+		// encoding/json leaves the zero value for null: a task would run
+		// with "" or 0 it was never given.
+		return reflect.Value{}, fmt.Errorf("JSON null does not decode into %s", t)
+	}
 	p := reflect.New(t)
 	if err := json.Unmarshal(raw, p.Interface()); err != nil {
 		var ute *json.UnmarshalTypeError
@@ -136,6 +142,15 @@ func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
 		return reflect.Value{}, err
 	}
 	return p.Elem(), nil
+}
+
+// nillable reports whether nil is a value of t (a JSON null decodes to it).
+func nillable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		return true
+	}
+	return false
 }
 
 // call runs the function and encodes its results.

@@ -163,3 +163,32 @@ func FuzzDecodeSignature(f *testing.F) {
 		}
 	})
 }
+
+// TestNullArgumentOnlyForNillableParameters: a JSON null is no value for a
+// string, number, bool, struct or array parameter (issue 14, item 8: it
+// used to run the task with the zero value); pointers, slices, maps and
+// interfaces take it as nil.
+func TestNullArgumentOnlyForNillableParameters(t *testing.T) {
+	tk, err := newTask("greet", func(name string, n int, ok bool, p point, xs [2]int, pp *point, s []int, m map[string]int, a any) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	null := Arg{Type: "nil", Value: json.RawMessage("null")}
+	for i, want := range []string{"string", "int", "bool", "errand.point", "[2]int"} {
+		args := wire(t, []Arg{ArgOf("x"), ArgOf(1), ArgOf(true), ArgOf(point{}), ArgOf([2]int{}), null, null, null, null})
+		args[i] = null
+		_, err := tk.decodeArgs(args)
+		var ae *ArgumentError
+		if !errors.As(err, &ae) || ae.Index != i || ae.Want != want || !strings.Contains(err.Error(), "null") {
+			t.Errorf("null for a %s parameter: %v; want an *ArgumentError at index %d naming null", want, err, i)
+		}
+	}
+	args := wire(t, []Arg{ArgOf("x"), ArgOf(1), ArgOf(true), ArgOf(point{}), ArgOf([2]int{}), null, null, null, null})
+	if _, err := tk.decodeArgs(args); err != nil {
+		t.Errorf("null for pointer, slice, map and interface parameters: %v; want them nil", err)
+	}
+	// Through the worker, as a producer sends it: ArgOf(nil).
+	if _, err := tk.decodeArgs(wire(t, []Arg{ArgOf(nil), ArgOf(1), ArgOf(true), ArgOf(point{}), ArgOf([2]int{}), null, null, null, null})); !errors.Is(err, ErrBadArguments) {
+		t.Errorf("ArgOf(nil) for a string parameter: %v; want ErrBadArguments", err)
+	}
+}

@@ -67,3 +67,17 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatalf("bad option error = %v", err)
 	}
 }
+
+// TestMalformedURLSaysWhy: a URL that does not parse is refused with the
+// parser's reason, never the URL's secrets (issue 14, item 5: the reason
+// was hidden).
+func TestMalformedURLSaysWhy(t *testing.T) {
+	_, err := errand.OpenBroker(context.Background(), "sqs://alice:hunter2@host:port/q")
+	if err == nil || !strings.Contains(err.Error(), "invalid port") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("OpenBroker(malformed) = %v; want the parser's reason (invalid port), without the password", err)
+	}
+	_, err = errand.OpenBackend(context.Background(), "redis://h/%zz")
+	if err == nil || !strings.Contains(err.Error(), "invalid URL escape") {
+		t.Fatalf("OpenBackend(bad escape) = %v; want the parser's reason", err)
+	}
+}

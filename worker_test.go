@@ -321,3 +321,27 @@ func TestLeaseExtendedWhileRunning(t *testing.T) {
 		}
 	})
 }
+
+// TestRegisterTasksAllOrNothing: one bad entry registers none of the map
+// and names every bad entry (issue 14, item 6: a random subset of the good
+// functions used to be kept, by map order).
+func TestRegisterTasksAllOrNothing(t *testing.T) {
+	for range 20 { // map order varies from run to run
+		srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: memorybackend.New(nil)})
+		err := srv.RegisterTasks(map[string]any{
+			"a": add, "b": add, "c": add, "bad1": 42, "d": add, "bad2": func() {},
+		})
+		if err == nil || !strings.Contains(err.Error(), `"bad1"`) || !strings.Contains(err.Error(), `"bad2"`) {
+			t.Fatalf("RegisterTasks with two bad entries = %v; want an error naming both", err)
+		}
+		ctx := ctxT(t)
+		w := srv.NewWorker(errand.WorkerConfig{UnknownTaskAttempts: 1})
+		w.Start()
+		r, _ := srv.SendTask(ctx, errand.NewSignature("a", 1, 2))
+		_, err = r.Get(ctx)
+		w.Shutdown(ctx)
+		if !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), "no function is registered") {
+			t.Fatalf("after a refused RegisterTasks, task a ran (%v); want nothing of the map registered", err)
+		}
+	}
+}
