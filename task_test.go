@@ -169,7 +169,9 @@ func FuzzDecodeSignature(f *testing.F) {
 // used to run the task with the zero value); pointers, slices, maps and
 // interfaces take it as nil.
 func TestNullArgumentOnlyForNillableParameters(t *testing.T) {
-	tk, err := newTask("greet", func(name string, n int, ok bool, p point, xs [2]int, pp *point, s []int, m map[string]int, a any) error { return nil })
+	tk, err := newTask("greet", func(name string, n int, ok bool, p point, xs [2]int, pp *point, s []int, m map[string]int, a any) error {
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
