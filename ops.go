@@ -19,7 +19,10 @@ func unsupported(what string, v any) error {
 
 // ability returns b's driver as an I, or an unsupported error.
 func ability[I any](ctx context.Context, b Broker, what string) (*broker, I, error) {
-	pb := asBroker(b)
+	pb, ok := b.(*broker)
+	if !ok {
+		pb = &broker{drv: b} // a driver's own value: checks only, no ack batching
+	}
 	var zero I
 	if err := pb.before(ctx); err != nil {
 		return nil, zero, err
