@@ -62,9 +62,9 @@ func (a *ackBatcher) ack(ctx context.Context, d *driver.Delivery) error {
 		if next := a.next(d.Queue, q); next != nil {
 			go a.fly(d.Queue, q, next)
 		}
-		return <-req.done
+	} else {
+		a.mu.Unlock()
 	}
-	a.mu.Unlock()
 	select {
 	case err := <-req.done:
 		return err
