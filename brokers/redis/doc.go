@@ -5,7 +5,8 @@
 //
 //	redis://[user:password@]host:port[/db][?prefix=errand&max_payload=BYTES]
 //	                                    max_payload: default 1 MiB, -1 no limit
-//	rediss://...                        the same over TLS
+//	rediss://...[&tls_ca=/path/ca.pem]  the same over TLS; tls_ca: trust only
+//	                                    the CAs in that PEM file
 //	redis://[user:password@]host:port?addr=host2:port&addr=host3:port
 //	                                    Redis Cluster (several seed addresses)
 //
