@@ -82,7 +82,7 @@ func (w *Worker) failChord(ctx context.Context, cb *Signature, errText string) e
 	}
 	if prev == nil || !prev.State.Terminal() {
 		st := &TaskState{TaskUUID: cb.UUID, TaskName: cb.Name, State: StateFailure, Attempt: cb.attempt(),
-			Error: errText, CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
+			Error: errText, ErrorKind: KindFailed, CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
 		if prev != nil {
 			st.CreatedAt = prev.CreatedAt
 		}

@@ -178,8 +178,9 @@
 // [AsyncResult.GetInto] block until SUCCESS or FAILURE without spinning:
 // woken by the backend where it can notify, otherwise polling with a backoff
 // from 2ms to 200ms. An unknown or expired task returns [ErrTaskNotFound] at
-// once, a failed task a [TaskError] with the recorded error text, and a done
-// ctx ctx.Err(). A [ChainAsyncResult] returns the last task's results (or
+// once, a failed task a [TaskError] with the recorded error text and kind
+// (errors.Is and errors.As see the failure as the worker did: [ErrUnknownTask],
+// [ArgumentError], [PanicError], ...), and a done ctx ctx.Err(). A [ChainAsyncResult] returns the last task's results (or
 // the first failure), a [ChordAsyncResult] the callback's.
 //
 // # Drivers and URLs
@@ -257,5 +258,17 @@
 // recorded failures and set-aside reasons. Error types, found with [errors.As]: [PayloadError],
 // [ArgumentError], [TaskError] (a task's recorded failure, see also
 // [IsTaskFailure]), [PanicError], [OpenError], and the two a function returns
-// to steer retries, [RetryLaterError] and [PermanentError].
+// to steer retries, [RetryLaterError] and [PermanentError]. A producer's
+// [TaskError] unwraps to the failure rebuilt from its recorded kind and
+// detail, so [ErrUnknownTask], [ErrBadArguments], [ErrRetriesExhausted],
+// context.DeadlineExceeded (a task timeout), [ArgumentError], [PanicError]
+// and [PermanentError] are found on it as on the worker.
+//
+// # Signed messages
+//
+// With [Config.Signing] a server signs every message it publishes with
+// HMAC-SHA256 under a key id, and its workers verify signatures before
+// decoding: with [Signing.Require], an unsigned or forged message is set
+// aside with a reason wrapping [ErrBadSignature] and never runs. Keys are
+// shared through configuration and rotate by id (docs/security.md).
 package errand

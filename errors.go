@@ -53,6 +53,17 @@ var (
 	// name, or one STARTED under another delivery's live lease (see
 	// docs/concepts.md, "Bad input").
 	ErrUUIDConflict = errors.New("errand: task UUID already in use")
+
+	// ErrRetriesExhausted is satisfied by the failure of a task whose
+	// function returned an error that allowed a retry when it had none
+	// left (RetryCount, capped by WorkerConfig.MaxRetries). The failure's
+	// text is the last error's.
+	ErrRetriesExhausted = errors.New("errand: retries exhausted")
+
+	// ErrBadSignature is wrapped by the reason a delivery is set aside when
+	// its message signature is missing (under Signing.Require), names a key
+	// the worker does not have, or does not verify (see [Signing]).
+	ErrBadSignature = errors.New("errand: bad message signature")
 )
 
 // PayloadError reports an encoded message larger than a broker accepts.
@@ -99,16 +110,40 @@ func (e *ArgumentError) Is(target error) bool { return target == ErrBadArguments
 func (e *ArgumentError) Unwrap() error { return e.Err }
 
 // TaskError is what AsyncResult.Get returns for a task that ended in
-// FAILURE: the task's identity and the error text its worker recorded.
+// FAILURE: the task's identity, the error text its worker recorded, and
+// the failure's kind.
+//
+// It unwraps to the failure as the worker saw it, rebuilt from the state:
+// errors.Is(err, ErrUnknownTask), ErrBadArguments, ErrPayloadTooLarge,
+// ErrRetriesExhausted, context.DeadlineExceeded (a task timeout) and
+// errand's other sentinels hold when they held for the worker's error, and
+// errors.As finds an *ArgumentError (task, index and types), a *PanicError
+// (the panic value as text, and the stack) or a *PermanentError (its text).
+// Other error types of the task's own are not rebuilt: only their text is
+// kept. A failure recorded by a worker older than this has Kind "" and
+// unwraps to nothing.
 type TaskError struct {
 	UUID    string
 	Name    string
 	Message string
+	Kind    string // KindUnknownTask, KindBadArguments, ...; "" when not recorded
+	Err     error  // the recorded failure, rebuilt; nil when not recorded
 }
 
 func (e *TaskError) Error() string {
 	return fmt.Sprintf("errand: task %s (%s) failed: %s", e.Name, e.UUID, e.Message)
 }
+
+// Unwrap returns the recorded failure.
+func (e *TaskError) Unwrap() error { return e.Err }
+
+// exhaustedError is a task's last error when no retry is left: the same
+// text, and errors.Is(err, ErrRetriesExhausted).
+type exhaustedError struct{ err error }
+
+func (e *exhaustedError) Error() string        { return e.err.Error() }
+func (e *exhaustedError) Unwrap() error        { return e.err }
+func (e *exhaustedError) Is(target error) bool { return target == ErrRetriesExhausted }
 
 // RetryLaterError asks the worker to run the task again after Delay. It is
 // found with [errors.As], so handlers may wrap it. Retries it causes count
@@ -157,3 +192,5 @@ type PanicError struct {
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("panic: %v\n\n%s", e.Value, e.Stack)
 }
+
+func (e *PanicError) valueText() string { return fmt.Sprint(e.Value) }

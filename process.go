@@ -192,8 +192,11 @@ func safeCall(ctx context.Context, tk *task, args []reflect.Value) (results []Re
 func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error, policy RetryPolicy, st *TaskState) (settle, *TaskState, error) {
 	var perm *PermanentError
 	var argErr *ArgumentError
-	if errors.As(runErr, &perm) || errors.As(runErr, &argErr) || sig.attempt() > w.retryLimit(sig) {
+	if errors.As(runErr, &perm) || errors.As(runErr, &argErr) {
 		return w.fail(ctx, sig, st, runErr)
+	}
+	if sig.attempt() > w.retryLimit(sig) {
+		return w.fail(ctx, sig, st, &exhaustedError{runErr})
 	}
 	next := sig.Copy()
 	next.Attempt = sig.attempt() + 1
@@ -237,6 +240,7 @@ func (w *Worker) retryLimit(sig *Signature) int {
 func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause error) (settle, *TaskState, error) {
 	st = st.Copy()
 	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), time.Now().UTC()
+	st.ErrorKind, st.ErrorDetail = classify(cause)
 	if err := w.srv.backend.SetState(ctx, st); err != nil {
 		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}

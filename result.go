@@ -33,14 +33,15 @@ func (r *AsyncResult) Wait(ctx context.Context) (*TaskState, error) {
 }
 
 // Get waits like Wait and returns the task's results, or a *TaskError when
-// it failed.
+// it failed: test it with errors.Is and errors.As as on the worker's side
+// (see [TaskError]).
 func (r *AsyncResult) Get(ctx context.Context) ([]Result, error) {
 	st, err := r.Wait(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if st.State == StateFailure {
-		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error}
+		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error, Kind: st.ErrorKind, Err: rebuild(st)}
 	}
 	return st.Results, nil
 }

@@ -30,6 +30,11 @@ type Config struct {
 	PublishBatch int
 	// Logger receives warnings and errors. Default: discards everything.
 	Logger *slog.Logger
+	// Signing, if set, signs every message this server publishes (under
+	// Signing.SignWith) and makes its workers verify the signatures of the
+	// messages they take (see [Signing]). Default: nil, messages unsigned
+	// and signatures not checked.
+	Signing *Signing
 }
 
 // Server registers tasks, sends tasks and workflows, and makes workers. It
@@ -53,6 +58,14 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.PublishBatch <= 0 {
 		cfg.PublishBatch = 100
+	}
+	if cfg.Signing != nil {
+		if err := cfg.Signing.check(); err != nil {
+			return nil, err
+		}
+		sg := *cfg.Signing // later changes to the caller's value do not apply
+		sg.Keys = maps.Clone(sg.Keys)
+		cfg.Signing = &sg
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -163,12 +176,14 @@ func (s *Server) prepare(sig *Signature) {
 	s.prepare(sig.ChordCallback)
 }
 
-// message encodes sig for the broker, checking the broker's payload limit.
+// message encodes sig for the broker, signs it if Config.Signing says so,
+// and checks the broker's payload limit.
 func (s *Server) message(sig *Signature) (Message, error) {
 	body, err := EncodeSignature(sig)
 	if err != nil {
 		return Message{}, err
 	}
+	body = s.cfg.Signing.seal(body) // before the size check: the envelope counts
 	m := Message{ID: sig.UUID, Queue: sig.RoutingKey, Body: body, Priority: sig.Priority}
 	if sig.ETA != nil {
 		m.NotBefore = *sig.ETA

@@ -356,7 +356,12 @@ func (w *Worker) handle(d *driver.Delivery) {
 		w.setAside(d, fmt.Errorf("%w: message %q on queue %q is %d bytes, over the worker's MaxMessageSize of %d bytes: set aside without decoding", ErrPayloadTooLarge, d.ID, d.Queue, len(d.Body), lim))
 		return
 	}
-	sig, err := DecodeSignature(d.Body)
+	body, err := w.srv.cfg.Signing.open(d.Body)
+	if err != nil {
+		w.setAside(d, fmt.Errorf("%w (message %q on queue %q): not run, set aside", err, d.ID, d.Queue))
+		return
+	}
+	sig, err := DecodeSignature(body)
 	if err != nil {
 		w.setAside(d, fmt.Errorf("%w (message %q on queue %q)", err, d.ID, d.Queue))
 		return

@@ -111,11 +111,14 @@ func stateRoundTrip(t testing.TB, h BackendHarness) {
 			t.Errorf("state promise broken: result %d stored as %s %s, read back as %s %s", i, results[i].Type, results[i].Value, r.Type, r.Value)
 		}
 	}
-	// A failure's error text round-trips too.
-	fail := &errand.TaskState{TaskUUID: id, TaskName: want.TaskName, State: errand.StateFailure, Error: "boom: \"quoted\"\nline 2", CreatedAt: created}
+	// A failure's error text, kind and detail round-trip too.
+	fail := &errand.TaskState{TaskUUID: id, TaskName: want.TaskName, State: errand.StateFailure, Error: "boom: \"quoted\"\nline 2",
+		ErrorKind: "bad_arguments", ErrorDetail: `{"is":["bad_arguments"],"arg":{"task":"t","index":1,"got":"string","want":"int"}}`, CreatedAt: created}
 	c.set(fail)
 	if got, err := c.b.GetState(c.ctx, id); err != nil || got.State != errand.StateFailure || got.Error != fail.Error || len(got.Results) != 0 {
 		t.Fatalf("state promise broken: after writing FAILURE, read back %+v, %v; want FAILURE with its error text and no results", got, err)
+	} else if got.ErrorKind != fail.ErrorKind || got.ErrorDetail != fail.ErrorDetail {
+		t.Errorf("state promise broken: a FAILURE's kind and detail %q %s read back as %q %s: the producer cannot test the failure's kind", fail.ErrorKind, fail.ErrorDetail, got.ErrorKind, got.ErrorDetail)
 	}
 }
 

@@ -575,6 +575,25 @@ var brokenBackends = map[string]BackendHarness{
 			return b.Backend.SetState(ctx, st)
 		}
 	}),
+	// Stores a failure's text but not its kind (an encoding that misses
+	// the newer fields).
+	"drops-error-kind": brokenBackendHarness(func(b *brokenBackend) {
+		drop := func(st *errand.TaskState) *errand.TaskState {
+			st = st.Copy()
+			st.ErrorKind, st.ErrorDetail = "", ""
+			return st
+		}
+		b.setState = func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error {
+			return b.Backend.SetState(ctx, drop(st))
+		}
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error {
+			out := make([]*errand.TaskState, len(sts))
+			for i, st := range sts {
+				out[i] = drop(st)
+			}
+			return b.Backend.SetStates(ctx, out)
+		}
+	}),
 	// A batch write that loses its last state.
 	"batch-drops-last": brokenBackendHarness(func(b *brokenBackend) {
 		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error {
@@ -660,6 +679,7 @@ var backendTargets = map[string]string{
 }
 
 var moreBackendTargets = map[string]string{
+	"State/RoundTrip": "drops-error-kind",
 	"Chord/ClaimOnce": "claimer-cannot-reclaim",
 	"Capabilities":    "durable-and-lossy",
 }
@@ -682,6 +702,7 @@ var workerTargets = map[string]string{
 	"Failure/Timeout":             "backend:failure-stored-as-success",
 	"Failure/UnknownTask":         "backend:failure-stored-as-success",
 	"Failure/BadArguments":        "backend:failure-stored-as-success",
+	"Failure/KindsReachProducer":  "backend:drops-error-kind",
 	"BadMessage/WorkerGoesOn":     "broker:reject-requeues",
 	"BadMessage/ForgedUUID":       "broker:first-delivery-counted-twice",
 	"Redelivery/CrashedWorker":    "broker:loses-on-fetch",

@@ -46,6 +46,7 @@ var workerCases = []kase[workerPair]{
 	{"Failure/Timeout", failureTimeout, parallel},
 	{"Failure/UnknownTask", failureUnknown, parallel},
 	{"Failure/BadArguments", failureBadArgs, parallel},
+	{"Failure/KindsReachProducer", failureKinds, parallel},
 	{"BadMessage/WorkerGoesOn", badMessageWorker, parallel},
 	{"BadMessage/ForgedUUID", forgedUUID, parallel},
 	{"Redelivery/CrashedWorker", crashedWorker, parallel},
@@ -718,6 +719,73 @@ func failureBadArgs(t testing.TB, p workerPair) {
 			}
 		}
 		c.pathIs(sig.UUID, errand.StatePending, errand.StateReceived, errand.StateFailure)
+	}
+}
+
+// failureKinds: each kind of failure reaches the producer through the
+// backend, testable with errors.Is and errors.As (TaskState.ErrorKind and
+// ErrorDetail stored and read back like Error).
+func failureKinds(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	c.register("add", func(a, b int) (int, error) { return a + b, nil })
+	c.register("panics", func() error { panic("kaboom " + runID) })
+	c.register("perm", func() error { return errand.Permanent(errors.New("invalid order")) })
+	c.register("slow", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	c.register("flaky", func() error { return errors.New("still broken") })
+	c.start(errand.WorkerConfig{UnknownTaskAttempts: 1, RetryPolicy: errand.Fixed(0)})
+	const promise = "error kinds (a failure's kind reaches the producer through the backend)"
+	kind := func(err error, want string) {
+		t.Helper()
+		var te *errand.TaskError
+		if errors.As(err, &te) && te.Kind != want {
+			t.Errorf("%s promise broken: TaskError.Kind read back as %q, want %q (failure %q)", promise, te.Kind, want, err)
+		}
+	}
+
+	err := c.failure(c.send(errand.NewSignature("no.such.task")), promise)
+	kind(err, errand.KindUnknownTask)
+	if !errors.Is(err, errand.ErrUnknownTask) {
+		t.Errorf("%s promise broken: unknown task's error %q does not satisfy errors.Is(err, ErrUnknownTask)", promise, err)
+	}
+
+	err = c.failure(c.send(errand.NewSignature("add", 1, "two")), promise)
+	kind(err, errand.KindBadArguments)
+	var argErr *errand.ArgumentError
+	if !errors.Is(err, errand.ErrBadArguments) || !errors.As(err, &argErr) ||
+		argErr.TaskName != "add" || argErr.Index != 1 || argErr.Got != "string" || argErr.Want != "int" {
+		t.Errorf("%s promise broken: bad arguments' error %q: want errors.Is ErrBadArguments and an *ArgumentError{add, 1, string, int}, got %+v", promise, err, argErr)
+	}
+
+	err = c.failure(c.send(errand.NewSignature("panics")), promise)
+	kind(err, errand.KindPanic)
+	var pe *errand.PanicError
+	if !errors.As(err, &pe) || pe.Value != "kaboom "+runID || !strings.Contains(pe.Stack, "goroutine") {
+		t.Errorf("%s promise broken: panic's error %q is not a *PanicError with the value and the stack", promise, err)
+	}
+
+	perm := errand.NewSignature("perm")
+	perm.RetryCount = 3
+	err = c.failure(c.send(perm), promise)
+	kind(err, errand.KindPermanent)
+	var pm *errand.PermanentError
+	if !errors.As(err, &pm) || pm.Error() != "invalid order" {
+		t.Errorf("%s promise broken: permanent failure's error %q is not a *PermanentError with its text", promise, err)
+	}
+
+	slow := errand.NewSignature("slow")
+	slow.Timeout = c.tm.Delay / 3
+	err = c.failure(c.send(slow), promise)
+	kind(err, errand.KindTimeout)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%s promise broken: a task timeout's error %q does not satisfy errors.Is(err, context.DeadlineExceeded)", promise, err)
+	}
+
+	flaky := errand.NewSignature("flaky")
+	flaky.RetryCount = 1
+	err = c.failure(c.send(flaky), promise)
+	kind(err, errand.KindRetriesExhausted)
+	if !errors.Is(err, errand.ErrRetriesExhausted) || !strings.HasSuffix(err.Error(), ": still broken") {
+		t.Errorf("%s promise broken: retries exhausted gave %q; want errors.Is(err, ErrRetriesExhausted) and the last error's text", promise, err)
 	}
 }
 

@@ -89,13 +89,21 @@ func (r Result) Decode(dst any) error {
 
 // TaskState is what a backend stores for one task.
 type TaskState struct {
-	TaskUUID  string    `json:"task_uuid"`
-	TaskName  string    `json:"task_name"`
-	State     State     `json:"state"`
-	Attempt   int       `json:"attempt,omitempty"`
-	Results   []Result  `json:"results,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	TaskUUID string   `json:"task_uuid"`
+	TaskName string   `json:"task_name"`
+	State    State    `json:"state"`
+	Attempt  int      `json:"attempt,omitempty"`
+	Results  []Result `json:"results,omitempty"`
+	Error    string   `json:"error,omitempty"`
+	// ErrorKind and ErrorDetail describe a FAILURE so the producer can
+	// test it with errors.Is and errors.As (errand's TaskError): the kind
+	// is a short name ("unknown_task", "bad_arguments", "panic",
+	// "permanent", "timeout", "retries_exhausted", "failed"), the detail a
+	// small JSON object written and read by errand only. Backends store
+	// both as they store Error; empty for older records.
+	ErrorKind   string    `json:"error_kind,omitempty"`
+	ErrorDetail string    `json:"error_detail,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
 	// StartedAt is set when the task's function starts, FinishedAt when it
 	// reaches SUCCESS or FAILURE; zero otherwise.
 	StartedAt  time.Time `json:"started_at,omitzero"`

@@ -155,6 +155,8 @@ type taskDoc struct {
 	Attempt    int         `bson:"attempt"`
 	Results    []resultDoc `bson:"results"`
 	Error      string      `bson:"error"`
+	ErrorKind  string      `bson:"error_kind,omitempty"`
+	ErrDetail  string      `bson:"error_detail,omitempty"`
 	CreatedAt  time.Time   `bson:"created_at"`
 	StartedAt  time.Time   `bson:"started_at"`
 	FinishedAt time.Time   `bson:"finished_at"`
@@ -168,7 +170,7 @@ type resultDoc struct {
 
 func toDoc(st *driver.TaskState, expires time.Time) taskDoc {
 	d := taskDoc{ID: st.TaskUUID, Name: st.TaskName, State: string(st.State), Attempt: st.Attempt, Error: st.Error,
-		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, ExpiresAt: expires}
+		ErrorKind: st.ErrorKind, ErrDetail: st.ErrorDetail, CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, ExpiresAt: expires}
 	for _, r := range st.Results {
 		d.Results = append(d.Results, resultDoc{Type: r.Type, Value: string(r.Value)})
 	}
@@ -177,7 +179,7 @@ func toDoc(st *driver.TaskState, expires time.Time) taskDoc {
 
 func (d taskDoc) state() *driver.TaskState {
 	st := &driver.TaskState{TaskUUID: d.ID, TaskName: d.Name, State: driver.State(d.State), Attempt: d.Attempt, Error: d.Error,
-		CreatedAt: d.CreatedAt.UTC(), StartedAt: d.StartedAt.UTC(), FinishedAt: d.FinishedAt.UTC()}
+		ErrorKind: d.ErrorKind, ErrorDetail: d.ErrDetail, CreatedAt: d.CreatedAt.UTC(), StartedAt: d.StartedAt.UTC(), FinishedAt: d.FinishedAt.UTC()}
 	if d.StartedAt.IsZero() {
 		st.StartedAt = time.Time{}
 	}

@@ -1,0 +1,315 @@
+package errand_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+)
+
+var (
+	key1 = []byte("0123456789abcdef0123456789abcdef")
+	key2 = []byte("fedcba9876543210fedcba9876543210")
+)
+
+// signServer is one application sharing a memory broker and backend with
+// others: a producer or a worker with its own Signing.
+func signServer(t *testing.T, br *memorybroker.Broker, be errand.Backend, sg *errand.Signing) *errand.Server {
+	t.Helper()
+	srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be, Signing: sg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// sealWith builds a signed body by hand, following the documented envelope.
+func sealWith(id string, key, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("errand-sig:v1:" + id + ":"))
+	h.Write(body)
+	return append([]byte("errand-sig:v1:"+id+":"+base64.RawURLEncoding.EncodeToString(h.Sum(nil))+"\n"), body...)
+}
+
+func startWorker(t *testing.T, srv *errand.Server) {
+	t.Helper()
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 2, ErrorBackoff: 10 * time.Millisecond, RetryPolicy: errand.Fixed(0)})
+	w.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("worker shutdown: %v", err)
+		}
+	})
+}
+
+// waitDeadLetter polls the dead letters of the default queue for id, with a
+// reason containing want, until ctx ends.
+func waitDeadLetter(t *testing.T, ctx context.Context, br errand.Broker, id, want string) {
+	t.Helper()
+	for {
+		dl, err := errand.DeadLetters(ctx, br, errand.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range dl {
+			if m.ID == id {
+				if !strings.Contains(m.Reason, want) {
+					t.Errorf("signing promise broken: message %s set aside with reason %q, want it to contain %q", id, m.Reason, want)
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("signing promise broken: message %s was never set aside (dead letters: %+v)", id, dl)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestSignedMessagesRunAndForgedNever (issue 14, signed messages): a worker
+// requiring signatures runs tasks, chains and retries signed by a producer
+// sharing its key, and sets aside — never running — a message altered
+// after signing, one signed with another secret, one under an unknown key
+// id, a garbled header, and an unsigned one.
+func TestSignedMessagesRunAndForgedNever(t *testing.T) {
+	t.Parallel()
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	ctx := ctxT(t)
+	var runs atomic.Int64
+	worker := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"k1": key1}, SignWith: "k1", Require: true})
+	var flaky atomic.Int64
+	if err := worker.Register("add", func(a, b int) (int, error) { runs.Add(1); return a + b, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Register("flaky", func() (string, error) {
+		if flaky.Add(1) == 1 {
+			return "", errors.New("first attempt fails")
+		}
+		return "ok", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, worker)
+	producer := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"k1": key1}, SignWith: "k1"})
+
+	// Signed by the producer: a task, a chain (the worker signs the next
+	// message) and a retry (the worker signs it too).
+	var n int
+	r, err := producer.SendTask(ctx, errand.NewSignature("add", 2, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.GetInto(ctx, &n); err != nil || n != 5 {
+		t.Fatalf("signing promise broken: a signed task under Require gave %d, %v; want 5", n, err)
+	}
+	ch, err := errand.NewChain(errand.NewSignature("add", 1, 1), errand.NewSignature("add", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := producer.SendChain(ctx, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chain.GetInto(ctx, &n); err != nil || n != 12 {
+		t.Fatalf("signing promise broken: a signed chain under Require gave %d, %v; want 12 (the worker signs the callbacks it sends)", n, err)
+	}
+	retry := errand.NewSignature("flaky")
+	retry.RetryCount = 1
+	var s string
+	if r, err = producer.SendTask(ctx, retry); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.GetInto(ctx, &s); err != nil || s != "ok" {
+		t.Fatalf("signing promise broken: a retried task under Require gave %q, %v; want ok (the worker signs the retries it sends)", s, err)
+	}
+
+	before := runs.Load()
+	body := func(a, b int) (string, []byte) {
+		sig := errand.NewSignature("add", a, b)
+		sig.RoutingKey = errand.DefaultQueue
+		b2, err := errand.EncodeSignature(sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig.UUID, b2
+	}
+	type forged struct {
+		what, want string
+		id         string
+		raw        []byte
+	}
+	var cases []forged
+	{
+		id, b := body(1, 2)
+		signed := sealWith("k1", key1, b)
+		altered := []byte(strings.Replace(string(signed), `"value":2`, `"value":3`, 1))
+		if string(altered) == string(signed) {
+			t.Fatal("test bug: alteration changed nothing")
+		}
+		cases = append(cases, forged{"altered after signing", "does not verify", id, altered})
+	}
+	{
+		id, b := body(1, 2)
+		cases = append(cases, forged{"signed with another secret under k1", "does not verify", id, sealWith("k1", key2, b)})
+	}
+	{
+		id, b := body(1, 2)
+		cases = append(cases, forged{"signed under an unknown key id", `key "k9"`, id, sealWith("k9", key1, b)})
+	}
+	{
+		id, b := body(1, 2)
+		cases = append(cases, forged{"garbled header", "malformed", id, append([]byte("errand-sig:v1:k1:!!!\n"), b...)})
+	}
+	{
+		id, b := body(1, 2)
+		cases = append(cases, forged{"unsigned", "not signed", id, b})
+	}
+	for _, c := range cases {
+		if err := br.Publish(ctx, errand.Message{ID: c.id, Queue: errand.DefaultQueue, Body: c.raw}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cases {
+		waitDeadLetter(t, ctx, br, c.id, c.want)
+		waitDeadLetter(t, ctx, br, c.id, errand.ErrBadSignature.Error())
+		if _, err := errand.NewAsyncResult(&errand.Signature{UUID: c.id}, be).State(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
+			t.Errorf("signing promise broken: a message %s left a state (%v); it must be set aside before anything is recorded", c.what, err)
+		}
+	}
+	if got := runs.Load(); got != before {
+		t.Errorf("signing promise broken: %d forged or unsigned messages ran; none may", got-before)
+	}
+}
+
+// TestSigningKeyRotation: a worker holding old and new keys runs messages
+// signed with either; once the old key is removed, messages signed with it
+// are set aside.
+func TestSigningKeyRotation(t *testing.T) {
+	t.Parallel()
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	ctx := ctxT(t)
+	worker := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"2026-01": key1, "2026-02": key2}, Require: true})
+	if err := worker.Register("add", func(a, b int) (int, error) { return a + b, nil }); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, worker)
+	old := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"2026-01": key1}, SignWith: "2026-01"})
+	cur := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"2026-02": key2}, SignWith: "2026-02"})
+	for i, p := range []*errand.Server{old, cur} {
+		r, err := p.SendTask(ctx, errand.NewSignature("add", i, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := r.GetInto(ctx, &n); err != nil || n != i+1 {
+			t.Fatalf("key rotation promise broken: a message signed with key %d of 2 gave %d, %v; want %d (both keys are configured on the worker)", i+1, n, err, i+1)
+		}
+	}
+
+	// The old key retired on a second worker (its own queue).
+	br2 := memorybroker.New(nil)
+	t.Cleanup(func() { br2.Close() })
+	retired := signServer(t, br2, be, &errand.Signing{Keys: map[string][]byte{"2026-02": key2}, Require: true})
+	if err := retired.Register("add", func(a, b int) (int, error) { return a + b, nil }); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, retired)
+	oldOn2 := signServer(t, br2, be, &errand.Signing{Keys: map[string][]byte{"2026-01": key1}, SignWith: "2026-01"})
+	r, err := oldOn2.SendTask(ctx, errand.NewSignature("add", 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDeadLetter(t, ctx, br2, r.Signature.UUID, `key "2026-01"`)
+}
+
+// TestSigningWithoutRequire: a worker with keys but without Require runs
+// unsigned messages and messages under keys it lacks, and still sets aside
+// a message whose MAC does not verify under a key it has.
+func TestSigningWithoutRequire(t *testing.T) {
+	t.Parallel()
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	ctx := ctxT(t)
+	var runs atomic.Int64
+	worker := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"k1": key1}})
+	if err := worker.Register("add", func(a, b int) (int, error) { runs.Add(1); return a + b, nil }); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, worker)
+	for i, p := range []*errand.Server{
+		signServer(t, br, be, nil),
+		signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"k1": key1}, SignWith: "k1"}),
+		signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"other": key2}, SignWith: "other"}),
+	} {
+		r, err := p.SendTask(ctx, errand.NewSignature("add", 1, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Get(ctx); err != nil {
+			t.Fatalf("signing promise broken: without Require, message %d of 3 (unsigned, signed with the worker's key, signed with a key it lacks) did not run: %v", i+1, err)
+		}
+	}
+	before := runs.Load()
+	sig := errand.NewSignature("add", 1, 1)
+	sig.RoutingKey = errand.DefaultQueue
+	b, _ := errand.EncodeSignature(sig)
+	if err := br.Publish(ctx, errand.Message{ID: sig.UUID, Queue: errand.DefaultQueue, Body: sealWith("k1", key2, b)}); err != nil {
+		t.Fatal(err)
+	}
+	waitDeadLetter(t, ctx, br, sig.UUID, "does not verify")
+	if runs.Load() != before {
+		t.Errorf("signing promise broken: a forged message under a known key ran without Require; it must be set aside")
+	}
+}
+
+// TestSigningEnvelopeCountsTowardPayloadLimit: a message that fits the
+// broker unsigned but not with its signature header is refused with
+// ErrPayloadTooLarge before anything is sent.
+func TestSigningEnvelopeCountsTowardPayloadLimit(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	sig := errand.NewSignature("echo", strings.Repeat("x", 200))
+	sig.RoutingKey = errand.DefaultQueue
+	sig.Attempt = 1
+	plain, _ := errand.EncodeSignature(sig)
+	br, be := memorybroker.New(&memorybroker.Options{MaxPayload: len(plain) + 10}), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	if _, err := signServer(t, br, be, nil).SendTask(ctx, sig.Copy()); err != nil {
+		t.Fatalf("test setup: the unsigned message must fit: %v", err)
+	}
+	signed := signServer(t, br, be, &errand.Signing{Keys: map[string][]byte{"k1": key1}, SignWith: "k1"})
+	if _, err := signed.SendTask(ctx, sig.Copy()); !errors.Is(err, errand.ErrPayloadTooLarge) {
+		t.Fatalf("payload limit promise broken: a signed message over the limit only with its header was sent (%v); want ErrPayloadTooLarge", err)
+	}
+}
+
+// TestSigningConfigChecked: NewServer refuses a Signing it cannot use.
+func TestSigningConfigChecked(t *testing.T) {
+	t.Parallel()
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	for _, sg := range []*errand.Signing{
+		{},
+		{Keys: map[string][]byte{"k1": key1}, SignWith: "k2"},
+		{Keys: map[string][]byte{"k1": []byte("short")}},
+		{Keys: map[string][]byte{"bad:id": key1}},
+	} {
+		if _, err := errand.NewServer(errand.Config{Broker: br, Backend: be, Signing: sg}); err == nil {
+			t.Errorf("signing config promise broken: NewServer accepted %+v", sg)
+		}
+	}
+}
