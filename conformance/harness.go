@@ -33,6 +33,16 @@ type BrokerHarness struct {
 	// cases run in parallel (t.Parallel, bounded by go test -parallel);
 	// cases that assert how late something may be always run alone, first.
 	Serial bool
+	// PushRaw, if set, puts raw on queue the way a program other than
+	// errand would, bypassing errand's own encoding: Redis, an LPUSH of the
+	// bytes onto the queue's pending list; SQS, a SendMessage with the SDK
+	// and no errand attributes; memory, a Publish whose body is the bytes.
+	// It reports false, pushing nothing, for a payload the service itself
+	// refuses (SQS: an empty body). Worker/BadMessage/ForeignBytes pushes
+	// foreign bytes this way and requires that none vanishes; without
+	// PushRaw that case logs that the driver has no raw path and checks
+	// nothing else.
+	PushRaw func(t testing.TB, b errand.Broker, queue string, raw []byte) bool
 }
 
 // BrokerCaps are a broker's declared capabilities.

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -23,8 +25,21 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true,
 			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
 		},
-		Timing: Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
+		Timing:  Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
+		PushRaw: pushRawMemory,
 	}
+}
+
+// pushRawMemory is the memory broker's raw path (BrokerHarness.PushRaw): it
+// has no other way in than Publish, so it publishes the bytes as the body,
+// unencoded.
+func pushRawMemory(t testing.TB, b errand.Broker, queue string, raw []byte) bool {
+	t.Helper()
+	m := errand.Message{ID: fmt.Sprintf("%s-raw-%d", runID, seq.Add(1)), Queue: queue, Body: raw}
+	if err := b.Publish(context.Background(), m); err != nil {
+		t.Fatalf("PushRaw: publish foreign bytes to the memory broker: %v", err)
+	}
+	return true
 }
 
 // MemoryBackend is the harness of errand's in-memory result backend, for

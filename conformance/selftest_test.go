@@ -172,8 +172,9 @@ func healthyBroker() BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true},
-		Timing: selfTiming,
+		Caps:    BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true},
+		Timing:  selfTiming,
+		PushRaw: pushRawMemory,
 	}
 }
 
@@ -276,6 +277,22 @@ var brokenBrokers = map[string]BrokerHarness{
 				b.Broker.AckBatch(ctx, ds[:len(ds)-1])
 			}
 			return errs
+		}
+	}),
+	// Fetch acks and drops what it cannot parse as a task: foreign bytes
+	// vanish without a trace (issue 14, item 1, the Redis bug).
+	"drops-foreign-bytes": brokenBrokerHarness(func(b *brokenBroker) {
+		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+			ds, err := b.Broker.Fetch(ctx, q, max, lease)
+			var kept []*driver.Delivery
+			for _, d := range ds {
+				if _, derr := errand.DecodeSignature(d.Body); derr != nil {
+					b.Broker.Ack(ctx, d)
+					continue
+				}
+				kept = append(kept, d)
+			}
+			return kept, err
 		}
 	}),
 	// Reject puts the message back: a poison message loops forever.
@@ -705,6 +722,7 @@ var workerTargets = map[string]string{
 	"Failure/KindsReachProducer":  "backend:drops-error-kind",
 	"BadMessage/WorkerGoesOn":     "broker:reject-requeues",
 	"BadMessage/ForgedUUID":       "broker:first-delivery-counted-twice",
+	"BadMessage/ForeignBytes":     "broker:drops-foreign-bytes",
 	"Redelivery/CrashedWorker":    "broker:loses-on-fetch",
 	"Shutdown/ReleasesUnfinished": "broker:release-drops",
 }

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ var workerCases = []kase[workerPair]{
 	{"Failure/KindsReachProducer", failureKinds, parallel},
 	{"BadMessage/WorkerGoesOn", badMessageWorker, parallel},
 	{"BadMessage/ForgedUUID", forgedUUID, parallel},
+	{"BadMessage/ForeignBytes", foreignBytes, parallel},
 	{"Redelivery/CrashedWorker", crashedWorker, parallel},
 	{"Shutdown/ReleasesUnfinished", shutdownReleases, parallel},
 }
@@ -899,6 +901,100 @@ func forgedUUID(t testing.TB, p workerPair) {
 	}
 	for _, id := range forged {
 		c.deadLetter(id, "UUID", "bad input")
+	}
+}
+
+// foreignBytes: bytes errand never wrote — garbage, truncated JSON, JSON
+// of the wrong shape, nothing at all — are put on the queue through the
+// service's raw path (BrokerHarness.PushRaw) while a worker runs. Nothing
+// vanishes: the worker goes on, its ErrorHandler hears of each payload
+// once, each is set aside (in the dead letters with a reason, where the
+// broker lists them) and none is delivered again.
+func foreignBytes(t testing.TB, p workerPair) {
+	if p.broker.PushRaw == nil {
+		t.Logf("BadMessage/ForeignBytes: checked nothing: the harness gives no PushRaw, so the kit has no raw path into this driver's queues (set BrokerHarness.PushRaw to check that foreign bytes never vanish)")
+		return
+	}
+	const promise = "nothing vanishes (foreign bytes on a queue are set aside with a reason and reported, never dropped)"
+	c := newWCase(t, p)
+	c.register("ok", func() (string, error) { return "alive", nil })
+	var mu sync.Mutex
+	var reports []error
+	c.start(errand.WorkerConfig{ErrorHandler: func(err error) {
+		if errors.Is(err, errand.ErrBadMessage) {
+			mu.Lock()
+			reports = append(reports, err)
+			mu.Unlock()
+		}
+	}})
+	reported := func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), reports...)
+	}
+	tag := fmt.Sprintf("%s-%d", runID, seq.Add(1))
+	var pushed [][]byte
+	for _, raw := range [][]byte{
+		[]byte("garbage " + tag + " ~!@#$%^&*( not json at all"),
+		[]byte(`{"UUID": "` + tag + `", "Name": "ok", "Args": [`),
+		[]byte(`{"hello": "` + tag + `", "n": [1, 2, 3]}`),
+		{},
+	} {
+		if !p.broker.PushRaw(t, c.broker, c.queue, raw) {
+			t.Logf("BadMessage/ForeignBytes: the service refuses the payload %q; not pushed", raw)
+			continue
+		}
+		pushed = append(pushed, raw)
+	}
+	if len(pushed) == 0 {
+		t.Fatalf("%s: PushRaw pushed none of the foreign payloads; a harness that sets PushRaw must push at least the non-empty ones", promise)
+	}
+	var s string
+	if err := c.send(errand.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
+		t.Fatalf("%s promise broken: the worker did not go on after foreign bytes on its queue: %q, %v", promise, s, err)
+	}
+	deadline := time.Now().Add(c.tm.Prompt * 5)
+	for len(reported()) < len(pushed) {
+		if time.Now().After(deadline) {
+			r := reported()
+			t.Fatalf("%s promise broken: %d foreign payloads were pushed but the worker's ErrorHandler heard of %d bad messages (%v); each must be set aside and reported", promise, len(pushed), len(r), r)
+		}
+		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
+	}
+	if c.caps.DeadLetters {
+		for {
+			dl, err := errand.DeadLetters(c.ctx, c.broker, c.queue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var missing [][]byte
+			for _, raw := range pushed {
+				found := false
+				for _, d := range dl {
+					if bytes.Equal(d.Body, raw) && d.Reason != "" {
+						found = true
+						break
+					}
+				}
+				if !found {
+					missing = append(missing, raw)
+				}
+			}
+			if len(missing) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s promise broken: foreign payloads %q are not in the dead letters with their bytes and a reason; dead letters: %+v", promise, missing, dl)
+			}
+			sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
+		}
+	}
+	// Set aside means gone from the queue: a lease after its last
+	// delivery, a payload rejected but kept (or released) would have been
+	// delivered, and reported, again.
+	sleepUntil(c.ctx, time.Now().Add(c.lease+c.tm.Prompt))
+	if r := reported(); len(r) != len(pushed) {
+		t.Errorf("%s promise broken: %d foreign payloads were pushed and, a lease later, the ErrorHandler has heard of %d bad messages: a payload set aside was delivered again (%v)", promise, len(pushed), len(r), r)
 	}
 }
 

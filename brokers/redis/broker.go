@@ -301,7 +301,13 @@ func (b *Broker) Close() error {
 	return b.rdb.Close()
 }
 
-func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(driver.Message, int)) error {
+// messages looks up the envelopes of ids and passes each message to dst
+// with its index in ids. An ID with no envelope is skipped, unless foreign:
+// on the pending and delayed lists such an entry is text put there by
+// something other than errand, which the next fetch hands out with that
+// text as its body; it is listed so, with an empty ID (the fetch gives it
+// one), so that inspection agrees with Stats.
+func (b *Broker) messages(ctx context.Context, q string, ids []string, foreign bool, dst func(driver.Message, int)) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -312,6 +318,9 @@ func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(
 	for i, e := range envs {
 		s, ok := e.(string)
 		if !ok {
+			if foreign {
+				dst(driver.Message{Queue: q, Body: []byte(ids[i])}, i)
+			}
 			continue
 		}
 		id, body, _ := strings.Cut(s, "\n")
@@ -321,13 +330,15 @@ func (b *Broker) messages(ctx context.Context, q string, ids []string, dst func(
 }
 
 // Pending lists the due, undelivered messages of queue in delivery order.
+// Foreign text on the pending list (not published by errand) is listed
+// with an empty ID and the text as its body: what a worker will be handed.
 func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, error) {
 	ids, err := b.rdb.LRange(ctx, b.keys(queue).pending, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
 	var out []driver.Message
-	err = b.messages(ctx, queue, ids, func(m driver.Message, _ int) { out = append(out, m) })
+	err = b.messages(ctx, queue, ids, true, func(m driver.Message, _ int) { out = append(out, m) })
 	return out, err
 }
 
@@ -343,7 +354,7 @@ func (b *Broker) Delayed(ctx context.Context, queue string) ([]driver.Message, e
 		ids[i] = z.Member.(string)
 	}
 	var out []driver.Message
-	err = b.messages(ctx, queue, ids, func(m driver.Message, i int) {
+	err = b.messages(ctx, queue, ids, true, func(m driver.Message, i int) {
 		m.NotBefore = time.UnixMilli(int64(zs[i].Score))
 		out = append(out, m)
 	})
@@ -358,7 +369,7 @@ func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, 
 		return nil, b.err(ctx, err)
 	}
 	var out []driver.Message
-	err = b.messages(ctx, queue, ids, func(m driver.Message, _ int) { out = append(out, m) })
+	err = b.messages(ctx, queue, ids, false, func(m driver.Message, _ int) { out = append(out, m) })
 	return out, err
 }
 
@@ -374,7 +385,7 @@ func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLe
 		return nil, b.err(ctx, err)
 	}
 	var out []driver.DeadLetter
-	err = b.messages(ctx, queue, ids, func(m driver.Message, i int) {
+	err = b.messages(ctx, queue, ids, false, func(m driver.Message, i int) {
 		r, _ := reasons[i].(string)
 		ms, reason, _ := strings.Cut(r, " ")
 		at, _ := strconv.ParseInt(ms, 10, 64)

@@ -54,6 +54,15 @@ func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 		},
 		Caps:   conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, DetectsLostLease: true, Durable: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
+		// Foreign bytes go where another program would put them: LPUSH
+		// onto the queue's pending list (keys: scripts.go).
+		PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
+			t.Helper()
+			if err := rdb.LPush(context.Background(), "{errand-test:"+queue+"}:pending", raw).Err(); err != nil {
+				t.Fatalf("PushRaw: LPUSH onto the pending list: %v", err)
+			}
+			return true
+		},
 	}
 }
 

@@ -19,6 +19,14 @@ import goredis "github.com/redis/go-redis/v9"
 //	K:reasons   hash  rejected message ID -> reason
 //	K:notify    list  wake-up tokens for blocked fetchers
 //
+// An entry of K:pending or K:delayed with no envelope in K:msgs was put
+// there by something other than errand (an LPUSH by hand, another
+// program): its text is the message. Inspection lists it with an empty ID
+// and the text as body; the fetch script gives it a fresh message ID
+// (TOKEN:fN) and an envelope (that ID, newline, the text) and hands it out
+// like any message, so a worker that cannot decode it sets it aside in
+// K:dead with the reason. Nothing on the lists vanishes unseen.
+//
 // None of these keys has a TTL: recovery of a crashed consumer's messages
 // depends only on K:inflight and K:msgs, which nothing expires.
 
@@ -74,16 +82,24 @@ if ids then
   local deadline = now + tonumber(ARGV[2])
   for i, id in ipairs(ids) do
     local env = redis.call('HGET', KEYS[4], id)
-    if env then
-      local tok = ARGV[4] .. ':' .. i
-      redis.call('ZADD', KEYS[3], deadline, id)
-      redis.call('HSET', KEYS[5], id, tok)
-      local n = redis.call('HINCRBY', KEYS[6], id, 1)
-      out[#out + 1] = id
-      out[#out + 1] = env
-      out[#out + 1] = tok
-      out[#out + 1] = n
+    if not env then
+      -- Foreign: text put on the list by something other than errand, with
+      -- no stored envelope. Never dropped: it gets an ID and an envelope
+      -- whose body is the text itself, and is handed out like any message
+      -- (a worker that cannot decode it rejects it into K:dead).
+      local raw = id
+      id = ARGV[4] .. ':f' .. i
+      env = id .. '\n' .. raw
+      redis.call('HSET', KEYS[4], id, env)
     end
+    local tok = ARGV[4] .. ':' .. i
+    redis.call('ZADD', KEYS[3], deadline, id)
+    redis.call('HSET', KEYS[5], id, tok)
+    local n = redis.call('HINCRBY', KEYS[6], id, 1)
+    out[#out + 1] = id
+    out[#out + 1] = env
+    out[#out + 1] = tok
+    out[#out + 1] = n
   end
 end
 if #out > 0 then return out end

@@ -52,6 +52,30 @@ func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
 		// SQS counts delays and visibility timeouts in whole seconds, and a
 		// receive is never cancelled mid-poll (1s), so leases are seconds long.
 		Timing: conformance.Timing{Lease: 3 * time.Second, Delay: time.Second, DelayBound: 1500 * time.Millisecond, Prompt: 2 * time.Second},
+		// Foreign bytes arrive as another program would send them: a
+		// SendMessage with the SDK, without errand's attributes (no
+		// errand-id: the delivery's ID is SQS's MessageId). SQS refuses an
+		// empty body.
+		PushRaw: func(t testing.TB, b errand.Broker, queue string, raw []byte) bool {
+			t.Helper()
+			if len(raw) == 0 {
+				return false
+			}
+			ctx := context.Background()
+			u, err := b.(*sqsbroker.Broker).QueueURL(ctx, queue)
+			if err != nil {
+				t.Fatalf("PushRaw: queue URL: %v", err)
+			}
+			in := &awssqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(string(raw))}
+			if fifo {
+				in.MessageGroupId = aws.String("raw")
+				in.MessageDeduplicationId = aws.String(errand.NewUUID())
+			}
+			if _, err := c.SendMessage(ctx, in); err != nil {
+				t.Fatalf("PushRaw: SendMessage: %v", err)
+			}
+			return true
+		},
 	}
 }
 
