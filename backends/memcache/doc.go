@@ -66,6 +66,12 @@
 // A group's member list is one item, so a group of about 25 000 members or
 // more does not fit at the default size. InitGroup writes one item per member
 // (up to eight at a time), so sending a group costs one call per member.
-// gomemcache has no context support: each call is bounded by the client's
-// Timeout (default 500ms) instead of ctx.
+//
+// # Timeouts
+//
+// gomemcache has no context support: each round trip is bounded by the
+// client's socket Timeout (memcache.DefaultTimeout, 500ms, unless set on the
+// client passed to New) instead of ctx; it is this backend's per-call
+// timeout. Keep it below the ctx deadlines you give calls. Open pings the
+// server, bounded the same way.
 package memcachebackend

@@ -32,6 +32,12 @@ type Options struct {
 	GroupExpiry time.Duration
 	// CloseClient: Close also disconnects the client (set by Open).
 	CloseClient bool
+	// CallTimeout bounds each backend call (every server round trip it
+	// makes, the driver's retries included), so a call whose ctx has no
+	// deadline still returns when the server accepts connections but never
+	// answers. A ctx deadline that comes sooner wins. An injected client's
+	// own Timeout (timeoutMS) applies as well. Default: 10s.
+	CallTimeout time.Duration
 }
 
 // Backend is a driver.Backend on MongoDB. It is safe for concurrent use.
@@ -61,13 +67,19 @@ func New(ctx context.Context, client *mongo.Client, opts *Options) (*Backend, er
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}
+	if b.opts.CallTimeout <= 0 {
+		b.opts.CallTimeout = 10 * time.Second
+	}
 	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	db := client.Database(b.opts.Database)
 	b.tasks = db.Collection(b.opts.Prefix + "_tasks")
 	b.groups = db.Collection(b.opts.Prefix + "_groups")
 	ttl := mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetExpireAfterSeconds(0)}
 	for _, c := range []*mongo.Collection{b.tasks, b.groups} {
-		if _, err := c.Indexes().CreateOne(ctx, ttl); err != nil && !unsupported(err) {
+		cctx, cancel := b.bound(ctx)
+		_, err := c.Indexes().CreateOne(cctx, ttl)
+		cancel()
+		if err != nil && !unsupported(err) {
 			return nil, fmt.Errorf("mongo backend: create TTL index on %s: %w", c.Name(), err)
 		}
 	}
@@ -88,33 +100,54 @@ func init() {
 	driver.RegisterBackend("mongodb+srv", Open)
 }
 
-// Open connects to a mongodb:// URL (see the package doc).
+// Open connects to a mongodb:// URL (see the package doc) and checks the
+// server with a ping, all within ctx and the per-call timeout (the URL's
+// timeout parameter, default 10s): a wrong, unreachable or silent server is
+// an error by then. The clean-up after a failed ping waits at most
+// disconnectWait.
 func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	q := u.Query()
 	opts := &Options{CloseClient: true, Prefix: q.Get("prefix"), Database: strings.TrimPrefix(u.Path, "/")}
-	if err := driver.DurationParams(q, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	if err := driver.DurationParams(q, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout}); err != nil {
 		return nil, fmt.Errorf("mongo backend: %w", err)
 	}
-	for _, k := range []string{"result_expiry", "group_expiry", "prefix"} {
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 10 * time.Second
+	}
+	for _, k := range []string{"result_expiry", "group_expiry", "prefix", "timeout"} {
 		q.Del(k)
 	}
 	clean := *u
 	clean.RawQuery = q.Encode()
-	client, err := mongo.Connect(options.Client().ApplyURI(clean.String()))
+	co := options.Client().ApplyURI(clean.String())
+	if co.Timeout == nil {
+		co.SetTimeout(opts.CallTimeout) // timeoutMS, unless the URL sets it
+	}
+	client, err := mongo.Connect(co)
 	if err != nil {
 		return nil, fmt.Errorf("mongo backend: connect %s: %s", u.Redacted(), redact(err, u))
 	}
-	if err := client.Ping(ctx, nil); err != nil {
-		client.Disconnect(context.Background())
-		return nil, fmt.Errorf("mongo backend: ping %s: %s", u.Redacted(), redact(err, u))
+	fail := func(err error) error {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), disconnectWait)
+		defer cancel()
+		client.Disconnect(dctx)
+		return err
 	}
-	b, err := New(ctx, client, opts)
+	pctx, cancel := context.WithTimeout(ctx, opts.CallTimeout)
+	defer cancel()
+	if err := client.Ping(pctx, nil); err != nil {
+		return nil, fail(fmt.Errorf("mongo backend: ping %s (within the caller's ctx and a per-call timeout of %v): %s", u.Redacted(), opts.CallTimeout, redact(err, u)))
+	}
+	b, err := New(pctx, client, opts)
 	if err != nil {
-		client.Disconnect(context.Background())
-		return nil, err
+		return nil, fail(err)
 	}
 	return b, nil
 }
+
+// disconnectWait bounds the disconnect after a failed Open: a silent server
+// must not hold Open past its caller's ctx.
+const disconnectWait = 500 * time.Millisecond
 
 func redact(err error, u *url.URL) string {
 	msg := err.Error()
@@ -134,6 +167,14 @@ func (b *Backend) check() error {
 	return nil
 }
 
+// bound returns ctx bounded by Options.CallTimeout, for one backend call.
+func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.opts.CallTimeout)
+}
+
+// err maps err onto errand's errors: the caller's own ctx error when its
+// ctx ended, driver.ErrClosed after Close, and otherwise the server's error
+// (a call cut short by Options.CallTimeout says so).
 func (b *Backend) err(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -142,6 +183,8 @@ func (b *Backend) err(ctx context.Context, err error) error {
 		return fmt.Errorf("mongo backend: %w", driver.ErrClosed)
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("mongo backend: no answer within the per-call timeout of %v (Options.CallTimeout): %w", b.opts.CallTimeout, err)
 	}
 	return fmt.Errorf("mongo backend: %w", err)
 }
@@ -201,8 +244,10 @@ func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	cctx, cancel := b.bound(ctx)
+	defer cancel()
 	doc := toDoc(st, time.Now().Add(b.opts.ResultExpiry))
-	_, err := b.tasks.ReplaceOne(ctx, bson.D{{Key: "_id", Value: st.TaskUUID}}, doc, options.Replace().SetUpsert(true))
+	_, err := b.tasks.ReplaceOne(cctx, bson.D{{Key: "_id", Value: st.TaskUUID}}, doc, options.Replace().SetUpsert(true))
 	return b.err(ctx, err)
 }
 
@@ -211,8 +256,10 @@ func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, e
 	if err := b.check(); err != nil {
 		return nil, err
 	}
+	cctx, cancel := b.bound(ctx)
+	defer cancel()
 	var d taskDoc
-	err := b.tasks.FindOne(ctx, bson.D{{Key: "_id", Value: id}, live(time.Now())}).Decode(&d)
+	err := b.tasks.FindOne(cctx, bson.D{{Key: "_id", Value: id}, live(time.Now())}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("mongo backend: task %s: %w", id, driver.ErrTaskNotFound)
 	}
@@ -234,9 +281,11 @@ func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	cctx, cancel := b.bound(ctx)
+	defer cancel()
 	doc := bson.D{{Key: "_id", Value: g}, {Key: "members", Value: ids}, {Key: "done", Value: bson.A{}},
 		{Key: "count", Value: 0}, {Key: "total", Value: len(ids)}, {Key: "expires_at", Value: time.Now().Add(b.opts.GroupExpiry)}}
-	_, err := b.groups.ReplaceOne(ctx, bson.D{{Key: "_id", Value: g}}, doc, options.Replace().SetUpsert(true))
+	_, err := b.groups.ReplaceOne(cctx, bson.D{{Key: "_id", Value: g}}, doc, options.Replace().SetUpsert(true))
 	return b.err(ctx, err)
 }
 
@@ -253,6 +302,8 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 	if err := b.check(); err != nil {
 		return 0, 0, err
 	}
+	cctx, cancel := b.bound(ctx)
+	defer cancel()
 	now := time.Now()
 	member := bson.E{Key: "members", Value: id} // an array field holding id
 	filter := bson.D{{Key: "_id", Value: g}, live(now), member, {Key: "done", Value: bson.D{{Key: "$ne", Value: id}}}}
@@ -261,15 +312,15 @@ func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, i
 		{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}},
 		{Key: "$set", Value: bson.D{{Key: "expires_at", Value: now.Add(b.opts.GroupExpiry)}}},
 	}
-	if _, err := b.groups.UpdateOne(ctx, filter, update); err != nil {
+	if _, err := b.groups.UpdateOne(cctx, filter, update); err != nil {
 		return 0, 0, b.err(ctx, err)
 	}
 	// Read the counter (two fields, O(1)). Two racing last members may both
 	// read done == total; the chord claim lets only one through.
 	var d groupDoc
-	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now), member}, options.FindOne().SetProjection(countOnly)).Decode(&d)
+	err := b.groups.FindOne(cctx, bson.D{{Key: "_id", Value: g}, live(now), member}, options.FindOne().SetProjection(countOnly)).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		n, err := b.groups.CountDocuments(ctx, bson.D{{Key: "_id", Value: g}, live(now)})
+		n, err := b.groups.CountDocuments(cctx, bson.D{{Key: "_id", Value: g}, live(now)})
 		if err != nil {
 			return 0, 0, b.err(ctx, err)
 		}
@@ -290,19 +341,21 @@ func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, erro
 	if err := b.check(); err != nil {
 		return false, err
 	}
+	cctx, cancel := b.bound(ctx)
+	defer cancel()
 	now := time.Now()
 	filter := bson.D{{Key: "_id", Value: g}, live(now), {Key: "$or", Value: bson.A{
 		bson.D{{Key: "claimer", Value: nil}},
 		bson.D{{Key: "claimer", Value: claimer}},
 	}}}
-	res, err := b.groups.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "claimer", Value: claimer}}}})
+	res, err := b.groups.UpdateOne(cctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "claimer", Value: claimer}}}})
 	if err != nil {
 		return false, b.err(ctx, err)
 	}
 	if res.MatchedCount == 1 {
 		return true, nil
 	}
-	n, err := b.groups.CountDocuments(ctx, bson.D{{Key: "_id", Value: g}, live(now)})
+	n, err := b.groups.CountDocuments(cctx, bson.D{{Key: "_id", Value: g}, live(now)})
 	if err != nil {
 		return false, b.err(ctx, err)
 	}
@@ -317,21 +370,23 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*driver.TaskStat
 	if err := b.check(); err != nil {
 		return nil, err
 	}
+	cctx, cancel := b.bound(ctx)
+	defer cancel()
 	now := time.Now()
 	var gd groupDoc
-	err := b.groups.FindOne(ctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(bson.D{{Key: "members", Value: 1}})).Decode(&gd)
+	err := b.groups.FindOne(cctx, bson.D{{Key: "_id", Value: g}, live(now)}, options.FindOne().SetProjection(bson.D{{Key: "members", Value: 1}})).Decode(&gd)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("mongo backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
-	cur, err := b.tasks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: gd.Members}}}, live(now)})
+	cur, err := b.tasks.Find(cctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: gd.Members}}}, live(now)})
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
 	var docs []taskDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := cur.All(cctx, &docs); err != nil {
 		return nil, b.err(ctx, err)
 	}
 	byID := make(map[string]*driver.TaskState, len(docs))

@@ -3,7 +3,7 @@
 //
 // # URL form
 //
-//	mongodb://[user:password@]host:port[,host:port...]/[database][?options][&prefix=errand&result_expiry=1h&group_expiry=24h]
+//	mongodb://[user:password@]host:port[,host:port...]/[database][?options][&prefix=errand&result_expiry=1h&group_expiry=24h&timeout=10s]
 //	mongodb+srv://...
 //
 // The database defaults to "errand"; driver options (authSource,
@@ -11,6 +11,15 @@
 // (github.com/errand-go/errand/backends/mongo) for its side effect to register
 // both schemes with errand.OpenBackend; New takes an injected *mongo.Client.
 // Passwords never appear in errors or logs.
+//
+// # Timeouts
+//
+// Open connects and pings within the caller's ctx and the per-call timeout,
+// and disconnects within 500ms more after a failed ping. Options.CallTimeout
+// (URL timeout=, default 10s; also the URL-opened client's timeoutMS unless
+// the URL sets one) bounds each call, the driver's retries included, so a
+// call without a ctx deadline returns when the server accepts but never
+// answers.
 //
 // # Storage
 //

@@ -253,7 +253,9 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 	if !ok {
 		return fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
 	}
-	n, err := script.Run(ctx, b.rdb, keys, append([]any{h.mid, h.token}, args...)...).Int()
+	n, err := honourCancel(ctx, func() (int, error) {
+		return script.Run(ctx, b.rdb, keys, append([]any{h.mid, h.token}, args...)...).Int()
+	})
 	if err != nil {
 		return b.err(ctx, err)
 	}

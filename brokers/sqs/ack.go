@@ -45,6 +45,8 @@ func (b *Broker) deleteBatch(ctx context.Context, url string, hs []handle, idx [
 	for j, i := range idx {
 		entries[j] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), ReceiptHandle: aws.String(hs[i].receipt)}
 	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	out, err := b.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
 	if err != nil {
 		for _, i := range idx {

@@ -54,6 +54,12 @@ type Options struct {
 	// cancelled ctx within it; an in-flight receive is never cancelled.
 	// Default: 1s.
 	WaitTime time.Duration
+	// CallTimeout bounds every SQS call but the long-poll receive, so a call
+	// whose ctx has no deadline still returns when the endpoint accepts
+	// connections but never answers (the SDK's retries included). A ctx
+	// deadline that comes sooner wins. The receive is bounded by WaitTime
+	// plus 10s instead. Default: 10s.
+	CallTimeout time.Duration
 }
 
 // Broker is a driver.Broker on Amazon SQS (standard queues). It is safe for
@@ -100,7 +106,15 @@ func New(client *sqs.Client, opts *Options) *Broker {
 	if b.opts.WaitTime <= 0 {
 		b.opts.WaitTime = time.Second
 	}
+	if b.opts.CallTimeout <= 0 {
+		b.opts.CallTimeout = 10 * time.Second
+	}
 	return b
+}
+
+// bound returns ctx bounded by Options.CallTimeout, for one SQS call.
+func (b *Broker) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.opts.CallTimeout)
 }
 
 // Limits: 256 KiB less attributes; the native maximum delay is MaxHop.
@@ -164,7 +178,9 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 			}
 			var out *sqs.SendMessageBatchOutput
 			err := b.withQueue(ctx, name, func(u string) (err error) {
-				out, err = b.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: batch})
+				cctx, cancel := b.bound(ctx)
+				defer cancel()
+				out, err = b.client.SendMessageBatch(cctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: batch})
 				if err != nil {
 					return fmt.Errorf("sqs broker: send batch to %s: %w", name, err)
 				}
@@ -326,6 +342,8 @@ func (b *Broker) deferUntilDue(ctx context.Context, h handle) error {
 // seconds, at least one, at most SQS's 12 hours; a longer wait hides again).
 func (b *Broker) hide(ctx context.Context, h handle, notBefore time.Time) error {
 	secs := max1(math.Ceil(time.Until(notBefore).Seconds()))
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	_, err := b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: int32(math.Min(secs, 12*3600)),
 	})
@@ -343,6 +361,8 @@ func (b *Broker) resend(ctx context.Context, u string, h handle) error {
 }
 
 func (b *Broker) del(ctx context.Context, h handle) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	_, err := b.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt)})
 	return b.leaseErr(err, h)
 }
@@ -410,6 +430,8 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	if err != nil {
 		return err
 	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	_, err = b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(h.url), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: int32(max1(math.Ceil(lease.Seconds()))),
 	})
@@ -436,7 +458,9 @@ func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) 
 	}
 	dead := deadName(b.queueName(d.Queue))
 	err = b.withQueue(ctx, dead, func(u string) error {
-		if _, err := b.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(body), MessageAttributes: a}); err != nil {
+		cctx, cancel := b.bound(ctx)
+		defer cancel()
+		if _, err := b.client.SendMessage(cctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(body), MessageAttributes: a}); err != nil {
 			return fmt.Errorf("sqs broker: dead-letter %s to %s: %w", d.ID, dead, err)
 		}
 		return nil
@@ -470,7 +494,9 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 	var out *sqs.GetQueueAttributesOutput
 	name := b.queueName(queue)
 	err := b.withQueue(ctx, name, func(u string) (err error) {
-		out, err = b.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{
+		cctx, cancel := b.bound(ctx)
+		defer cancel()
+		out, err = b.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
 			types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
 		if err != nil {
@@ -498,7 +524,9 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	}
 	name := b.queueName(queue)
 	err = b.withQueue(ctx, name, func(u string) error {
-		if _, err := b.client.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(u)}); err != nil {
+		cctx, cancel := b.bound(ctx)
+		defer cancel()
+		if _, err := b.client.PurgeQueue(cctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(u)}); err != nil {
 			return fmt.Errorf("sqs broker: purge %s: %w", name, err)
 		}
 		return nil

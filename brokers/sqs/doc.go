@@ -3,13 +3,21 @@
 //
 // # URL form
 //
-//	sqs://?region=eu-west-1[&prefix=errand-&max_hop=15m&wait=1s&create=false]
+//	sqs://?region=eu-west-1[&prefix=errand-&max_hop=15m&wait=1s&create=false&timeout=10s]
 //	sqs://HOST:PORT?region=us-east-1&insecure=1     a local endpoint (fauxqs, LocalStack)
 //
 // Import the package (github.com/errand-go/errand/brokers/sqs) for its side
 // effect to register the scheme with errand.OpenBroker. Credentials come from
 // the AWS default chain, never from the URL. New takes an injected
 // *sqs.Client instead.
+//
+// # Timeouts
+//
+// Open checks the endpoint with one ListQueues call within the caller's ctx
+// ([Broker.Ping]). Options.CallTimeout (URL timeout=, default 10s) bounds
+// every other SQS call, the SDK's retries included, so a call without a ctx
+// deadline returns when the endpoint accepts but never answers; the
+// long-poll receive is bounded by its wait plus 10s instead.
 //
 // # Queues
 //

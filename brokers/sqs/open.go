@@ -37,8 +37,25 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 		clientOpts = append(clientOpts, func(o *sqs.Options) { o.BaseEndpoint = aws.String(scheme + "://" + u.Host) })
 	}
 	opts := &Options{QueuePrefix: q.Get("prefix"), NoCreate: q.Get("create") == "false"}
-	if err := driver.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime}); err != nil {
+	if err := driver.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime, "timeout": &opts.CallTimeout}); err != nil {
 		return nil, fmt.Errorf("sqs broker: %w", err)
 	}
-	return New(sqs.NewFromConfig(cfg, clientOpts...), opts), nil
+	b := New(sqs.NewFromConfig(cfg, clientOpts...), opts)
+	if err := b.Ping(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Ping checks the endpoint with one ListQueues call (at most one result),
+// within ctx and Options.CallTimeout. Open pings before it returns, so a
+// wrong, unreachable or silent endpoint is an error there, not at the first
+// send.
+func (b *Broker) Ping(ctx context.Context) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	if _, err := b.client.ListQueues(ctx, &sqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String(b.opts.QueuePrefix)}); err != nil {
+		return fmt.Errorf("sqs broker: endpoint check (ListQueues) failed: %w", err)
+	}
+	return nil
 }

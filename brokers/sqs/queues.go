@@ -45,7 +45,9 @@ func (b *Broker) url(ctx context.Context, name string) (string, error) {
 	if ok {
 		return u, nil
 	}
-	out, err := b.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	cctx, cancel := b.bound(ctx)
+	out, err := b.client.GetQueueUrl(cctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	cancel()
 	switch {
 	case err == nil:
 		u = aws.ToString(out.QueueUrl)
@@ -79,6 +81,8 @@ func (b *Broker) create(ctx context.Context, name string) (string, error) {
 	if strings.HasSuffix(name, ".fifo") {
 		in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
 	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	out, err := b.client.CreateQueue(ctx, in)
 	if err != nil {
 		var recent *types.QueueDeletedRecently
