@@ -49,12 +49,15 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 
 // Ping checks the endpoint with one ListQueues call (at most one result),
 // within ctx and Options.CallTimeout. Open pings before it returns, so a
-// wrong, unreachable or silent endpoint is an error there, not at the first
-// send.
+// wrong, unreachable or silent endpoint, or refused credentials, are an
+// error there, not at the first send. Credentials that may not list queues
+// (AccessDenied) pass: the endpoint answered, and the broker does not need
+// that permission.
 func (b *Broker) Ping(ctx context.Context) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	if _, err := b.client.ListQueues(ctx, &sqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String(b.opts.QueuePrefix)}); err != nil {
+	_, err := b.client.ListQueues(ctx, &sqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String(b.opts.QueuePrefix)})
+	if err != nil && !hasCode(err, "AccessDenied", "AccessDeniedException") {
 		return fmt.Errorf("sqs broker: endpoint check (ListQueues) failed: %w", err)
 	}
 	return nil
