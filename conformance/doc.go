@@ -51,6 +51,13 @@
 // [StartServerProcess] and [FreeAddr] run the private server a restart
 // needs, so a driver wires the scenario with a command line and a ping.
 //
+// [RunShutdownSilentServer] and [RunSilentServer] put a [Proxy] between the
+// driver and its server and stall it (a server that accepts but never
+// answers): a worker's Shutdown must keep its deadline while tasks run or
+// their acks hang, and every driver call, and opening a driver by URL, must
+// return an error by its ctx deadline, or within the driver's per-call
+// timeout without one.
+//
 // # Timing
 //
 // Every wait is a deadline on an event or a poll, never a fixed sleep, and is
