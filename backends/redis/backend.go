@@ -25,6 +25,12 @@ type Options struct {
 	// GroupExpiry is how long a group's metadata is kept after its last
 	// completion. Default: 24h; never less than ResultExpiry.
 	GroupExpiry time.Duration
+	// CallTimeout bounds each call to Redis that has no earlier ctx
+	// deadline (a blocking fetch waits MaxBlock on top). It takes effect
+	// on clients that honour ctx deadlines: ContextTimeoutEnabled, which
+	// clients made by Open have; set it on your own. Negative: no bound
+	// beyond the client's own timeouts. Default: 10s.
+	CallTimeout time.Duration
 	// CloseClient: Close also closes the client (set by Open). Default: false.
 	CloseClient bool
 }
@@ -52,6 +58,9 @@ func New(rdb goredis.UniversalClient, opts *Options) *Backend {
 		b.opts.Prefix = "errand"
 	}
 	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
+	if b.opts.CallTimeout == 0 {
+		b.opts.CallTimeout = 10 * time.Second
+	}
 	return b
 }
 
@@ -63,12 +72,12 @@ func init() {
 // Open returns a backend for a redis:// or rediss:// URL (see the package
 // doc). The backend owns the client it makes.
 func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
-	rdb, own, err := redisconn.Open(ctx, u, "prefix", "result_expiry", "group_expiry")
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "result_expiry", "group_expiry", "timeout")
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
 	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
-	if err := driver.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	if err := driver.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout}); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
@@ -101,6 +110,8 @@ func (b *Backend) err(ctx context.Context, err error) error {
 
 // SetState writes st with one SET ... PX.
 func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	v, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
@@ -110,6 +121,8 @@ func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
 
 // SetStates writes many states in one pipeline.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	pipe := b.rdb.Pipeline()
 	for _, st := range sts {
 		v, err := json.Marshal(st)
@@ -132,6 +145,8 @@ func decodeState(id string, v string) (*driver.TaskState, error) {
 
 // GetState reads the task's state.
 func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	v, err := b.rdb.Get(ctx, b.taskKey(id)).Result()
 	if err == goredis.Nil {
 		return nil, fmt.Errorf("redis backend: task %s: %w", id, driver.ErrTaskNotFound)
@@ -165,6 +180,8 @@ return 1
 
 // InitGroup records the members in order, atomically.
 func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	k := b.groupKeys(g)
 	args := make([]any, 0, len(ids)+1)
 	args = append(args, b.opts.GroupExpiry.Milliseconds())
@@ -191,6 +208,8 @@ return {redis.call('SCARD', KEYS[3]), tonumber(total)}
 // group's hash) changes nothing and returns driver.ErrNotMember; the check
 // and the count are one script, so nothing can slip between them.
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	k := b.groupKeys(g)
 	r, err := completeScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
@@ -219,6 +238,8 @@ return 0
 
 // ClaimChord is a compare-and-set on the group's claimer.
 func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	n, err := claimScript.Run(ctx, b.rdb, []string{b.groupKeys(g).meta}, claimer).Int()
 	if err != nil {
 		return false, b.err(ctx, err)
@@ -232,6 +253,8 @@ func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, erro
 // GroupStates reads the member list, then all member states in one
 // pipeline (split per node on a cluster).
 func (b *Backend) GroupStates(ctx context.Context, g string) ([]*driver.TaskState, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	ids, err := b.rdb.LRange(ctx, b.groupKeys(g).members, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -271,4 +294,12 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	return b.rdb.Close()
+}
+
+// bound returns ctx limited to CallTimeout (see Options.CallTimeout).
+func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b.opts.CallTimeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.opts.CallTimeout)
 }

@@ -3,7 +3,8 @@
 //
 // # URL form
 //
-//	redis://[user:password@]host:port[/db][?prefix=errand&result_expiry=1h&group_expiry=24h]
+//	redis://[user:password@]host:port[/db][?prefix=errand&result_expiry=1h&group_expiry=24h&timeout=10s]
+//	                                              timeout: Options.CallTimeout, per call
 //	rediss://...[&tls_ca=/path/ca.pem]            the same over TLS; tls_ca: trust
 //	                                              only the CAs in that PEM file
 //	redis://host:port?addr=host2:port&addr=...    Redis Cluster

@@ -30,6 +30,12 @@ type Options struct {
 	// ctx or a Close is noticed within it. Publishes wake a blocked Fetch at
 	// once whatever this is. Default: 250ms.
 	MaxBlock time.Duration
+	// CallTimeout bounds each call to Redis that has no earlier ctx
+	// deadline (a blocking fetch waits MaxBlock on top). It takes effect
+	// on clients that honour ctx deadlines: ContextTimeoutEnabled, which
+	// clients made by Open have; set it on your own. Negative: no bound
+	// beyond the client's own timeouts. Default: 10s.
+	CallTimeout time.Duration
 	// CloseClient: Close also closes the client. Set by Open, which makes
 	// its own client. Default: false (the caller owns the client).
 	CloseClient bool
@@ -69,6 +75,9 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 	}
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
+	}
+	if b.opts.CallTimeout == 0 {
+		b.opts.CallTimeout = 10 * time.Second
 	}
 	switch {
 	case b.opts.MaxPayload == 0:
@@ -118,6 +127,8 @@ func randomID() string {
 // round trip). Each queue's messages are stored atomically. A body over
 // MaxPayload refuses the whole batch before anything is sent.
 func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	for _, m := range msgs {
 		if strings.ContainsRune(m.ID, '\n') {
 			return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
@@ -175,7 +186,9 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		res, err := fetchScript.Run(ctx, b.rdb, keys, limit, lease.Milliseconds(), 1000, randomID()).Slice()
+		sctx, cancel := b.bound(ctx)
+		res, err := fetchScript.Run(sctx, b.rdb, keys, limit, lease.Milliseconds(), 1000, randomID()).Slice()
+		cancel()
 		if err != nil {
 			return nil, b.err(ctx, err)
 		}
@@ -249,6 +262,8 @@ func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
 }
 
 func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis.Script, keys []string, args ...any) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	h, ok := d.Handle.(handle)
 	if !ok {
 		return fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
@@ -335,6 +350,8 @@ func (b *Broker) messages(ctx context.Context, q string, ids []string, foreign b
 // Foreign text on the pending list (not published by errand) is listed
 // with an empty ID and the text as its body: what a worker will be handed.
 func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	ids, err := b.rdb.LRange(ctx, b.keys(queue).pending, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -347,6 +364,8 @@ func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, e
 // Delayed lists the messages of queue not due yet, earliest first, with
 // their due times.
 func (b *Broker) Delayed(ctx context.Context, queue string) ([]driver.Message, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	zs, err := b.rdb.ZRangeWithScores(ctx, b.keys(queue).delayed, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -366,6 +385,8 @@ func (b *Broker) Delayed(ctx context.Context, queue string) ([]driver.Message, e
 // InFlight lists the leased messages of queue, earliest lease deadline
 // first.
 func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	ids, err := b.rdb.ZRange(ctx, b.keys(queue).inflight, 0, -1).Result()
 	if err != nil {
 		return nil, b.err(ctx, err)
@@ -377,6 +398,8 @@ func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, 
 
 // DeadLetters lists the rejected messages of queue with their reasons.
 func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLetter, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	k := b.keys(queue)
 	ids, err := b.rdb.LRange(ctx, k.dead, 0, -1).Result()
 	if err != nil || len(ids) == 0 {
@@ -398,6 +421,8 @@ func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLe
 
 // Purge drops the pending and delayed messages of queue.
 func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	k := b.keys(queue)
 	n, err := purgeScript.Run(ctx, b.rdb, []string{k.pending, k.delayed, k.msgs, k.count}).Int()
 	return n, b.err(ctx, err)
@@ -405,6 +430,8 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 
 // Stats counts queue in one pipeline.
 func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	k := b.keys(queue)
 	pipe := b.rdb.Pipeline()
 	p, d, f, x := pipe.LLen(ctx, k.pending), pipe.ZCard(ctx, k.delayed), pipe.ZCard(ctx, k.inflight), pipe.LLen(ctx, k.dead)
@@ -412,4 +439,12 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 		return driver.QueueStats{}, b.err(ctx, err)
 	}
 	return driver.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val())}, nil
+}
+
+// bound returns ctx limited to CallTimeout (see Options.CallTimeout).
+func (b *Broker) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if b.opts.CallTimeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.opts.CallTimeout)
 }

@@ -3,8 +3,9 @@
 //
 // # URL form
 //
-//	redis://[user:password@]host:port[/db][?prefix=errand&max_payload=BYTES]
-//	                                    max_payload: default 1 MiB, -1 no limit
+//	redis://[user:password@]host:port[/db][?prefix=errand&max_payload=BYTES&timeout=10s]
+//	                                    max_payload: default 1 MiB, -1 no limit;
+//	                                    timeout: Options.CallTimeout, per call
 //	rediss://...[&tls_ca=/path/ca.pem]  the same over TLS; tls_ca: trust only
 //	                                    the CAs in that PEM file
 //	redis://[user:password@]host:port?addr=host2:port&addr=host3:port

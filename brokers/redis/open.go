@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
@@ -18,9 +19,10 @@ func init() {
 // Open returns a broker for a redis:// or rediss:// URL (see the package
 // doc). The broker owns the client it makes and closes it on Close.
 // max_payload=BYTES sets Options.MaxPayload: 0 or absent is the default
-// (DefaultMaxPayload), a negative count (max_payload=-1) no limit.
+// (DefaultMaxPayload), a negative count (max_payload=-1) no limit;
+// timeout=DURATION sets Options.CallTimeout.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
-	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload")
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout")
 	if err != nil {
 		return nil, fmt.Errorf("redis broker: %w", err)
 	}
@@ -32,6 +34,10 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 			return nil, fmt.Errorf("redis broker: max_payload %q is not a byte count (a negative count means no limit)", v)
 		}
 		opts.MaxPayload = n
+	}
+	if err := driver.DurationParams(own, map[string]*time.Duration{"timeout": &opts.CallTimeout}); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis broker: %w", err)
 	}
 	return New(rdb, opts), nil
 }

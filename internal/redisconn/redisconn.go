@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -72,7 +73,15 @@ func Open(ctx context.Context, u *url.URL, own ...string) (goredis.UniversalClie
 		}
 		rdb = goredis.NewClient(o)
 	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	// The check is bounded like any call: by the caller's ctx and by the
+	// URL's timeout= (the drivers' per-call timeout), 10s if absent.
+	pingTimeout := 10 * time.Second
+	if d, err := time.ParseDuration(mine.Get("timeout")); err == nil && d > 0 {
+		pingTimeout = d
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
 		return nil, nil, fmt.Errorf("ping: %w", err)
 	}
