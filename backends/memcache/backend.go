@@ -68,15 +68,23 @@ func New(mc *memcache.Client, opts *Options) *Backend {
 func init() { driver.RegisterBackend("memcache", Open) }
 
 // Open returns a backend for a memcache:// URL (see the package doc).
+//
+// timeout=DURATION sets the client's per-call socket timeout (gomemcache's
+// Client.Timeout, default 500ms): gomemcache takes no ctx, so this is what
+// bounds every call, the open's ping included.
 func Open(_ context.Context, u *url.URL) (driver.Backend, error) {
 	if u.Host == "" {
 		return nil, errors.New("memcache backend: URL names no server")
 	}
 	opts := &Options{CloseClient: true, Prefix: u.Query().Get("prefix")}
-	if err := driver.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry}); err != nil {
+	var timeout time.Duration
+	if err := driver.DurationParams(u.Query(), map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &timeout}); err != nil {
 		return nil, fmt.Errorf("memcache backend: %w", err)
 	}
 	mc := memcache.New(strings.Split(u.Host, ",")...)
+	if timeout > 0 {
+		mc.Timeout = timeout // gomemcache's per-call socket timeout (default 500ms)
+	}
 	if err := mc.Ping(); err != nil {
 		mc.Close()
 		return nil, fmt.Errorf("memcache backend: ping %s: %w", u.Host, err)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
 
@@ -23,11 +24,16 @@ func TestSilentServer(t *testing.T) {
 		Target: target,
 		Backend: func(t testing.TB, addr string) errand.Backend {
 			mc := gomemcache.New(addr)
+			mc.Timeout = silentCallTimeout
 			b := memcachebackend.New(mc, &memcachebackend.Options{Prefix: "errand-test", CloseClient: true})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		BackendURL:  func(addr string) string { return "memcache://" + addr + "?prefix=errand-test" },
-		CallTimeout: gomemcache.DefaultTimeout,
+		BackendURL:  func(addr string) string { return "memcache://" + addr + "?prefix=errand-test&timeout=300ms" },
+		CallTimeout: silentCallTimeout,
 	})
 }
+
+// silentCallTimeout is the per-call socket timeout in this test: the
+// client's Timeout, and timeout= in the URL.
+const silentCallTimeout = 300 * time.Millisecond
