@@ -29,7 +29,7 @@ func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
 		// is recorded; it must neither count toward the chord nor fail it,
 		// and retrying cannot make it a member. Say so, and settle it.
 		w.report(fmt.Errorf("errand: task %s (%s) names chord group %s but is not one of its members: not counted, the chord is left alone: %w", sig.Name, sig.UUID, sig.GroupUUID, err),
-			"errand: stray chord completion ignored", "task", sig.Name, "uuid", sig.UUID, "group", sig.GroupUUID)
+			"errand: stray chord completion ignored", append(taskAttrs(sig, sig.RoutingKey), "group", sig.GroupUUID)...)
 		return nil
 	}
 	if err != nil {

@@ -244,7 +244,7 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	if err := w.srv.backend.SetState(ctx, st); err != nil {
 		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}
-	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", "task", sig.Name, "uuid", sig.UUID)
+	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)
 	outcome, err := w.afterFailure(ctx, sig, st.Error)
 	return outcome, st, err
 }

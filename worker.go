@@ -268,6 +268,12 @@ func (w *Worker) call() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(w.callCtx, timeout)
 }
 
+// taskAttrs are the attributes of every log line about one task: its
+// name, UUID, queue and 1-based attempt.
+func taskAttrs(sig *Signature, queue string) []any {
+	return []any{"task", sig.Name, "uuid", sig.UUID, "queue", queue, "attempt", sig.attempt()}
+}
+
 func (w *Worker) report(err error, msg string, attrs ...any) {
 	w.log.Warn(msg, append(attrs, "err", err)...)
 	if w.cfg.ErrorHandler != nil {
@@ -391,25 +397,25 @@ func (w *Worker) handle(d *driver.Delivery) {
 	case ack:
 		err = b.Ack(ctx, d)
 		if err != nil {
-			w.report(err, "errand: ack", "task", sig.Name, "uuid", sig.UUID)
+			w.report(err, "errand: ack", taskAttrs(sig, queue)...)
 		}
 	case requeue:
-		w.report(err, "errand: task requeued after an error", "task", sig.Name, "uuid", sig.UUID)
+		w.report(err, "errand: task requeued after an error", taskAttrs(sig, queue)...)
 		if rerr := b.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); rerr != nil {
-			w.report(rerr, "errand: release", "task", sig.Name, "uuid", sig.UUID)
+			w.report(rerr, "errand: release", taskAttrs(sig, queue)...)
 		}
 	case release:
 		if rerr := b.Release(ctx, d, time.Time{}); rerr != nil {
-			w.report(rerr, "errand: release on shutdown", "task", sig.Name, "uuid", sig.UUID)
+			w.report(rerr, "errand: release on shutdown", taskAttrs(sig, queue)...)
 		}
 	case setAside:
 		w.reject(ctx, d, err)
 	case passOn:
 		wait := w.backoff(d.Attempt)
-		w.log.Info("errand: no function for this task here: given back for another worker", "task", sig.Name, "uuid", sig.UUID,
-			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)
+		w.log.Info("errand: no function for this task here: given back for another worker", append(taskAttrs(sig, queue),
+			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)...)
 		if rerr := b.Release(ctx, d, time.Now().Add(wait)); rerr != nil {
-			w.report(rerr, "errand: release unknown task", "task", sig.Name, "uuid", sig.UUID)
+			w.report(rerr, "errand: release unknown task", taskAttrs(sig, queue)...)
 		}
 	}
 }
@@ -501,7 +507,7 @@ func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
 			for wait := every / 20; err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrClosed) && w.callCtx.Err() == nil; wait = min(2*wait, every/10) {
 				if !outage {
 					outage = true
-					w.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "lease_left", time.Until(leaseEnd))
+					w.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(leaseEnd))
 				}
 				if !time.Now().Add(wait).Before(leaseEnd) {
 					// The lease has run out on our clock: the broker may hand
@@ -510,7 +516,7 @@ func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
 					if !expired {
 						expired = true
 						w.report(fmt.Errorf("errand: message %q: lease not renewed within %v (last error: %w); the task may run again elsewhere", d.ID, w.cfg.Lease, err),
-							"errand: lease ran out during an outage", "message", d.ID)
+							"errand: lease ran out during an outage", "message", d.ID, "queue", d.Queue)
 					}
 					break
 				}
@@ -523,7 +529,7 @@ func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
 			case err == nil:
 				outage, expired = false, false
 			case errors.Is(err, ErrLeaseLost):
-				w.report(err, "errand: lease lost; no longer extended (another consumer may run the task)", "message", d.ID)
+				w.report(err, "errand: lease lost; no longer extended (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
 				return
 			case errors.Is(err, ErrClosed):
 				return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,14 @@ type Options struct {
 	CallTimeout time.Duration
 	// CloseClient: Close also closes the client (set by Open). Default: false.
 	CloseClient bool
+	// Logger receives go-redis's own log lines (connection errors, pool
+	// warnings), at Warn with the attribute component=go-redis. go-redis
+	// has one logger per process: errand replaces its stderr logger on the
+	// first New or Open of a Redis broker or backend, and its lines go to
+	// the most recent non-nil Logger given to either, in any Options.
+	// Default: nil, which discards them unless another broker or backend
+	// set one.
+	Logger *slog.Logger
 }
 
 // Backend is a driver.Backend on Redis. It is safe for concurrent use.
@@ -54,6 +63,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Backend {
 	if opts != nil {
 		b.opts = *opts
 	}
+	redisconn.UseLogger(b.opts.Logger)
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn"
 )
 
 // Options configures a Broker.
@@ -39,6 +41,14 @@ type Options struct {
 	// CloseClient: Close also closes the client. Set by Open, which makes
 	// its own client. Default: false (the caller owns the client).
 	CloseClient bool
+	// Logger receives go-redis's own log lines (connection errors, pool
+	// warnings), at Warn with the attribute component=go-redis. go-redis
+	// has one logger per process: errand replaces its stderr logger on the
+	// first New or Open of a Redis broker or backend, and its lines go to
+	// the most recent non-nil Logger given to either, in any Options.
+	// Default: nil, which discards them unless another broker or backend
+	// set one.
+	Logger *slog.Logger
 }
 
 // DefaultMaxPayload is the largest message body a Broker accepts unless
@@ -73,6 +83,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 	if opts != nil {
 		b.opts = *opts
 	}
+	redisconn.UseLogger(b.opts.Logger)
 	if b.opts.Prefix == "" {
 		b.opts.Prefix = "errand"
 	}

@@ -68,4 +68,15 @@
 //
 // Rejected (undecodable) messages stay in the queue's dead list with their
 // reason until purged by hand.
+//
+// # Logging
+//
+// go-redis has one logger for the whole process, which prints connection
+// errors to stderr. The first New or Open of an errand Redis broker or
+// backend replaces it (once, with redis.SetLogger) by a forwarder that
+// discards go-redis's lines unless an [Options.Logger] was given: they go,
+// at Warn with the attribute component=go-redis, to the most recent non-nil
+// Options.Logger of any Redis broker or backend in the process. A program
+// that wants go-redis's own logger back calls redis.SetLogger after making
+// its first broker or backend.
 package redisbroker

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/errand-go/errand/driver"
 )
@@ -20,7 +21,10 @@ func init() { driver.RegisterBroker("sqs", Open) }
 // role); never from the URL.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	q := u.Query()
-	var loadOpts []func(*config.LoadOptions) error
+	// LoadDefaultConfig's logger writes to stderr, and the SDK logs a few
+	// warnings whatever ClientLogMode says (an unparsable Date header, a
+	// response body it could not drain or close): errand stays quiet.
+	loadOpts := []func(*config.LoadOptions) error{config.WithLogger(logging.Nop{})}
 	if r := q.Get("region"); r != "" {
 		loadOpts = append(loadOpts, config.WithRegion(r))
 	}

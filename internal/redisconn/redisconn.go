@@ -36,6 +36,7 @@ import (
 // would silently be ignored. go-redis's own skip_verify=true turns
 // verification off; never use it outside tests.
 func Open(ctx context.Context, u *url.URL, own ...string) (goredis.UniversalClient, url.Values, error) {
+	Quiet()
 	q := u.Query()
 	caFile := q.Get("tls_ca")
 	if q.Has("tls_ca") && caFile == "" {
