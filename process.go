@@ -84,43 +84,54 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 
 	tctx, cancelTask := w.taskContext(sig)
 	defer cancelTask()
-	if w.cfg.PreTaskHook != nil {
-		w.cfg.PreTaskHook(tctx, sig)
-	}
-	started := st.Copy()
-	started.State, started.StartedAt = StateStarted, time.Now().UTC()
-	if err := be.SetStates(ctx, []*TaskState{st, started}); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
-	}
-	cancel()
-	st = started
-	results, runErr := safeCall(tctx, tk, args)
-	if runErr != nil && w.hardCtx.Err() != nil {
-		// Shutdown gave up waiting and cancelled the task: give it back
-		// unrecorded so another worker runs it.
-		return release, nil
-	}
-	ctx, cancel = w.call()
-	defer cancel()
-	var outcome settle
-	if runErr == nil {
-		st = st.Copy()
-		st.State, st.Results, st.FinishedAt = StateSuccess, results, time.Now().UTC()
-		if err := be.SetState(ctx, st); err != nil {
-			return requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
+	cancel() // the steps below each take their own bounded ctx
+
+	// The attempt itself, wrapped in the worker's middleware (the hooks
+	// included). A middleware that never calls it leaves the delivery to
+	// be given back.
+	outcome, outErr := requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
+	attempt := func(tctx context.Context, sig *Signature) (*TaskState, error) {
+		ctx, cancel := w.call()
+		started := st.Copy()
+		started.State, started.StartedAt = StateStarted, time.Now().UTC()
+		err := be.SetStates(ctx, []*TaskState{st, started})
+		cancel()
+		if err != nil {
+			outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+			return nil, outErr
 		}
-		outcome, err = w.afterSuccess(ctx, sig, results)
-	} else {
-		policy := tk.policy
-		if policy == nil {
-			policy = w.cfg.RetryPolicy
+		results, runErr := safeCall(tctx, tk, args)
+		if runErr != nil && w.hardCtx.Err() != nil {
+			// Shutdown gave up waiting and cancelled the task: give it
+			// back unrecorded so another worker runs it.
+			outcome, outErr = release, nil
+			return nil, runErr
 		}
-		outcome, st, err = w.scheduleRetry(ctx, sig, runErr, policy, st)
+		ctx, cancel = w.call()
+		defer cancel()
+		final := started
+		if runErr == nil {
+			final = started.Copy()
+			final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
+			if err := be.SetState(ctx, final); err != nil {
+				outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
+				return nil, runErr
+			}
+			outcome, outErr = w.afterSuccess(ctx, sig, results)
+		} else {
+			policy := tk.policy
+			if policy == nil {
+				policy = w.cfg.RetryPolicy
+			}
+			outcome, final, outErr = w.scheduleRetry(ctx, sig, runErr, policy, started)
+		}
+		if outcome != ack {
+			return nil, runErr
+		}
+		return final, runErr
 	}
-	if w.cfg.PostTaskHook != nil && outcome == ack {
-		w.cfg.PostTaskHook(tctx, sig, st)
-	}
-	return outcome, err
+	wrapTask(w.mw, attempt)(tctx, sig)
+	return outcome, outErr
 }
 
 // uuidConflict returns why d must not run as the task its UUID names

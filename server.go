@@ -28,6 +28,10 @@ type Config struct {
 	// PublishBatch is how many messages one Publish call carries when a
 	// group or chord is sent. Default: 100.
 	PublishBatch int
+	// SendMiddleware wraps every send of this server (see SendMiddleware):
+	// SendTask, SendGroup, SendChord, SendChain, and its workers' retries
+	// and callbacks. SendMiddleware[0] is outermost. Default: none.
+	SendMiddleware []SendMiddleware
 	// Logger receives warnings and errors. Default: discards everything.
 	Logger *slog.Logger
 	// Signing, if set, signs every message this server publishes (under
@@ -197,6 +201,14 @@ func (s *Server) message(sig *Signature) (Message, error) {
 // publish sends already prepared signatures without touching their state
 // (callbacks, retries).
 func (s *Server) publish(ctx context.Context, sigs ...*Signature) error {
+	if len(sigs) == 0 {
+		return nil
+	}
+	return s.send(ctx, sigs, s.publishNow)
+}
+
+// publishNow encodes and publishes sigs (a SendHandler).
+func (s *Server) publishNow(ctx context.Context, sigs []*Signature) error {
 	msgs := make([]Message, 0, len(sigs))
 	for _, sig := range sigs {
 		m, err := s.message(sig)
@@ -241,15 +253,21 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 		return nil, errors.New("errand: SendTask: signature without a task name")
 	}
 	s.prepare(sig)
-	m, err := s.message(sig)
+	err := s.send(ctx, []*Signature{sig}, func(ctx context.Context, sigs []*Signature) error {
+		m, err := s.message(sigs[0])
+		if err != nil {
+			return err
+		}
+		if err := s.setPending(ctx, sigs[0]); err != nil {
+			return fmt.Errorf("errand: send %s: set PENDING: %w", sigs[0].Name, err)
+		}
+		if err := s.broker.Publish(ctx, m); err != nil {
+			return fmt.Errorf("errand: send %s: %w", sigs[0].Name, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	if err := s.setPending(ctx, sig); err != nil {
-		return nil, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
-	}
-	if err := s.broker.Publish(ctx, m); err != nil {
-		return nil, fmt.Errorf("errand: send %s: %w", sig.Name, err)
 	}
 	return s.result(sig), nil
 }
@@ -318,7 +336,10 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) (
 // sendGroup sends g's prepared tasks. A plain group writes no group
 // metadata: only a chord's callback reads it.
 func (s *Server) sendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
-	if err := s.sendMany(ctx, g.Tasks, sendConcurrency); err != nil {
+	err := s.send(ctx, g.Tasks, func(ctx context.Context, sigs []*Signature) error {
+		return s.sendMany(ctx, sigs, sendConcurrency)
+	})
+	if err != nil {
 		return nil, err
 	}
 	out := make([]*AsyncResult, len(g.Tasks))
@@ -376,19 +397,27 @@ func (s *Server) SendChain(ctx context.Context, c *Chain) (*ChainAsyncResult, er
 		return nil, errors.New("errand: empty chain")
 	}
 	s.prepare(c.Tasks[0])
-	m, err := s.message(c.Tasks[0])
+	err := s.send(ctx, c.Tasks[:1], func(ctx context.Context, first []*Signature) error {
+		m, err := s.message(first[0])
+		if err != nil {
+			return err
+		}
+		for _, sig := range c.Tasks {
+			if err := s.setPending(ctx, sig); err != nil {
+				return fmt.Errorf("errand: send chain: set PENDING: %w", err)
+			}
+		}
+		if err := s.broker.Publish(ctx, m); err != nil {
+			return fmt.Errorf("errand: send chain: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	res := &ChainAsyncResult{}
 	for _, sig := range c.Tasks {
-		if err := s.setPending(ctx, sig); err != nil {
-			return nil, fmt.Errorf("errand: send chain: set PENDING: %w", err)
-		}
 		res.Results = append(res.Results, s.result(sig))
-	}
-	if err := s.broker.Publish(ctx, m); err != nil {
-		return nil, fmt.Errorf("errand: send chain: %w", err)
 	}
 	return res, nil
 }

@@ -89,7 +89,11 @@ type WorkerConfig struct {
 	// no longer than this: the step fails and the delivery is redelivered.
 	// Default: 10s.
 	CallTimeout time.Duration
-	// PreTaskHook, if set, runs before each task's function.
+	// Middleware wraps every attempt a worker runs, Middleware[0]
+	// outermost (see Middleware). Default: none.
+	Middleware []Middleware
+	// PreTaskHook, if set, runs before each task's function (a middleware
+	// inside Middleware).
 	PreTaskHook func(ctx context.Context, sig *Signature)
 	// PostTaskHook, if set, runs after each task's function with the state
 	// it ended in (SUCCESS, RETRY or FAILURE), once that state is recorded.
@@ -116,6 +120,7 @@ type Worker struct {
 	cfg WorkerConfig
 	log *slog.Logger
 
+	mw      []Middleware // cfg.Middleware, then the hooks
 	slots   chan struct{}
 	work    chan *driver.Delivery // fetched deliveries, to the runners
 	runners sync.WaitGroup        // Concurrency long-lived goroutines running tasks
@@ -182,6 +187,10 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	}
 	w := &Worker{srv: s, cfg: cfg, log: log, slots: make(chan struct{}, cfg.Concurrency),
 		work: make(chan *driver.Delivery, cfg.Concurrency), loopDone: make(chan struct{})}
+	w.mw = append([]Middleware(nil), cfg.Middleware...)
+	if cfg.PreTaskHook != nil || cfg.PostTaskHook != nil {
+		w.mw = append(w.mw, hooks(cfg)) // innermost: hooks see what middleware set
+	}
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	w.callCtx, w.callStop = context.WithCancel(context.Background())

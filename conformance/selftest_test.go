@@ -6,6 +6,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -347,6 +348,19 @@ var brokenBrokers = map[string]BrokerHarness{
 				d.Attempt = 1
 			}
 			return ds, err
+		}
+	}),
+	// Carries each message without its signature's Headers.
+	"drops-headers": brokenBrokerHarness(func(b *brokenBroker) {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
+			for i, m := range msgs {
+				var fields map[string]json.RawMessage
+				if json.Unmarshal(m.Body, &fields) == nil {
+					delete(fields, "Headers")
+					msgs[i].Body, _ = json.Marshal(fields)
+				}
+			}
+			return b.Broker.Publish(ctx, msgs...)
 		}
 	}),
 	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
@@ -705,6 +719,7 @@ var moreBackendTargets = map[string]string{
 // ("backend:NAME") for each worker case.
 var workerTargets = map[string]string{
 	"Task/ArgumentRoundTrip":      "backend:drops-results",
+	"Task/HeadersRoundTrip":       "broker:drops-headers",
 	"Retry/Fibonacci":             "broker:delivers-early",
 	"Retry/Policy":                "broker:delivers-early",
 	"Retry/Later":                 "broker:delivers-early",

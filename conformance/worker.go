@@ -33,6 +33,7 @@ type workerPair struct {
 
 var workerCases = []kase[workerPair]{
 	{"Task/ArgumentRoundTrip", taskArgs, parallel},
+	{"Task/HeadersRoundTrip", taskHeaders, parallel},
 	{"Retry/Fibonacci", retryFibonacci, parallel},
 	{"Retry/Policy", retryPolicy, parallel},
 	{"Retry/Later", retryLater, parallel},
@@ -276,6 +277,47 @@ func taskArgs(t testing.TB, p workerPair) {
 	want := fmt.Sprintf("%v|%v|%v|%v|%+v|%+v", in[0], in[1], in[2], in[3], pt, pt)
 	if got != want {
 		t.Fatalf("arguments promise broken: values came back as %s, sent %s", got, want)
+	}
+}
+
+// taskHeaders: headers set on a signature (by the caller or by send
+// middleware, e.g. W3C trace context) reach the worker's middleware and the
+// task through TaskInfo, on every driver, and travel on with a retry.
+func taskHeaders(t testing.TB, p workerPair) {
+	c := newWCase(t, p)
+	seen := make(chan errand.Headers, 2)
+	c.register("headers", func(ctx context.Context) (string, error) {
+		ti, _ := errand.TaskInfoFrom(ctx)
+		seen <- ti.Headers
+		if ti.Attempt == 1 {
+			return "", errand.RetryLater(0, errors.New("once more, to see the headers travel with the retry"))
+		}
+		return fmt.Sprint(ti.Headers["traceparent"]), nil
+	})
+	var mwSaw atomic.Value
+	c.start(errand.WorkerConfig{Middleware: []errand.Middleware{func(next errand.TaskHandler) errand.TaskHandler {
+		return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
+			mwSaw.Store(fmt.Sprint(sig.Headers["tenant"]))
+			return next(ctx, sig)
+		}
+	}}})
+	sig := errand.NewSignature("headers")
+	sig.RetryCount = 1
+	const trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	sig.Headers = errand.Headers{"traceparent": trace, "tenant": "acme", "n": 3}
+	r := c.send(sig)
+	var got string
+	if err := r.GetInto(c.ctx, &got); err != nil || got != trace {
+		t.Fatalf("headers promise broken: the task's retry saw traceparent %q (%v); want %q", got, err, trace)
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		h := <-seen
+		if fmt.Sprint(h["traceparent"]) != trace || fmt.Sprint(h["tenant"]) != "acme" || fmt.Sprint(h["n"]) != "3" {
+			t.Fatalf("headers promise broken: attempt %d saw headers %v; want traceparent, tenant and n as sent", attempt, h)
+		}
+	}
+	if v, _ := mwSaw.Load().(string); v != "acme" {
+		t.Fatalf("headers promise broken: worker middleware saw tenant %q, want acme", v)
 	}
 }
 
