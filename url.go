@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/registry"
 )
 
@@ -19,36 +18,39 @@ import (
 // when done. Errors never contain the URL's secrets, and still satisfy
 // errors.Is and errors.As for what the driver returned.
 func OpenBroker(ctx context.Context, rawURL string) (Broker, error) {
-	u, err := parseDriverURL(rawURL)
+	b, err := openDriver[Broker](ctx, rawURL, "broker", registry.Brokers)
 	if err != nil {
 		return nil, err
-	}
-	open, ok := registry.Brokers.Lookup(u.Scheme)
-	if !ok {
-		return nil, fmt.Errorf("errand: no broker registered for scheme %q (import its driver; registered: %s)", u.Scheme, registry.Brokers.Schemes())
-	}
-	b, err := open.(driver.BrokerOpener)(ctx, u)
-	if err != nil {
-		return nil, &OpenError{Kind: "broker", URL: RedactURL(rawURL), Err: err, secrets: secrets(u)}
 	}
 	return asBroker(b), nil
 }
 
 // OpenBackend opens a result backend by URL (see OpenBroker).
 func OpenBackend(ctx context.Context, rawURL string) (Backend, error) {
-	u, err := parseDriverURL(rawURL)
+	b, err := openDriver[Backend](ctx, rawURL, "backend", registry.Backends)
 	if err != nil {
 		return nil, err
 	}
-	open, ok := registry.Backends.Lookup(u.Scheme)
-	if !ok {
-		return nil, fmt.Errorf("errand: no backend registered for scheme %q (import its driver; registered: %s)", u.Scheme, registry.Backends.Schemes())
-	}
-	b, err := open.(driver.BackendOpener)(ctx, u)
-	if err != nil {
-		return nil, &OpenError{Kind: "backend", URL: RedactURL(rawURL), Err: err, secrets: secrets(u)}
-	}
 	return asBackend(b), nil
+}
+
+// openDriver opens rawURL with the opener its scheme has among openers
+// (D is Broker or Backend), wrapping a failure in an *OpenError.
+func openDriver[D any](ctx context.Context, rawURL, kind string, openers *registry.Openers[any]) (D, error) {
+	var none D
+	u, err := parseDriverURL(rawURL)
+	if err != nil {
+		return none, err
+	}
+	open, ok := openers.Lookup(u.Scheme)
+	if !ok {
+		return none, fmt.Errorf("errand: no %s registered for scheme %q (import its driver; registered: %s)", kind, u.Scheme, openers.Schemes())
+	}
+	d, err := open.(func(context.Context, *url.URL) (D, error))(ctx, u)
+	if err != nil {
+		return none, &OpenError{Kind: kind, URL: RedactURL(rawURL), Err: err, secrets: secrets(u)}
+	}
+	return d, nil
 }
 
 // OpenError is why OpenBroker or OpenBackend failed. Its text shows the URL

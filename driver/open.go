@@ -19,8 +19,12 @@ type BackendOpener func(ctx context.Context, u *url.URL) (Backend, error)
 // scheme, database/sql style: a driver calls it from its init function, so
 // importing the driver is enough. It panics if the scheme is registered
 // twice.
-func RegisterBroker(scheme string, open BrokerOpener) { registry.Brokers.Register(scheme, open) }
+func RegisterBroker(scheme string, open BrokerOpener) {
+	registry.Brokers.Register(scheme, (func(context.Context, *url.URL) (Broker, error))(open))
+}
 
 // RegisterBackend makes a backend available to errand.OpenBackend by URL
 // scheme (see RegisterBroker).
-func RegisterBackend(scheme string, open BackendOpener) { registry.Backends.Register(scheme, open) }
+func RegisterBackend(scheme string, open BackendOpener) {
+	registry.Backends.Register(scheme, (func(context.Context, *url.URL) (Backend, error))(open))
+}

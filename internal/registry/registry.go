@@ -55,8 +55,9 @@ func (o *Openers[T]) Schemes() string {
 	return strings.Join(names, ", ")
 }
 
-// The process-wide openers; values are driver.BrokerOpener and
-// driver.BackendOpener.
+// The process-wide openers; values are funcs of the unnamed types under
+// driver.BrokerOpener and driver.BackendOpener, so errand can call either
+// through one generic function.
 var (
 	Brokers  = New[any]("broker")
 	Backends = New[any]("backend")
