@@ -23,6 +23,10 @@ type (
 	// DeadLetter is a message set aside by the broker, as [DeadLetters]
 	// lists it.
 	DeadLetter = driver.DeadLetter
+	// ArchiveEntry is a task set aside for good, as the archive keeps it.
+	ArchiveEntry = driver.ArchiveEntry
+	// Retention bounds a queue's archive (WorkerConfig.ArchiveRetention).
+	Retention = driver.Retention
 	// QueueStats counts what a queue holds, as [Stats] returns it.
 	QueueStats = driver.QueueStats
 )

@@ -28,6 +28,10 @@ var (
 	// count is unchanged and its chord does not fire.
 	ErrNotMember = driver.ErrNotMember
 
+	// ErrNotArchived is returned when an archived task is asked for (shown,
+	// requeued) by an ID that is not in the queue's archive.
+	ErrNotArchived = driver.ErrNotArchived
+
 	// ErrLeaseLost is returned when a delivery is acked, released or
 	// extended after its lease ran out (another consumer may hold it now).
 	ErrLeaseLost = driver.ErrLeaseLost

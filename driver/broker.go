@@ -144,7 +144,11 @@ type QueueStats struct {
 	Pending  int // due, not delivered
 	Delayed  int // not due yet
 	InFlight int // delivered, lease running
-	Dead     int // rejected
+	Dead     int // rejected or archived, still kept
+	// Completed counts the queue's acks since it began, where the broker
+	// keeps the count (a driver.Lister must): a running total whose rate
+	// is the queue's throughput. Zero otherwise.
+	Completed int64
 }
 
 // StatsReporter is implemented by brokers that can count a queue.

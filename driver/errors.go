@@ -27,6 +27,10 @@ var (
 	// extended after its lease ran out (another consumer may hold it now).
 	ErrLeaseLost = errors.New("errand: delivery lease lost")
 
+	// ErrNotArchived is returned by Archiver.ArchivedEntry and
+	// Archiver.Requeue for an ID that is not in the queue's archive.
+	ErrNotArchived = errors.New("errand: task is not in the archive")
+
 	// ErrPayloadTooLarge is returned, before anything is sent, when an
 	// encoded message exceeds the broker's declared maximum payload.
 	ErrPayloadTooLarge = errors.New("errand: payload too large")

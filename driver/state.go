@@ -13,12 +13,14 @@ import (
 //	RECEIVED -> RECEIVED | STARTED | FAILURE
 //	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
 //	RETRY    -> RECEIVED
+//	FAILURE  -> PENDING
 //
 // RECEIVED -> RECEIVED and STARTED -> RECEIVED are redeliveries: a worker
 // died or shut down before finishing and another took the task again.
 // PENDING -> FAILURE and RECEIVED -> FAILURE are tasks that could not run
 // (unknown name, bad arguments, a chord whose member failed). SUCCESS and
-// FAILURE are terminal.
+// FAILURE are terminal for the worker; FAILURE -> PENDING is an operator
+// requeueing an archived task as a fresh attempt.
 type State string
 
 // The task states, with machinery's and Celery's names.
@@ -38,7 +40,7 @@ var transitions = map[State][]State{
 	StateStarted:  {StateReceived, StateSuccess, StateFailure, StateRetry},
 	StateRetry:    {StateReceived},
 	StateSuccess:  nil,
-	StateFailure:  nil,
+	StateFailure:  {StatePending},
 }
 
 // CanTransition reports whether from -> to is an edge of the state graph

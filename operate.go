@@ -1,0 +1,531 @@
+package errand
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// The operator's view of a server's queues: the archive of tasks that
+// failed for good, lists by state, one task's detail, pause and resume, and
+// the live workers. These are what `errand` (the command) and the web
+// dashboard use. Each needs an optional ability of the broker
+// (driver.Archiver, driver.Lister, driver.QueueLister, driver.Pauser,
+// driver.Heartbeater) and returns an error satisfying
+// errors.Is(err, errors.ErrUnsupported) when the broker lacks it.
+
+// ListState names a list of a queue's tasks.
+type ListState string
+
+// The lists of a queue, as Server.List takes them.
+const (
+	ListPending   ListState = "pending"   // due, waiting for a worker
+	ListScheduled ListState = "scheduled" // not due yet: sent with an ETA (first attempts)
+	ListRetrying  ListState = "retrying"  // not due yet: a retry waiting for its time
+	ListInFlight  ListState = "inflight"  // running on a worker (leased)
+	ListArchived  ListState = "archived"  // failed for good, kept in the archive
+	ListCompleted ListState = "completed" // acked recently
+)
+
+// ListStates are every list, in the order the command and the dashboard
+// show them.
+var ListStates = []ListState{ListPending, ListScheduled, ListRetrying, ListInFlight, ListArchived, ListCompleted}
+
+// ParseListState returns the ListState named s, or an error listing the
+// names there are.
+func ParseListState(s string) (ListState, error) {
+	for _, l := range ListStates {
+		if string(l) == s {
+			return l, nil
+		}
+	}
+	return "", fmt.Errorf("errand: unknown list %q: want one of %v", s, ListStates)
+}
+
+// QueuedTask is one task as an operator sees it: the message on the queue,
+// its decoded signature and, where the backend still has it, its state.
+type QueuedTask struct {
+	ID    string
+	Queue string
+	List  ListState
+	// Message is the message as the broker holds it.
+	Message Message
+	// Signature is the decoded message; nil when it does not decode
+	// (DecodeError says why).
+	Signature   *Signature
+	DecodeError string
+	// At is when the task is due (scheduled, retrying), was acked
+	// (completed) or archived (archived); zero otherwise.
+	At time.Time
+	// Archive is set for archived tasks: reason, last error, attempts.
+	Archive *ArchiveEntry
+	// State is the backend's record of the task; nil when it has none
+	// (expired, or never recorded).
+	State *TaskState
+}
+
+// TaskName is the task's name, or "" when its message does not decode.
+func (t *QueuedTask) TaskName() string {
+	if t.Signature == nil {
+		return ""
+	}
+	return t.Signature.Name
+}
+
+// QueueInfo describes one queue.
+type QueueInfo struct {
+	Name   string
+	Stats  QueueStats
+	Paused bool
+	// Archived is the number of entries in the queue's archive (counted up
+	// to the archive's retention).
+	Archived int
+}
+
+// WorkerInfo is what a live worker reports in its heartbeat.
+type WorkerInfo struct {
+	ID          string        `json:"id"`
+	Host        string        `json:"host"`
+	PID         int           `json:"pid"`
+	Queues      []string      `json:"queues"`
+	Concurrency int           `json:"concurrency"`
+	Running     []RunningTask `json:"running"`
+	StartedAt   time.Time     `json:"started_at"`
+	BeatAt      time.Time     `json:"beat_at"`
+}
+
+// RunningTask is one task a worker is running.
+type RunningTask struct {
+	UUID      string    `json:"uuid"`
+	Name      string    `json:"name"`
+	Queue     string    `json:"queue"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// describe decodes m into a QueuedTask of list l.
+func (s *Server) describe(m Message, l ListState, at time.Time) QueuedTask {
+	ti := QueuedTask{ID: m.ID, Queue: m.Queue, List: l, Message: m, At: at}
+	body, err := s.cfg.Signing.open(m.Body)
+	if err == nil {
+		ti.Signature, err = DecodeSignature(body)
+	}
+	if err != nil {
+		ti.Signature, ti.DecodeError = nil, err.Error()
+	}
+	return ti
+}
+
+// withStates adds the backend's state to each of ts that has one.
+func (s *Server) withStates(ctx context.Context, ts []QueuedTask) error {
+	for i := range ts {
+		id := ts[i].ID
+		if ts[i].Signature != nil {
+			id = ts[i].Signature.UUID
+		}
+		st, err := s.backend.GetState(ctx, id)
+		switch {
+		case errors.Is(err, ErrTaskNotFound):
+		case err != nil:
+			return err
+		default:
+			ts[i].State = st
+		}
+	}
+	return nil
+}
+
+// Queues lists the broker's queues with their counts and whether each is
+// paused.
+func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
+	pb, ql, err := ability[driver.QueueLister](ctx, s.broker, "listing queues")
+	if err != nil {
+		return nil, err
+	}
+	names, err := ql.Queues(ctx)
+	if err != nil {
+		return nil, pb.after(ctx, err)
+	}
+	slices.Sort(names)
+	var paused []string
+	if p, ok := pb.drv.(driver.Pauser); ok {
+		if paused, err = p.Paused(ctx); err != nil {
+			return nil, pb.after(ctx, err)
+		}
+	}
+	out := make([]QueueInfo, 0, len(names))
+	for _, n := range names {
+		qi := QueueInfo{Name: n, Paused: slices.Contains(paused, n)}
+		if sr, ok := pb.drv.(driver.StatsReporter); ok {
+			if qi.Stats, err = sr.Stats(ctx, n); err != nil {
+				return nil, pb.after(ctx, err)
+			}
+		}
+		if a, ok := pb.drv.(driver.Archiver); ok {
+			es, err := a.Archived(ctx, n, 0, maxArchiveCount)
+			if err != nil {
+				return nil, pb.after(ctx, err)
+			}
+			qi.Archived = len(es)
+		}
+		out = append(out, qi)
+	}
+	return out, nil
+}
+
+// maxArchiveCount bounds how many archived entries Queues counts.
+const maxArchiveCount = 100_000
+
+// Queue returns one queue's info, or an error naming the queues there are
+// when the broker does not know queue.
+func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
+	qs, err := s.Queues(ctx)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	names := make([]string, 0, len(qs))
+	for _, q := range qs {
+		if q.Name == queue {
+			return q, nil
+		}
+		names = append(names, q.Name)
+	}
+	return QueueInfo{}, fmt.Errorf("errand: unknown queue %q (queues: %v): %w", queue, names, ErrUnknownQueue)
+}
+
+// ErrUnknownQueue is returned for a queue the broker does not know.
+var ErrUnknownQueue = errors.New("errand: unknown queue")
+
+// scanPage is how many messages List asks the driver for at a time when
+// it filters (retrying, scheduled).
+const scanPage = 500
+
+// List returns up to limit tasks of queue in list l, skipping the first
+// offset, each with its backend state.
+func (s *Server) List(ctx context.Context, queue string, l ListState, offset, limit int) ([]QueuedTask, error) {
+	if offset < 0 || limit < 1 {
+		return nil, fmt.Errorf("errand: List: offset %d, limit %d: want offset >= 0 and limit >= 1", offset, limit)
+	}
+	var out []QueuedTask
+	switch l {
+	case ListArchived:
+		pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+		if err != nil {
+			return nil, err
+		}
+		es, err := a.Archived(ctx, queue, offset, limit)
+		if err != nil {
+			return nil, pb.after(ctx, err)
+		}
+		for _, e := range es {
+			ti := s.describe(e.Message, l, e.At)
+			ti.Archive = &e
+			out = append(out, ti)
+		}
+	case ListPending, ListInFlight, ListCompleted:
+		pb, ls, err := ability[driver.Lister](ctx, s.broker, "listing by state")
+		if err != nil {
+			return nil, err
+		}
+		ms, err := ls.List(ctx, queue, driver.ListState(l), offset, limit)
+		if err != nil {
+			return nil, pb.after(ctx, err)
+		}
+		for _, m := range ms {
+			out = append(out, s.describe(m.Message, l, m.At))
+		}
+	case ListScheduled, ListRetrying:
+		// The broker holds both in one delayed set; a retry is a message
+		// whose signature's Attempt is above 1.
+		pb, ls, err := ability[driver.Lister](ctx, s.broker, "listing by state")
+		if err != nil {
+			return nil, err
+		}
+		skip := offset
+		for from := 0; len(out) < limit; from += scanPage {
+			ms, err := ls.List(ctx, queue, driver.ListScheduled, from, scanPage)
+			if err != nil {
+				return nil, pb.after(ctx, err)
+			}
+			for _, m := range ms {
+				ti := s.describe(m.Message, l, m.At)
+				retry := ti.Signature != nil && ti.Signature.Attempt > 1
+				if retry != (l == ListRetrying) {
+					continue
+				}
+				if skip > 0 {
+					skip--
+					continue
+				}
+				if len(out) < limit {
+					out = append(out, ti)
+				}
+			}
+			if len(ms) < scanPage {
+				break
+			}
+		}
+	default:
+		return nil, fmt.Errorf("errand: unknown list %q: want one of %v", l, ListStates)
+	}
+	if err := s.withStates(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// findLimit bounds how many messages Task looks through per list.
+const findLimit = 100_000
+
+// Task returns what errand knows about task id on queue: the message where
+// some list of the queue holds it (archived first, then in flight, pending,
+// scheduled and retrying, completed), and the backend's state. It returns
+// an error satisfying errors.Is(err, ErrTaskNotFound) when neither the
+// queue's lists nor the backend know id.
+func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error) {
+	if _, ok := s.broker.drv.(driver.Archiver); ok {
+		ti, err := s.ArchivedTask(ctx, queue, id)
+		if err == nil {
+			return ti, nil
+		}
+		if !errors.Is(err, ErrNotArchived) {
+			return QueuedTask{}, err
+		}
+	}
+	if ls, ok := s.broker.drv.(driver.Lister); ok {
+		for _, l := range []driver.ListState{driver.ListInFlight, driver.ListPending, driver.ListScheduled, driver.ListCompleted} {
+			for from := 0; from < findLimit; from += scanPage {
+				ms, err := ls.List(ctx, queue, l, from, scanPage)
+				if err != nil {
+					return QueuedTask{}, s.broker.after(ctx, err)
+				}
+				for _, m := range ms {
+					if m.ID != id {
+						continue
+					}
+					ti := s.describe(m.Message, ListState(l), m.At)
+					if l == driver.ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
+						ti.List = ListRetrying
+					}
+					err := s.withStates(ctx, []QueuedTask{ti})
+					return ti, err
+				}
+				if len(ms) < scanPage {
+					break
+				}
+			}
+		}
+	}
+	st, err := s.backend.GetState(ctx, id)
+	if err != nil {
+		return QueuedTask{}, fmt.Errorf("errand: task %q: not on queue %q, and the backend says: %w", id, queue, err)
+	}
+	return QueuedTask{ID: id, Queue: queue, State: st}, nil
+}
+
+// ArchivedTask returns the archived task id of queue, or an error
+// satisfying errors.Is(err, ErrNotArchived).
+func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask, error) {
+	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	if err != nil {
+		return QueuedTask{}, err
+	}
+	e, err := a.ArchivedEntry(ctx, queue, id)
+	if err != nil {
+		return QueuedTask{}, fmt.Errorf("errand: task %q in the archive of queue %q: %w", id, queue, pb.after(ctx, err))
+	}
+	ti := s.describe(e.Message, ListArchived, e.At)
+	ti.Archive = &e
+	err = s.withStates(ctx, []QueuedTask{ti})
+	return ti, err
+}
+
+// Requeue sends the archived task id of queue again as a fresh attempt
+// (Attempt 1, no ETA, its state PENDING) and removes it from the archive,
+// atomically on the broker: two operators requeueing at once send it once
+// (the other gets ErrNotArchived). A message that does not decode is
+// requeued as it is.
+func (s *Server) Requeue(ctx context.Context, queue, id string) error {
+	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	if err != nil {
+		return err
+	}
+	e, err := a.ArchivedEntry(ctx, queue, id)
+	if err != nil {
+		return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, pb.after(ctx, err))
+	}
+	m := e.Message
+	m.NotBefore = time.Time{}
+	ti := s.describe(e.Message, ListArchived, e.At)
+	var prev *TaskState
+	if sig := ti.Signature; sig != nil {
+		sig.Attempt, sig.ETA = 1, nil
+		sig.RetryTimeout = 0
+		if m, err = s.message(sig); err != nil {
+			return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, err)
+		}
+		if prev, err = s.backend.GetState(ctx, sig.UUID); err != nil && !errors.Is(err, ErrTaskNotFound) {
+			return fmt.Errorf("errand: requeue %q of queue %q: read state: %w", id, queue, err)
+		}
+		if err := s.setPending(ctx, sig); err != nil {
+			return fmt.Errorf("errand: requeue %q of queue %q: set PENDING: %w", id, queue, err)
+		}
+	}
+	if err := a.Requeue(ctx, queue, id, m); err != nil {
+		err = pb.after(ctx, err)
+		if prev != nil && !errors.Is(err, ErrNotArchived) {
+			// Nothing was sent: put the recorded state back.
+			if rerr := s.backend.SetState(ctx, prev); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("restore state %s: %w", prev.State, rerr))
+			}
+		}
+		return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, err)
+	}
+	return nil
+}
+
+// RequeueAll requeues every archived task of queue (only those named name,
+// when name is not empty) and returns how many it requeued.
+func (s *Server) RequeueAll(ctx context.Context, queue, name string) (int, error) {
+	return s.eachArchived(ctx, queue, name, func(ti QueuedTask) error {
+		err := s.Requeue(ctx, queue, ti.ID)
+		if errors.Is(err, ErrNotArchived) {
+			return errSkip // requeued or deleted by someone else meanwhile
+		}
+		return err
+	})
+}
+
+// DeleteArchived removes the archived tasks ids of queue and returns how
+// many there were.
+func (s *Server) DeleteArchived(ctx context.Context, queue string, ids ...string) (int, error) {
+	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	if err != nil {
+		return 0, err
+	}
+	n, err := a.DeleteArchived(ctx, queue, ids...)
+	return n, pb.after(ctx, err)
+}
+
+// DeleteAllArchived removes every archived task of queue (only those named
+// name, when name is not empty) and returns how many it removed.
+func (s *Server) DeleteAllArchived(ctx context.Context, queue, name string) (int, error) {
+	return s.eachArchived(ctx, queue, name, func(ti QueuedTask) error {
+		n, err := s.DeleteArchived(ctx, queue, ti.ID)
+		if err == nil && n == 0 {
+			return errSkip
+		}
+		return err
+	})
+}
+
+var errSkip = errors.New("skip")
+
+// eachArchived calls fn for every archived task of queue named name (any
+// name when empty) and counts the calls that did not return errSkip.
+func (s *Server) eachArchived(ctx context.Context, queue, name string, fn func(QueuedTask) error) (int, error) {
+	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	if err != nil {
+		return 0, err
+	}
+	// Collect first: fn changes the archive under the pages.
+	var todo []QueuedTask
+	for from := 0; ; from += scanPage {
+		es, err := a.Archived(ctx, queue, from, scanPage)
+		if err != nil {
+			return 0, pb.after(ctx, err)
+		}
+		for _, e := range es {
+			ti := s.describe(e.Message, ListArchived, e.At)
+			if name == "" || ti.TaskName() == name {
+				todo = append(todo, ti)
+			}
+		}
+		if len(es) < scanPage {
+			break
+		}
+	}
+	n := 0
+	for _, ti := range todo {
+		switch err := fn(ti); {
+		case errors.Is(err, errSkip):
+		case err != nil:
+			return n, err
+		default:
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Pause stops every worker of every process from fetching queue's tasks
+// (within WorkerConfig.PausePoll) until Resume. Tasks already running
+// finish; nothing is lost. The flag lives on the broker's server.
+func (s *Server) Pause(ctx context.Context, queue string) error {
+	pb, p, err := ability[driver.Pauser](ctx, s.broker, "pausing queues")
+	if err != nil {
+		return err
+	}
+	return pb.after(ctx, p.Pause(ctx, queue))
+}
+
+// Resume lets workers fetch queue's tasks again.
+func (s *Server) Resume(ctx context.Context, queue string) error {
+	pb, p, err := ability[driver.Pauser](ctx, s.broker, "pausing queues")
+	if err != nil {
+		return err
+	}
+	return pb.after(ctx, p.Resume(ctx, queue))
+}
+
+// Paused returns the queues paused now.
+func (s *Server) Paused(ctx context.Context) ([]string, error) {
+	pb, p, err := ability[driver.Pauser](ctx, s.broker, "pausing queues")
+	if err != nil {
+		return nil, err
+	}
+	qs, err := p.Paused(ctx)
+	return qs, pb.after(ctx, err)
+}
+
+// Workers returns the live workers of every process that share the
+// broker, as their last heartbeats describe them, oldest first.
+func (s *Server) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	pb, h, err := ability[driver.Heartbeater](ctx, s.broker, "worker heartbeats")
+	if err != nil {
+		return nil, err
+	}
+	beats, err := h.Beats(ctx)
+	if err != nil {
+		return nil, pb.after(ctx, err)
+	}
+	out := make([]WorkerInfo, 0, len(beats))
+	for _, b := range beats {
+		wi, err := decodeWorkerInfo(b)
+		if err != nil {
+			s.log.Warn("errand: a heartbeat that does not decode", "err", err)
+			continue
+		}
+		out = append(out, wi)
+	}
+	slices.SortFunc(out, func(a, b WorkerInfo) int {
+		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
+			return c
+		}
+		return compareStrings(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
