@@ -41,7 +41,13 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 		case prev.State == StateSuccess:
 			return w.afterSuccess(ctx, sig, prev.Results)
 		case prev.State == StateFailure:
-			return w.afterFailure(ctx, sig, prev.Error)
+			// Failed for good before: finish its callbacks and archive it
+			// (a crash came between its FAILURE and its archiving).
+			outcome, err := w.afterFailure(ctx, sig, prev.Error)
+			if outcome == ack {
+				return archive, rebuild(prev)
+			}
+			return outcome, err
 		case prev.State == StateRetry && prev.Attempt > sig.attempt():
 			outcome, _, err := w.scheduleRetry(ctx, sig, errors.New(prev.Error), nil, prev)
 			return outcome, err
@@ -74,9 +80,10 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 		}
 		outcome, _, err := w.fail(ctx, sig, st, cannotRun)
-		if tk == nil && outcome == ack {
-			// Dead-letter it, so it can be re-driven once a worker has the
-			// function (its FAILURE state must be removed first).
+		if tk == nil && outcome == archive {
+			// Set it aside even on a broker without an archive (its dead
+			// letters), so it can be re-driven once a worker has the
+			// function.
 			return setAside, cannotRun
 		}
 		return outcome, err
@@ -100,7 +107,9 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 			outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 			return nil, outErr
 		}
+		w.running.add(sig, sig.RoutingKey)
 		results, runErr := safeCall(tctx, tk, args)
+		w.running.remove(sig)
 		if runErr != nil && w.hardCtx.Err() != nil {
 			// Shutdown gave up waiting and cancelled the task: give it
 			// back unrecorded so another worker runs it.
@@ -125,7 +134,7 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 			}
 			outcome, final, outErr = w.scheduleRetry(ctx, sig, runErr, policy, started)
 		}
-		if outcome != ack {
+		if outcome != ack && outcome != archive {
 			return nil, runErr
 		}
 		return final, runErr
@@ -257,6 +266,9 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	}
 	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)
 	outcome, err := w.afterFailure(ctx, sig, st.Error)
+	if outcome == ack {
+		return archive, st, cause // failed for good: into the archive, where the broker keeps one
+	}
 	return outcome, st, err
 }
 

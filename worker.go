@@ -89,6 +89,26 @@ type WorkerConfig struct {
 	// no longer than this: the step fails and the delivery is redelivered.
 	// Default: 10s.
 	CallTimeout time.Duration
+	// ArchiveRetention bounds the archive of the worker's queue, on a
+	// broker that keeps one (driver.Archiver): every task that ends for
+	// good without success (retries exhausted, a permanent error, bad
+	// arguments, an unknown name at UnknownTaskAttempts, an undecodable
+	// message) is archived with its message, reason, attempts and last
+	// error, and the archive keeps at most MaxCount entries for at most
+	// MaxAge. Default: 10 000 entries, 90 days (asynq's). See
+	// Server.Archived and Server.Requeue.
+	ArchiveRetention Retention
+	// PausePoll is how often the worker asks the broker whether its queue
+	// is paused (Server.Pause), on a broker that can pause queues
+	// (driver.Pauser): a pause stops its fetching within about this long.
+	// Default: 500ms. Negative: never asks.
+	PausePoll time.Duration
+	// Heartbeat is how often the worker reports itself to the broker's
+	// registry of live workers (Server.Workers), on a broker that keeps one
+	// (driver.Heartbeater); an entry not renewed for three intervals
+	// disappears, so a crashed worker is gone within 3×Heartbeat. Default:
+	// 5s. Negative: no heartbeats.
+	Heartbeat time.Duration
 	// Middleware wraps every attempt a worker runs, Middleware[0]
 	// outermost (see Middleware). Default: none.
 	Middleware []Middleware
@@ -111,6 +131,10 @@ const (
 	DefaultUnknownTaskAttempts = 10               // WorkerConfig.UnknownTaskAttempts
 	DefaultMaxErrorBackoff     = 30 * time.Second // WorkerConfig.MaxErrorBackoff
 	DefaultMaxMessageSize      = 16 << 20         // WorkerConfig.MaxMessageSize on a broker declaring no MaxPayload
+	DefaultArchiveMaxCount     = 10_000              // WorkerConfig.ArchiveRetention.MaxCount
+	DefaultArchiveMaxAge       = 90 * 24 * time.Hour // WorkerConfig.ArchiveRetention.MaxAge
+	DefaultPausePoll           = 500 * time.Millisecond
+	DefaultHeartbeat           = 5 * time.Second
 )
 
 // Worker consumes one queue: it fetches deliveries, runs their tasks and
@@ -119,6 +143,12 @@ type Worker struct {
 	srv *Server
 	cfg WorkerConfig
 	log *slog.Logger
+
+	id       string
+	archiver driver.Archiver // the broker's archive; nil when it keeps none
+	pause    pauseFlag
+	running  *runningTasks // nil without heartbeats
+	bg       sync.WaitGroup // the pause poller and the heartbeat
 
 	mw      []Middleware // cfg.Middleware, then the hooks
 	slots   chan struct{}
@@ -181,12 +211,25 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
+	if cfg.ArchiveRetention == (Retention{}) {
+		cfg.ArchiveRetention = Retention{MaxCount: DefaultArchiveMaxCount, MaxAge: DefaultArchiveMaxAge}
+	}
+	if cfg.PausePoll == 0 {
+		cfg.PausePoll = DefaultPausePoll
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = s.log
 	}
-	w := &Worker{srv: s, cfg: cfg, log: log, slots: make(chan struct{}, cfg.Concurrency),
+	w := &Worker{srv: s, cfg: cfg, log: log, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
 		work: make(chan *driver.Delivery, cfg.Concurrency), loopDone: make(chan struct{})}
+	w.archiver, _ = s.broker.drv.(driver.Archiver)
+	if _, ok := s.broker.drv.(driver.Heartbeater); ok && cfg.Heartbeat > 0 {
+		w.running = &runningTasks{m: map[string]RunningTask{}}
+	}
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
 	if cfg.PreTaskHook != nil || cfg.PostTaskHook != nil {
 		w.mw = append(w.mw, hooks(cfg)) // innermost: hooks see what middleware set
@@ -209,9 +252,13 @@ func (w *Worker) Start() {
 				}
 			})
 		}
+		w.startBackground()
 		go w.loop()
 	})
 }
+
+// ID returns the worker's ID, as Server.Workers reports it.
+func (w *Worker) ID() string { return w.id }
 
 // Run starts the worker and blocks until ctx is done, then shuts down
 // gracefully within ShutdownTimeout. It returns nil after a clean shutdown.
@@ -243,6 +290,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	go func() {
 		<-w.loopDone
 		w.tasks.Wait()
+		w.bg.Wait() // the pause poller and heartbeat stop with fetching; the last beat is removed
 		close(done)
 	}()
 	var err error
@@ -297,7 +345,15 @@ func (w *Worker) loop() {
 	defer close(w.work)
 	b := w.srv.broker
 	failures := 0 // failed fetches in a row
+	w.pollPause() // a worker starting on a paused queue fetches nothing
 	for {
+		if resumed := w.pause.wait(); resumed != nil {
+			select {
+			case <-resumed:
+			case <-w.fetchCtx.Done():
+				return
+			}
+		}
 		select {
 		case w.slots <- struct{}{}:
 		case <-w.fetchCtx.Done():
@@ -316,6 +372,11 @@ func (w *Worker) loop() {
 		ds, err := b.Fetch(w.fetchCtx, w.cfg.Queue, n, w.cfg.Lease)
 		for range n - len(ds) {
 			<-w.slots
+		}
+		if len(ds) > 0 && w.pause.on() {
+			// Paused while the fetch waited: give them back untouched.
+			w.giveBack(ds)
+			ds = nil
 		}
 		for _, d := range ds {
 			w.tasks.Add(1)
@@ -358,7 +419,8 @@ const (
 	ack      settle = iota // done: remove it
 	requeue                // something failed: deliver again after ErrorBackoff
 	release                // shutdown: deliver again at once
-	setAside               // must not run: Reject it, with the error as the reason
+	setAside               // must not run: archive it (Reject it, without an archive), the error as the reason
+	archive                // failed for good: archive it (Ack it, without an archive), the error as the reason
 	passOn                 // no function here: deliver again after backoff(Attempt), for another worker
 )
 
@@ -418,7 +480,15 @@ func (w *Worker) handle(d *driver.Delivery) {
 			w.report(rerr, "errand: release on shutdown", taskAttrs(sig, queue)...)
 		}
 	case setAside:
-		w.reject(ctx, d, err)
+		w.reject(ctx, d, sig, err)
+	case archive:
+		if w.archiver == nil {
+			if err := b.Ack(ctx, d); err != nil {
+				w.report(err, "errand: ack", taskAttrs(sig, queue)...)
+			}
+			break
+		}
+		w.archiveFailed(ctx, d, sig, err)
 	case passOn:
 		wait := w.backoff(d.Attempt)
 		w.log.Info("errand: no function for this task here: given back for another worker", append(taskAttrs(sig, queue),
@@ -433,16 +503,35 @@ func (w *Worker) handle(d *driver.Delivery) {
 func (w *Worker) setAside(d *driver.Delivery, reason error) {
 	ctx, cancel := w.call()
 	defer cancel()
-	w.reject(ctx, d, reason)
+	w.reject(ctx, d, nil, reason)
 }
 
-// reject sets d aside for good (the broker's dead letters) with reason,
-// and reports it.
-func (w *Worker) reject(ctx context.Context, d *driver.Delivery, reason error) {
-	if err := w.srv.broker.Reject(ctx, d, reason.Error()); err != nil {
+// reject sets d aside for good with reason, and reports it: into the
+// queue's archive where the broker keeps one, else its dead letters. sig
+// is the decoded task, nil when d did not decode.
+func (w *Worker) reject(ctx context.Context, d *driver.Delivery, sig *Signature, reason error) {
+	if w.archiver != nil {
+		w.archiveFailed(ctx, d, sig, reason)
+	} else if err := w.srv.broker.Reject(ctx, d, reason.Error()); err != nil {
 		w.report(err, "errand: reject", "message", d.ID, "queue", d.Queue)
 	}
 	w.report(fmt.Errorf("errand: set aside: %w", reason), "errand: message set aside", "message", d.ID, "queue", d.Queue)
+}
+
+// archiveFailed archives d, whose task (sig; nil when d did not decode)
+// ended for good with cause.
+func (w *Worker) archiveFailed(ctx context.Context, d *driver.Delivery, sig *Signature, cause error) {
+	e := driver.ArchiveEntry{Message: d.Message, Reason: archiveReason(cause), Error: cause.Error(), Attempts: d.Attempt, At: time.Now().UTC()}
+	if sig != nil {
+		e.Attempts = sig.attempt()
+	}
+	if err := w.srv.broker.archive(ctx, w.archiver, d, e, w.cfg.ArchiveRetention); err != nil {
+		attrs := []any{"message", d.ID, "queue", d.Queue}
+		if sig != nil {
+			attrs = taskAttrs(sig, d.Queue)
+		}
+		w.report(err, "errand: archive", attrs...)
+	}
 }
 
 // routeTo gives sig, and every signature linked to it, queue as its

@@ -1,0 +1,47 @@
+package errand
+
+import (
+	"context"
+	"errors"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// archive archives d through a, with e and keep, under the portable
+// layer's checks.
+func (b *broker) archive(ctx context.Context, a driver.Archiver, d *driver.Delivery, e driver.ArchiveEntry, keep Retention) error {
+	if err := b.before(ctx); err != nil {
+		return err
+	}
+	return b.after(ctx, a.Archive(ctx, d, e, keep))
+}
+
+// archiveReason says in a few words why a task ended in the archive.
+func archiveReason(cause error) string {
+	var argErr *ArgumentError
+	var perm *PermanentError
+	var panicked *PanicError
+	switch {
+	case errors.Is(cause, ErrBadSignature):
+		return "bad signature"
+	case errors.Is(cause, ErrUUIDConflict):
+		return "uuid conflict"
+	case errors.Is(cause, ErrPayloadTooLarge):
+		return "too large"
+	case errors.Is(cause, ErrBadMessage):
+		return "undecodable"
+	case errors.Is(cause, ErrUnknownTask):
+		return "unknown task"
+	case errors.As(cause, &argErr), errors.Is(cause, ErrBadArguments):
+		return "bad arguments"
+	case errors.As(cause, &perm):
+		return "permanent error"
+	case errors.Is(cause, ErrRetriesExhausted):
+		return "retries exhausted"
+	case errors.As(cause, &panicked):
+		return "panicked"
+	case errors.Is(cause, context.DeadlineExceeded):
+		return "timed out"
+	}
+	return "failed"
+}

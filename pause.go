@@ -1,0 +1,113 @@
+package errand
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// pauseFlag is whether the worker's queue is paused, as the pause poller
+// last saw it.
+type pauseFlag struct {
+	mu      sync.Mutex
+	paused  bool
+	resumed chan struct{} // closed when paused turns false
+}
+
+func (p *pauseFlag) set(paused bool) (changed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused == paused {
+		return false
+	}
+	p.paused = paused
+	if paused {
+		p.resumed = make(chan struct{})
+	} else {
+		close(p.resumed)
+	}
+	return true
+}
+
+func (p *pauseFlag) on() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// wait returns a channel closed when the queue is resumed, or nil when it
+// is not paused.
+func (p *pauseFlag) wait() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused {
+		return nil
+	}
+	return p.resumed
+}
+
+// startBackground starts the pause poller and the heartbeat, where the
+// broker has them.
+func (w *Worker) startBackground() {
+	if _, ok := w.srv.broker.drv.(driver.Pauser); ok && w.cfg.PausePoll > 0 {
+		w.bg.Go(func() {
+			t := time.NewTicker(w.cfg.PausePoll)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					w.pollPause()
+				case <-w.fetchCtx.Done():
+					return
+				}
+			}
+		})
+	}
+	if w.running != nil {
+		w.bg.Go(w.heartbeat)
+	}
+}
+
+// pollPause asks the broker whether the worker's queue is paused. On an
+// error the flag stays as it was.
+func (w *Worker) pollPause() {
+	p, ok := w.srv.broker.drv.(driver.Pauser)
+	if !ok || w.cfg.PausePoll <= 0 {
+		return
+	}
+	ctx, cancel := w.call()
+	defer cancel()
+	if err := w.srv.broker.before(ctx); err != nil {
+		return
+	}
+	qs, err := p.Paused(ctx)
+	if err != nil {
+		if w.fetchCtx.Err() == nil {
+			w.report(w.srv.broker.after(ctx, err), "errand: read paused queues", "queue", w.cfg.Queue)
+		}
+		return
+	}
+	paused := slices.Contains(qs, w.cfg.Queue)
+	if w.pause.set(paused) {
+		if paused {
+			w.log.Info("errand: queue paused: not fetching", "queue", w.cfg.Queue)
+		} else {
+			w.log.Info("errand: queue resumed", "queue", w.cfg.Queue)
+		}
+	}
+}
+
+// giveBack releases deliveries fetched while the queue was being paused,
+// untouched, and frees their slots.
+func (w *Worker) giveBack(ds []*driver.Delivery) {
+	ctx, cancel := w.call()
+	defer cancel()
+	for _, d := range ds {
+		if err := w.srv.broker.Release(ctx, d, time.Time{}); err != nil {
+			w.report(err, "errand: give back a delivery of a paused queue", "message", d.ID, "queue", d.Queue)
+		}
+		<-w.slots
+	}
+}
