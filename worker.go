@@ -127,10 +127,10 @@ type WorkerConfig struct {
 
 // Worker defaults (see WorkerConfig).
 const (
-	DefaultMaxRetries          = 100              // WorkerConfig.MaxRetries
-	DefaultUnknownTaskAttempts = 10               // WorkerConfig.UnknownTaskAttempts
-	DefaultMaxErrorBackoff     = 30 * time.Second // WorkerConfig.MaxErrorBackoff
-	DefaultMaxMessageSize      = 16 << 20         // WorkerConfig.MaxMessageSize on a broker declaring no MaxPayload
+	DefaultMaxRetries          = 100                 // WorkerConfig.MaxRetries
+	DefaultUnknownTaskAttempts = 10                  // WorkerConfig.UnknownTaskAttempts
+	DefaultMaxErrorBackoff     = 30 * time.Second    // WorkerConfig.MaxErrorBackoff
+	DefaultMaxMessageSize      = 16 << 20            // WorkerConfig.MaxMessageSize on a broker declaring no MaxPayload
 	DefaultArchiveMaxCount     = 10_000              // WorkerConfig.ArchiveRetention.MaxCount
 	DefaultArchiveMaxAge       = 90 * 24 * time.Hour // WorkerConfig.ArchiveRetention.MaxAge
 	DefaultPausePoll           = 500 * time.Millisecond
@@ -147,7 +147,7 @@ type Worker struct {
 	id       string
 	archiver driver.Archiver // the broker's archive; nil when it keeps none
 	pause    pauseFlag
-	running  *runningTasks // nil without heartbeats
+	running  *runningTasks  // nil without heartbeats
 	bg       sync.WaitGroup // the pause poller and the heartbeat
 
 	mw      []Middleware // cfg.Middleware, then the hooks
