@@ -117,13 +117,16 @@
 //	RECEIVED -> RECEIVED | STARTED | FAILURE
 //	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
 //	RETRY    -> RECEIVED
+//	FAILURE  -> PENDING
 //
 // PENDING is written by the sender before the task reaches the broker, so a
 // result handle never finds a sent task unknown. RECEIVED after RECEIVED or
 // STARTED is a redelivery: a worker died or shut down before finishing and
 // another took the task. FAILURE straight from PENDING or RECEIVED is a task
 // that could not run: an unknown name ([ErrUnknownTask]), bad arguments, a
-// chord callback whose member failed. SUCCESS and FAILURE are terminal. Each
+// chord callback whose member failed. SUCCESS and FAILURE are terminal for
+// workers; FAILURE -> PENDING is an operator requeueing an archived task
+// ([Server.Requeue]) as a fresh attempt. Each
 // state is stored as a [TaskState] with the attempt number, results, error
 // text and timestamps.
 //
