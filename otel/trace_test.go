@@ -80,7 +80,7 @@ func TestTraceProducerToConsumer(t *testing.T) {
 		{c, "errand.task.state", attribute.StringValue("SUCCESS")},
 	} {
 		if got := attr(tc.span, tc.key); got != tc.want {
-			t.Errorf("%s span attribute %s = %v, want %v", tc.span.Name(), tc.key, got.Emit(), tc.want.Emit())
+			t.Errorf("%s span attribute %s = %v, want %v", tc.span.Name(), tc.key, got, tc.want)
 		}
 	}
 	if c.Status().Code != codes.Unset {
