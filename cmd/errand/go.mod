@@ -1,5 +1,12 @@
 module github.com/errand-go/errand/cmd/errand
 
-go 1.25
+go 1.26.0
 
-require github.com/errand-go/errand v0.0.0
+require (
+	github.com/errand-go/errand v0.0.0
+	github.com/errand-go/errand/backends/memcache v0.0.0
+	github.com/errand-go/errand/backends/mongo v0.0.0
+	github.com/errand-go/errand/backends/redis v0.0.0
+	github.com/errand-go/errand/brokers/redis v0.0.0
+	github.com/errand-go/errand/brokers/sqs v0.0.0
+)
