@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,22 @@ type Options struct {
 	// CloseClient: Close also closes the client. Set by Open, which makes
 	// its own client. Default: false (the caller owns the client).
 	CloseClient bool
+	// ArchiveMaxCount bounds the archive of each queue when Reject writes
+	// to it: the oldest entries beyond it go, in the same step. (Archive
+	// takes its bound from its caller: errand's
+	// WorkerConfig.ArchiveRetention.) Negative: no bound. Default:
+	// DefaultArchiveMaxCount, 10000.
+	ArchiveMaxCount int
+	// ArchiveMaxAge: Reject also drops the entries of the queue's archive
+	// archived longer ago than this. Negative: no bound. Default:
+	// DefaultArchiveMaxAge, 90 days.
+	ArchiveMaxAge time.Duration
+	// CompletedMax is how many of its most recently acked messages each
+	// queue keeps (ID, body and ack time) for List(ListCompleted), written
+	// by the ack itself. Each is held in Redis's memory like a queued
+	// message. Negative: none (acks are still counted). Default:
+	// DefaultCompletedMax, 1000.
+	CompletedMax int
 	// Logger receives go-redis's own log lines (connection errors, pool
 	// warnings), at Warn with the attribute component=go-redis. go-redis
 	// has one logger per process: errand replaces its stderr logger on the
@@ -60,11 +77,22 @@ type Options struct {
 // 256 KiB, Kafka 1 MB by default; asynq and Celery set no bound of their own.
 const DefaultMaxPayload = 1 << 20
 
+// The defaults of the archive's retention under Reject and of the
+// completed list (see Options).
+const (
+	DefaultArchiveMaxCount = 10000
+	DefaultArchiveMaxAge   = 90 * 24 * time.Hour
+	DefaultCompletedMax    = 1000
+)
+
 // Broker is a driver.Broker on Redis. It is safe for concurrent use.
 type Broker struct {
 	rdb    goredis.UniversalClient
 	opts   Options
 	closed atomic.Bool
+	// migrated holds the queues whose pre-archive dead letters this
+	// broker has moved into the archive (see migrateScript).
+	migrated sync.Map
 }
 
 var (
@@ -74,6 +102,11 @@ var (
 	_ driver.DeadLetterInspector = (*Broker)(nil)
 	_ driver.Purger              = (*Broker)(nil)
 	_ driver.StatsReporter       = (*Broker)(nil)
+	_ driver.Archiver            = (*Broker)(nil)
+	_ driver.Lister              = (*Broker)(nil)
+	_ driver.QueueLister         = (*Broker)(nil)
+	_ driver.Pauser              = (*Broker)(nil)
+	_ driver.Heartbeater         = (*Broker)(nil)
 )
 
 // New returns a broker on rdb: a *redis.Client, *redis.ClusterClient or
@@ -99,15 +132,44 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 	if b.opts.MaxBlock <= 0 {
 		b.opts.MaxBlock = 250 * time.Millisecond
 	}
+	b.opts.ArchiveMaxCount = orDefault(b.opts.ArchiveMaxCount, DefaultArchiveMaxCount)
+	b.opts.ArchiveMaxAge = orDefault(b.opts.ArchiveMaxAge, DefaultArchiveMaxAge)
+	b.opts.CompletedMax = orDefault(b.opts.CompletedMax, DefaultCompletedMax)
 	return b
 }
 
-type keys struct{ pending, delayed, inflight, msgs, tokens, count, dead, reasons, notify string }
+// orDefault is v, or def when v is zero, or zero (no bound, none) when v
+// is negative.
+func orDefault[T int | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// keys are the keys of one queue (see scripts.go).
+type keys struct {
+	pending, delayed, inflight, msgs, tokens, count, notify string
+	archive, archived, done, acked, seq                     string
+	dead, reasons                                           string // older versions' dead letters
+}
 
 func (b *Broker) keys(queue string) keys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}:"
-	return keys{k + "pending", k + "delayed", k + "inflight", k + "msgs", k + "tokens", k + "count", k + "dead", k + "reasons", k + "notify"}
+	return keys{
+		pending: k + "pending", delayed: k + "delayed", inflight: k + "inflight", msgs: k + "msgs",
+		tokens: k + "tokens", count: k + "count", notify: k + "notify",
+		archive: k + "archive", archived: k + "archived", done: k + "done", acked: k + "acked", seq: k + "seq",
+		dead: k + "dead", reasons: k + "reasons",
+	}
 }
+
+// global returns the key name of no single queue, under the hash tag
+// {prefix} (see scripts.go).
+func (b *Broker) global(name string) string { return "{" + b.opts.Prefix + "}:" + name }
 
 // handle is what a Delivery carries back to Ack, Release, Extend, Reject.
 type handle struct{ mid, token string }
@@ -135,7 +197,8 @@ func randomID() string {
 }
 
 // Publish enqueues msgs, one script per queue, all in one pipeline (one
-// round trip). Each queue's messages are stored atomically. A body over
+// round trip) that also adds the queues to the set Queues reads. Each
+// queue's messages are stored atomically. A body over
 // MaxPayload refuses the whole batch before anything is sent.
 func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	ctx, cancel := b.bound(ctx)
@@ -154,32 +217,60 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 		if _, ok := byQueue[m.Queue]; !ok {
 			order = append(order, m.Queue)
 		}
-		var due int64
-		if !m.NotBefore.IsZero() {
-			due = m.NotBefore.UnixMilli()
-			if m.NotBefore.Sub(time.UnixMilli(due)) > 0 {
-				due++ // round up: never early
-			}
-		}
+		due := dueMillis(m.NotBefore)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
 		byQueue[m.Queue] = append(byQueue[m.Queue], randomID(), env, due)
 	}
-	send := func(eval func(*goredis.Script, context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) error {
-		pipe := b.rdb.Pipeline()
+	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+		pipe.SAdd(ctx, b.global("queues"), anys(order)...)
 		for _, q := range order {
 			k := b.keys(q)
 			eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify}, byQueue[q]...)
 		}
-		_, err := pipe.Exec(ctx)
-		return err
-	}
-	err := send((*goredis.Script).EvalSha)
-	if isNoScript(err) {
-		// A fresh (or restarted) server: send the script itself.
-		err = send((*goredis.Script).Eval)
-	}
+	})
 	return b.err(ctx, err)
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// evalFunc is (*goredis.Script).EvalSha or Eval.
+type evalFunc func(*goredis.Script, context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd
+
+// pipelined sends what fill queues on a pipeline, in one round trip (one
+// per node on a cluster), and returns its commands. Scripts go by SHA; on
+// a server that does not have them cached yet (fresh or restarted) the
+// pipeline is sent once more with the scripts themselves, so what fill
+// queues must be safe to send twice when a script was refused.
+func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, evalFunc)) ([]goredis.Cmder, error) {
+	send := func(eval evalFunc) ([]goredis.Cmder, error) {
+		pipe := b.rdb.Pipeline()
+		fill(pipe, eval)
+		return pipe.Exec(ctx)
+	}
+	cmds, err := send((*goredis.Script).EvalSha)
+	if isNoScript(err) {
+		cmds, err = send((*goredis.Script).Eval)
+	}
+	return cmds, err
+}
+
+// dueMillis is nb in ms, rounded up (never early); 0 for the zero time.
+func dueMillis(nb time.Time) int64 {
+	if nb.IsZero() {
+		return 0
+	}
+	due := nb.UnixMilli()
+	if nb.Sub(time.UnixMilli(due)) > 0 {
+		due++
+	}
+	return due
 }
 
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
@@ -189,7 +280,7 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // queue's wake-up list until a publish, the next due time, or MaxBlock.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
-	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count}
+	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq}
 	for {
 		if b.closed.Load() {
 			return nil, fmt.Errorf("redis broker: %w", driver.ErrClosed)
@@ -291,10 +382,12 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 	return nil
 }
 
-// Ack deletes the delivered message.
+// Ack deletes the delivered message and, in the same script, keeps it
+// among the queue's recently completed (Options.CompletedMax) and counts
+// the ack (Stats.Completed).
 func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
 	k := b.keys(d.Queue)
-	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count})
+	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked}, b.opts.CompletedMax)
 }
 
 // Release requeues the delivered message, due at notBefore.
@@ -313,11 +406,12 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	return b.settle(ctx, d, extendScript, []string{k.inflight, k.tokens}, lease.Milliseconds())
 }
 
-// Reject moves the delivered message to the queue's dead letters.
+// Reject archives the delivered message (see Archive) with reason as both
+// its Reason and Error, bounded by Options.ArchiveMaxCount and
+// ArchiveMaxAge.
 func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
-	k := b.keys(d.Queue)
-	return b.settle(ctx, d, rejectScript, []string{k.inflight, k.tokens, k.count, k.dead, k.reasons},
-		strconv.FormatInt(time.Now().UnixMilli(), 10)+" "+reason)
+	e := driver.ArchiveEntry{Message: d.Message, Reason: reason, Error: reason, Attempts: d.Attempt, At: time.Now()}
+	return b.Archive(ctx, d, e, driver.Retention{MaxCount: b.opts.ArchiveMaxCount, MaxAge: b.opts.ArchiveMaxAge})
 }
 
 // Close makes every later call return driver.ErrClosed; blocked fetches
@@ -407,27 +501,23 @@ func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, 
 	return out, err
 }
 
-// DeadLetters lists the rejected messages of queue with their reasons.
+// DeadLetters lists the archive of queue (rejected and archived
+// messages), oldest first. A dead letter's Reason is the entry's Reason,
+// followed by its Error when that says more.
 func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLetter, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	k := b.keys(queue)
-	ids, err := b.rdb.LRange(ctx, k.dead, 0, -1).Result()
-	if err != nil || len(ids) == 0 {
-		return nil, b.err(ctx, err)
-	}
-	reasons, err := b.rdb.HMGet(ctx, k.reasons, ids...).Result()
+	es, err := b.Archived(ctx, queue, 0, -1)
 	if err != nil {
-		return nil, b.err(ctx, err)
+		return nil, err
 	}
-	var out []driver.DeadLetter
-	err = b.messages(ctx, queue, ids, false, func(m driver.Message, i int) {
-		r, _ := reasons[i].(string)
-		ms, reason, _ := strings.Cut(r, " ")
-		at, _ := strconv.ParseInt(ms, 10, 64)
-		out = append(out, driver.DeadLetter{Message: m, Reason: reason, At: time.UnixMilli(at)})
-	})
-	return out, err
+	out := make([]driver.DeadLetter, len(es))
+	for i, e := range es {
+		reason := e.Reason
+		if e.Error != "" && e.Error != e.Reason {
+			reason += ": " + e.Error
+		}
+		out[len(es)-1-i] = driver.DeadLetter{Message: e.Message, Reason: reason, At: e.At}
+	}
+	return out, nil
 }
 
 // Purge drops the pending and delayed messages of queue.
@@ -439,17 +529,26 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	return n, b.err(ctx, err)
 }
 
-// Stats counts queue in one pipeline.
+// Stats counts queue in one pipeline: Dead is the size of its archive,
+// Completed its count of acks.
 func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	if err := b.migrate(ctx, queue); err != nil {
+		return driver.QueueStats{}, err
+	}
 	k := b.keys(queue)
 	pipe := b.rdb.Pipeline()
-	p, d, f, x := pipe.LLen(ctx, k.pending), pipe.ZCard(ctx, k.delayed), pipe.ZCard(ctx, k.inflight), pipe.LLen(ctx, k.dead)
-	if _, err := pipe.Exec(ctx); err != nil {
+	p, d, f, x := pipe.LLen(ctx, k.pending), pipe.ZCard(ctx, k.delayed), pipe.ZCard(ctx, k.inflight), pipe.ZCard(ctx, k.archive)
+	c := pipe.Get(ctx, k.acked)
+	if _, err := pipe.Exec(ctx); err != nil && err != goredis.Nil {
 		return driver.QueueStats{}, b.err(ctx, err)
 	}
-	return driver.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val())}, nil
+	done, err := c.Int64()
+	if err != nil && err != goredis.Nil {
+		return driver.QueueStats{}, b.err(ctx, err)
+	}
+	return driver.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val()), Completed: done}, nil
 }
 
 // bound returns ctx limited to CallTimeout (see Options.CallTimeout).

@@ -14,10 +14,32 @@ import goredis "github.com/redis/go-redis/v9"
 //	K:inflight  zset  leased message IDs by lease deadline (ms)
 //	K:msgs      hash  message ID -> envelope (task ID, newline, body)
 //	K:tokens    hash  message ID -> lease token of its current delivery
+//	                  (delivery number, colon, random)
+//	K:seq       string deliveries so far (numbers the tokens)
 //	K:count     hash  message ID -> deliveries so far
-//	K:dead      list  rejected message IDs
-//	K:reasons   hash  rejected message ID -> reason
+//	K:archive   zset  archived task IDs by archive time (ms*1000 + a tie-breaker)
+//	K:archived  hash  archived task ID -> entry (see below)
+//	K:done      list  the most recently acked messages, newest first:
+//	                  ack time (ms), newline, envelope; capped at CompletedMax
+//	K:acked     string count of acks since the queue began (Stats.Completed)
 //	K:notify    list  wake-up tokens for blocked fetchers
+//
+// An archive entry is one line of JSON (reason, error, attempts, archive
+// time in ms, not-before ms, priority; JSON escapes every newline), a
+// newline, then the envelope (task ID, newline, body): the body is kept as
+// it is, not base64'd.
+//
+// Keys of no single queue, all under the hash tag {prefix} (P = {prefix}),
+// so each script touching them runs on one slot:
+//
+//	P:queues    set   every queue published to (Queues)
+//	P:paused    set   paused queues (Paused)
+//	P:workers   hash  worker ID -> heartbeat data
+//	P:beats     zset  worker ID -> expiry (ms); Beats drops the expired
+//
+// Older versions kept rejected messages in K:dead (list of message IDs)
+// and K:reasons (message ID -> "ms reason"); the first read of a queue's
+// archive by a broker moves such entries into K:archive (migrateScript).
 //
 // An entry of K:pending or K:delayed with no envelope in K:msgs was put
 // there by something other than errand (an LPUSH by hand, another
@@ -25,7 +47,7 @@ import goredis "github.com/redis/go-redis/v9"
 // and the text as body; the fetch script gives it a fresh message ID
 // (TOKEN:fN) and an envelope (that ID, newline, the text) and hands it out
 // like any message, so a worker that cannot decode it sets it aside in
-// K:dead with the reason. Nothing on the lists vanishes unseen.
+// the archive with the reason. Nothing on the lists vanishes unseen.
 //
 // None of these keys has a TTL: recovery of a crashed consumer's messages
 // depends only on K:inflight and K:msgs, which nothing expires.
@@ -59,7 +81,7 @@ notify(KEYS[4], n)
 return n
 `)
 
-// fetch: KEYS pending, delayed, inflight, msgs, tokens, count;
+// fetch: KEYS pending, delayed, inflight, msgs, tokens, count, seq;
 // ARGV max, lease ms, promote batch, token prefix.
 // Returns {id, envelope, token, deliveries, ...} or {'wait', next wake ms or -1, now}.
 var fetchScript = goredis.NewScript(luaNow + `
@@ -80,19 +102,22 @@ local out = {}
 local ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
 if ids then
   local deadline = now + tonumber(ARGV[2])
+  local seq = redis.call('INCRBY', KEYS[7], #ids) - #ids
   for i, id in ipairs(ids) do
     local env = redis.call('HGET', KEYS[4], id)
     if not env then
       -- Foreign: text put on the list by something other than errand, with
       -- no stored envelope. Never dropped: it gets an ID and an envelope
       -- whose body is the text itself, and is handed out like any message
-      -- (a worker that cannot decode it rejects it into K:dead).
+      -- (a worker that cannot decode it rejects it into the archive).
       local raw = id
       id = ARGV[4] .. ':f' .. i
       env = id .. '\n' .. raw
       redis.call('HSET', KEYS[4], id, env)
     end
-    local tok = ARGV[4] .. ':' .. i
+    -- The token starts with the delivery's number, so List can give the
+    -- in-flight messages in delivery order.
+    local tok = (seq + i) .. ':' .. ARGV[4]
     redis.call('ZADD', KEYS[3], deadline, id)
     redis.call('HSET', KEYS[5], id, tok)
     local n = redis.call('HINCRBY', KEYS[6], id, 1)
@@ -117,12 +142,21 @@ const luaOwns = `
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
 `
 
-// ack: KEYS inflight, tokens, msgs, count; ARGV id, token.
-var ackScript = goredis.NewScript(luaOwns + `
+// ack: KEYS inflight, tokens, msgs, count, done, acked; ARGV id, token,
+// completed cap (0: keep none). Keeps the envelope in K:done and counts the
+// ack in K:acked in the same step.
+var ackScript = goredis.NewScript(luaOwns + luaNow + `
+local env = redis.call('HGET', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+local cap = tonumber(ARGV[3])
+if env and cap > 0 then
+  redis.call('LPUSH', KEYS[5], now .. '\n' .. env)
+  redis.call('LTRIM', KEYS[5], 0, cap - 1)
+end
+redis.call('INCR', KEYS[6])
 return 1
 `)
 
@@ -146,13 +180,139 @@ redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
 return 1
 `)
 
-// reject: KEYS inflight, tokens, count, dead, reasons; ARGV id, token, reason.
-var rejectScript = goredis.NewScript(luaOwns + `
+// luaArchive defines archive(zset, hash, id, at ms, entry, max count, max
+// age ms): keep entry as id's archive entry (replacing any), ordered by at
+// (ties in archive order), then drop the entries beyond max count (oldest
+// first) and those archived more than max age ago (0: no bound).
+const luaArchive = `
+local function archive(zkey, hkey, id, at, entry, maxCount, maxAge)
+  redis.call('ZREM', zkey, id)
+  local base = at * 1000
+  local seq = redis.call('ZCOUNT', zkey, base, base + 999)
+  redis.call('ZADD', zkey, base + math.min(seq, 999), id)
+  redis.call('HSET', hkey, id, entry)
+  if maxAge > 0 then
+    local cut = string.format('(%.0f', (now - maxAge) * 1000)
+    local old = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
+    for _, o in ipairs(old) do redis.call('HDEL', hkey, o) end
+    if #old > 0 then redis.call('ZREMRANGEBYSCORE', zkey, '-inf', cut) end
+  end
+  if maxCount > 0 then
+    local over = redis.call('ZCARD', zkey) - maxCount
+    if over > 0 then
+      local gone = redis.call('ZPOPMIN', zkey, over)
+      for i = 1, #gone, 2 do redis.call('HDEL', hkey, gone[i]) end
+    end
+  end
+end
+`
+
+// archive: KEYS inflight, tokens, msgs, count, archive, archived; ARGV
+// message ID, token, task ID, at ms, entry, max count, max age ms. Settles
+// the delivery like ack (0 on a lost lease, nothing archived) and archives
+// the entry. Reject uses it too.
+var archiveScript = goredis.NewScript(luaOwns + luaNow + luaArchive + `
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('RPUSH', KEYS[4], ARGV[1])
-redis.call('HSET', KEYS[5], ARGV[1], ARGV[3])
+redis.call('HDEL', KEYS[4], ARGV[1])
+archive(KEYS[5], KEYS[6], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]))
+return 1
+`)
+
+// requeue: KEYS archive, archived, pending, delayed, msgs, notify; ARGV
+// task ID, message ID, envelope, due ms (0: now). Returns 0, having done
+// nothing, when the task ID is not archived.
+var requeueScript = goredis.NewScript(luaNow + luaNotify + `
+if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
+local due = tonumber(ARGV[4])
+if due > now then
+  redis.call('ZADD', KEYS[4], due, ARGV[2])
+else
+  redis.call('RPUSH', KEYS[3], ARGV[2])
+end
+notify(KEYS[6], 1)
+return 1
+`)
+
+// archived: KEYS archive, archived; ARGV start, stop (newest first).
+// Returns the entries of that page.
+var archivedScript = goredis.NewScript(`
+local out = {}
+for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1], ARGV[1], ARGV[2])) do
+  local e = redis.call('HGET', KEYS[2], id)
+  if e then out[#out + 1] = e end
+end
+return out
+`)
+
+// deleteArchived: KEYS archive, archived; ARGV task IDs. Returns how many
+// were archived.
+var deleteArchivedScript = goredis.NewScript(`
+local n = 0
+for _, id in ipairs(ARGV) do
+  n = n + redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+end
+return n
+`)
+
+// migrate: KEYS dead, reasons, msgs, archive, archived. Moves the rejected
+// messages an older version kept in K:dead into the archive (attempts
+// unknown: 0). Returns how many it moved.
+var migrateScript = goredis.NewScript(luaNow + luaArchive + `
+local ids = redis.call('LRANGE', KEYS[1], 0, -1)
+local n = 0
+for _, mid in ipairs(ids) do
+  local env = redis.call('HGET', KEYS[3], mid)
+  local r = redis.call('HGET', KEYS[2], mid) or ''
+  local sp = string.find(r, ' ', 1, true)
+  local at, reason = now, r
+  if sp then
+    at = tonumber(string.sub(r, 1, sp - 1)) or now
+    reason = string.sub(r, sp + 1)
+  end
+  if env then
+    local nl = string.find(env, '\n', 1, true)
+    local id = mid
+    if nl then id = string.sub(env, 1, nl - 1) else env = mid .. '\n' .. env end
+    local meta = cjson.encode({reason = reason, error = reason, at = at})
+    archive(KEYS[4], KEYS[5], id, at, meta .. '\n' .. env, 0, 0)
+    redis.call('HDEL', KEYS[3], mid)
+    n = n + 1
+  end
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return n
+`)
+
+// beat: KEYS workers, beats; ARGV worker ID, data, ttl ms.
+var beatScript = goredis.NewScript(luaNow + `
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+return 1
+`)
+
+// beats: KEYS workers, beats. Drops the workers whose ttl ran out and
+// returns the data of the others.
+var beatsScript = goredis.NewScript(luaNow + `
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, id in ipairs(gone) do redis.call('HDEL', KEYS[1], id) end
+if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local d = redis.call('HGET', KEYS[1], id)
+  if d then out[#out + 1] = d end
+end
+return out
+`)
+
+// unbeat: KEYS workers, beats; ARGV worker ID.
+var unbeatScript = goredis.NewScript(`
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 `)
 
@@ -171,4 +331,53 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 return n
+`)
+
+// list: KEYS source (list or zset), msgs; ARGV 'list' or 'zset', start,
+// stop, '1' to list foreign entries. Returns {envelope, score (empty for a list), ...};
+// a foreign entry's envelope is a newline then its text (an empty ID).
+var listScript = goredis.NewScript(`
+local ids, scores = {}, {}
+if ARGV[1] == 'list' then
+  ids = redis.call('LRANGE', KEYS[1], ARGV[2], ARGV[3])
+else
+  local z = redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3], 'WITHSCORES')
+  for i = 1, #z, 2 do
+    ids[#ids + 1] = z[i]
+    scores[#scores + 1] = z[i + 1]
+  end
+end
+local out = {}
+for i, id in ipairs(ids) do
+  local env = redis.call('HGET', KEYS[2], id)
+  if not env and ARGV[4] == '1' then env = '\n' .. id end
+  if env then
+    out[#out + 1] = env
+    out[#out + 1] = scores[i] or ''
+  end
+end
+return out
+`)
+
+// inflight: KEYS inflight, tokens, msgs; ARGV start, stop. Returns the
+// envelopes of that page of the in-flight messages in delivery order (by
+// the number their tokens start with).
+var inflightScript = goredis.NewScript(`
+local all = {}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local tok = redis.call('HGET', KEYS[2], id) or ''
+  local n = string.match(tok, '^(%d+):')
+  all[#all + 1] = {id = id, n = tonumber(n) or 0}
+end
+table.sort(all, function(a, b)
+  if a.n ~= b.n then return a.n < b.n end
+  return a.id < b.id
+end)
+local out = {}
+local stop = math.min(tonumber(ARGV[2]), #all - 1)
+for n = tonumber(ARGV[1]), stop do
+  local env = redis.call('HGET', KEYS[3], all[n + 1].id)
+  if env then out[#out + 1] = env end
+end
+return out
 `)

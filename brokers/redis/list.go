@@ -1,0 +1,78 @@
+package redisbroker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// List returns a page of queue in state, in one call: pending in delivery
+// order (foreign text on the list with an empty ID, as Pending), scheduled
+// by due time (At and NotBefore: the due time), in flight in delivery
+// order (At zero), and
+// completed newest first (At: the ack time, by the server's clock) among
+// the last Options.CompletedMax acks.
+func (b *Broker) List(ctx context.Context, queue string, state driver.ListState, offset, limit int) ([]driver.Listed, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	if offset < 0 || limit < 1 {
+		return nil, fmt.Errorf("redis broker: List: offset %d, limit %d: want offset >= 0 and limit >= 1", offset, limit)
+	}
+	k := b.keys(queue)
+	start, stop := offset, offset+limit-1
+	if state == driver.ListCompleted {
+		ss, err := b.rdb.LRange(ctx, k.done, int64(start), int64(stop)).Result()
+		if err != nil {
+			return nil, b.err(ctx, err)
+		}
+		out := make([]driver.Listed, 0, len(ss))
+		for _, s := range ss {
+			ms, env, _ := strings.Cut(s, "\n")
+			at, _ := strconv.ParseInt(ms, 10, 64)
+			id, body, _ := strings.Cut(env, "\n")
+			out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)}, At: time.UnixMilli(at)})
+		}
+		return out, nil
+	}
+	var src, kind, foreign string
+	switch state {
+	case driver.ListPending:
+		src, kind, foreign = k.pending, "list", "1"
+	case driver.ListScheduled:
+		src, kind, foreign = k.delayed, "zset", "1"
+	case driver.ListInFlight:
+		res, err := inflightScript.Run(ctx, b.rdb, []string{k.inflight, k.tokens, k.msgs}, start, stop).StringSlice()
+		if err != nil {
+			return nil, b.err(ctx, err)
+		}
+		out := make([]driver.Listed, 0, len(res))
+		for _, env := range res {
+			id, body, _ := strings.Cut(env, "\n")
+			out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)}})
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("redis broker: List: unknown state %q (want %q, %q, %q or %q)", state,
+			driver.ListPending, driver.ListScheduled, driver.ListInFlight, driver.ListCompleted)
+	}
+	res, err := listScript.Run(ctx, b.rdb, []string{src, k.msgs}, kind, start, stop, foreign).StringSlice()
+	if err != nil {
+		return nil, b.err(ctx, err)
+	}
+	out := make([]driver.Listed, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		id, body, _ := strings.Cut(res[i], "\n")
+		l := driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)}}
+		if state == driver.ListScheduled {
+			due, _ := strconv.ParseFloat(res[i+1], 64)
+			l.At = time.UnixMilli(int64(due))
+			l.NotBefore = l.At
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
