@@ -27,3 +27,23 @@ func TaskInfoFrom(ctx context.Context) (TaskInfo, bool) {
 	ti, ok := ctx.Value(taskInfoKey{}).(TaskInfo)
 	return ti, ok
 }
+
+// valuesCtx is a context whose lifetime is its Context's and whose values
+// are values' first.
+type valuesCtx struct {
+	context.Context
+	values context.Context
+}
+
+func (c valuesCtx) Value(key any) any {
+	if v := c.values.Value(key); v != nil {
+		return v
+	}
+	return c.Context.Value(key)
+}
+
+// withValuesOf returns ctx (its deadline and cancellation) with the values
+// of values.
+func withValuesOf(ctx, values context.Context) context.Context {
+	return valuesCtx{Context: ctx, values: values}
+}

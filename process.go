@@ -118,6 +118,10 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 		}
 		ctx, cancel = w.call()
 		defer cancel()
+		// The steps after the run (the retry's and callbacks' sends among
+		// them) see the attempt's values, e.g. its trace span, under
+		// their own bounded lifetime.
+		ctx = withValuesOf(ctx, tctx)
 		final := started
 		if runErr == nil {
 			final = started.Copy()
