@@ -66,8 +66,42 @@
 // (errand's SQS broker takes 256 KiB, Kafka 1 MB by default; asynq and
 // Celery set no bound of their own.)
 //
-// Rejected (undecodable) messages stay in the queue's dead list with their
-// reason until purged by hand.
+// Rejected and archived messages stay in the queue's archive (see
+// Operating) within its retention.
+//
+// # Operating
+//
+// The broker implements every operator ability: [driver.Archiver],
+// [driver.Lister], [driver.QueueLister], [driver.Pauser] and
+// [driver.Heartbeater]. Besides the keys of a queue above, it keeps (all in
+// scripts.go's key table):
+//
+//   - an archive per queue: K:archive (a sorted set by archive time) and
+//     K:archived (task ID -> entry). Archive settles the delivery like Ack
+//     (driver.ErrLeaseLost likewise), stores the entry and trims the
+//     archive to the retention it is given, in one script. Reject archives
+//     too, with the broker's retention: Options.ArchiveMaxCount (default
+//     [DefaultArchiveMaxCount], 10000) and Options.ArchiveMaxAge (default
+//     [DefaultArchiveMaxAge], 90 days). Stats.Dead counts the archive and
+//     DeadLetters lists it. Requeue removes the entry and enqueues the
+//     message in one script, or does nothing (driver.ErrNotArchived).
+//     Dead letters kept by an older version (K:dead) move into the archive
+//     on the first read of a queue's archive or stats.
+//   - the recently completed messages of each queue: the ack script pushes
+//     the acked message (ID, body, ack time) onto K:done, trimmed to
+//     Options.CompletedMax (default [DefaultCompletedMax], 1000), and
+//     counts the ack in K:acked (Stats.Completed): an ack is still one
+//     round trip. Kept bodies cost Redis memory like queued ones.
+//   - {prefix}:queues, the set of queues published to, added to in the
+//     publish pipeline (no extra round trip);
+//   - {prefix}:paused, the set of paused queues: the flag outlives
+//     processes until Resume; Fetch ignores it, errand's workers poll it;
+//   - {prefix}:workers and {prefix}:beats, each live worker's heartbeat
+//     data and its expiry by the server's clock; Beats drops the expired
+//     first, so a crashed worker is gone one ttl after its last beat.
+//
+// The keys of no single queue share the hash tag {prefix}, so each script
+// on them runs on one slot of a cluster. docs/redis.md has the details.
 //
 // # Logging
 //
