@@ -1,0 +1,167 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// The actions, each a POST form. protect has already checked
+// authentication, the read-only switch and the request's origin. Each
+// answers 303 See Other to the page to show next, with ?done= naming what
+// happened (flash turns it into a sentence), or an error page.
+
+func pathEscape(s string) string { return url.PathEscape(s) }
+
+// back returns where to send the browser after an action on queue: the
+// overview when the form says back=overview, else the queue page (the list
+// the form names in back=list:<list>).
+func back(r *http.Request, queue string) string {
+	switch b := r.PostFormValue("back"); b {
+	case "overview":
+		return ""
+	case "archived", "pending", "scheduled", "retrying", "inflight", "completed":
+		return "queues/" + pathEscape(queue) + "/" + b
+	}
+	return "queues/" + pathEscape(queue)
+}
+
+func withDone(rel, done string, n int) string {
+	q := url.Values{"done": {done}}
+	if n >= 0 {
+		q.Set("n", strconv.Itoa(n))
+	}
+	return rel + "?" + q.Encode()
+}
+
+func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) {
+	queue := r.PathValue("queue")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if _, err := d.srv.Queue(ctx, queue); err != nil {
+		d.failWith(w, r, err, "", "")
+		return
+	}
+	if err := d.srv.Pause(ctx, queue); err != nil {
+		d.failWith(w, r, err, "queues/"+pathEscape(queue), "queue "+queue)
+		return
+	}
+	d.log.Info("web: paused", "queue", queue)
+	seeOther(w, r, withDone(back(r, queue), "paused", -1))
+}
+
+func (d *Dashboard) resume(w http.ResponseWriter, r *http.Request) {
+	queue := r.PathValue("queue")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if _, err := d.srv.Queue(ctx, queue); err != nil {
+		d.failWith(w, r, err, "", "")
+		return
+	}
+	if err := d.srv.Resume(ctx, queue); err != nil {
+		d.failWith(w, r, err, "queues/"+pathEscape(queue), "queue "+queue)
+		return
+	}
+	d.log.Info("web: resumed", "queue", queue)
+	seeOther(w, r, withDone(back(r, queue), "resumed", -1))
+}
+
+func (d *Dashboard) requeue(w http.ResponseWriter, r *http.Request) {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if _, err := d.srv.Queue(ctx, queue); err != nil {
+		d.failWith(w, r, err, "", "")
+		return
+	}
+	taskPage := "queues/" + pathEscape(queue) + "/tasks/" + pathEscape(id)
+	if err := d.srv.Requeue(ctx, queue, id); err != nil {
+		d.failWith(w, r, err, taskPage, "task "+id)
+		return
+	}
+	d.log.Info("web: requeued", "queue", queue, "task", id)
+	seeOther(w, r, withDone(taskPage, "requeued", -1))
+}
+
+func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if _, err := d.srv.Queue(ctx, queue); err != nil {
+		d.failWith(w, r, err, "", "")
+		return
+	}
+	n, err := d.srv.DeleteArchived(ctx, queue, id)
+	if err != nil {
+		d.failWith(w, r, err, "queues/"+pathEscape(queue)+"/archived", "the archive of "+queue)
+		return
+	}
+	if n == 0 {
+		d.fail(w, r, http.StatusConflict, "Task not archived",
+			"The archive of this queue holds no task of this ID: it may have been requeued or deleted meanwhile.", nil)
+		return
+	}
+	d.log.Info("web: deleted archived task", "queue", queue, "task", id)
+	seeOther(w, r, withDone("queues/"+pathEscape(queue)+"/archived", "deleted", n))
+}
+
+func (d *Dashboard) requeueAll(w http.ResponseWriter, r *http.Request) {
+	queue := r.PathValue("queue")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if _, err := d.srv.Queue(ctx, queue); err != nil {
+		d.failWith(w, r, err, "", "")
+		return
+	}
+	n, err := d.srv.RequeueAll(ctx, queue, r.PostFormValue("name"))
+	if err != nil {
+		d.failWith(w, r, err, "queues/"+pathEscape(queue)+"/archived", "the archive of "+queue)
+		return
+	}
+	d.log.Info("web: requeued all archived tasks", "queue", queue, "n", n)
+	seeOther(w, r, withDone(back(r, queue), "requeued", n))
+}
+
+func (d *Dashboard) deleteAll(w http.ResponseWriter, r *http.Request) {
+	queue := r.PathValue("queue")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if _, err := d.srv.Queue(ctx, queue); err != nil {
+		d.failWith(w, r, err, "", "")
+		return
+	}
+	n, err := d.srv.DeleteAllArchived(ctx, queue, r.PostFormValue("name"))
+	if err != nil {
+		d.failWith(w, r, err, "queues/"+pathEscape(queue)+"/archived", "the archive of "+queue)
+		return
+	}
+	d.log.Info("web: deleted all archived tasks", "queue", queue, "n", n)
+	seeOther(w, r, withDone(back(r, queue), "deleted", n))
+}
+
+// flash turns ?done= into a sentence for the page's banner. Only known
+// words are shown, so a link cannot put text of its own on the page.
+func flash(r *http.Request) string {
+	q := r.URL.Query()
+	n, err := strconv.Atoi(q.Get("n"))
+	count := func(one, verb, what string) string {
+		switch {
+		case err != nil || n < 0:
+			return one
+		case n == 1:
+			return verb + " 1 " + what + "."
+		}
+		return verb + " " + strconv.Itoa(n) + " " + what + "s."
+	}
+	switch q.Get("done") {
+	case "paused":
+		return "Paused: workers stop taking this queue's tasks (running tasks finish)."
+	case "resumed":
+		return "Resumed: workers take this queue's tasks again."
+	case "requeued":
+		return count("Requeued: the task is pending again, as a fresh attempt.", "Requeued", "task")
+	case "deleted":
+		return count("Deleted from the archive.", "Deleted", "archived task")
+	}
+	return ""
+}
