@@ -45,6 +45,14 @@ var brokerCases = []kase[BrokerHarness]{
 	{"BadMessage/SetAside", badMessageSetAside, parallel},
 	{"Inspect/PendingDelayed", inspectPendingDelayed, parallel},
 	{"Purge", purge, parallel},
+	{"Archive/KeepsEntry", archiveKeepsEntry, parallel},
+	{"Archive/Retention", archiveRetention, parallel},
+	{"Archive/Requeue", archiveRequeue, parallel},
+	{"Archive/Delete", archiveDelete, parallel},
+	{"List/ByState", listByState, parallel},
+	{"Queues/Lists", queuesList, parallel},
+	{"Pause/Flag", pauseFlag, parallel},
+	{"Heartbeat/TTL", heartbeatTTL, parallel},
 }
 
 type bcase struct {
@@ -144,6 +152,11 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.Purge, reflect.TypeFor[driver.Purger](), "Purge")
 	checkAbility(t, b, caps.Stats, reflect.TypeFor[driver.StatsReporter](), "Stats")
 	checkAbility(t, b, caps.BatchAck, reflect.TypeFor[driver.BatchAcker](), "BatchAck")
+	checkAbility(t, b, caps.Archive, reflect.TypeFor[driver.Archiver](), "Archive")
+	checkAbility(t, b, caps.List, reflect.TypeFor[driver.Lister](), "List")
+	checkAbility(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
+	checkAbility(t, b, caps.Pause, reflect.TypeFor[driver.Pauser](), "Pause")
+	checkAbility(t, b, caps.Heartbeat, reflect.TypeFor[driver.Heartbeater](), "Heartbeat")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

@@ -73,6 +73,11 @@ type BrokerCaps struct {
 	Purge       bool // driver.Purger
 	Stats       bool // driver.StatsReporter
 	BatchAck    bool // driver.BatchAcker
+	Archive     bool // driver.Archiver
+	List        bool // driver.Lister
+	Queues      bool // driver.QueueLister
+	Pause       bool // driver.Pauser
+	Heartbeat   bool // driver.Heartbeater
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

@@ -87,6 +87,15 @@ type brokenBroker struct {
 	inflight func(b *brokenBroker, ctx context.Context, q string) ([]errand.Message, error)
 	purge    func(b *brokenBroker, ctx context.Context, q string) (int, error)
 	ackBatch func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error
+	// The operator's abilities (selftest_operate_test.go).
+	archive        func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error
+	requeue        func(b *brokenBroker, ctx context.Context, q, id string, m errand.Message) error
+	deleteArchived func(b *brokenBroker, ctx context.Context, q string, ids ...string) (int, error)
+	list           func(b *brokenBroker, ctx context.Context, q string, s driver.ListState, offset, limit int) ([]driver.Listed, error)
+	queues         func(b *brokenBroker, ctx context.Context) ([]string, error)
+	pause          func(b *brokenBroker, ctx context.Context, q string) error
+	beat           func(b *brokenBroker, ctx context.Context, id string, data []byte, ttl time.Duration) error
+	unbeat         func(b *brokenBroker, ctx context.Context, id string) error
 }
 
 // AckBatch acks through the variant's Ack when it breaks Ack, so a broken
@@ -173,7 +182,8 @@ func healthyBroker() BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:    BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true},
+		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
 	}
@@ -384,6 +394,12 @@ var brokenBrokers = map[string]BrokerHarness{
 		h.Caps.Inspect = false
 		return h
 	}(),
+}
+
+func init() {
+	for name, h := range brokenOperators {
+		brokenBrokers[name] = h
+	}
 }
 
 // ---- broken backends ----
@@ -685,6 +701,14 @@ var brokerTargets = map[string]string{
 	"BadMessage/SetAside":       "reject-requeues",
 	"Inspect/PendingDelayed":    "inspect-misses-delayed",
 	"Purge":                     "purge-keeps-messages",
+	"Archive/KeepsEntry":        "archive-loses-error",
+	"Archive/Retention":         "retention-ignored",
+	"Archive/Requeue":           "requeue-not-atomic",
+	"Archive/Delete":            "delete-archived-keeps",
+	"List/ByState":              "list-wrong-state",
+	"Queues/Lists":              "queues-from-contents",
+	"Pause/Flag":                "pause-flag-lost",
+	"Heartbeat/TTL":             "heartbeat-never-expires",
 }
 
 // moreBrokerTargets are second variants for cases with more than one promise.
@@ -692,6 +716,10 @@ var moreBrokerTargets = map[string]string{
 	"Inspect/PendingDelayed": "inspect-misses-in-flight",
 	"PublishFetchAck":        "first-delivery-counted-twice",
 	"Release/Immediate":      "release-resets-count",
+	"Capabilities":           "undeclared-archive",
+	"Archive/Retention":      "retention-ignores-age",
+	"List/ByState":           "completed-oldest-first",
+	"Heartbeat/TTL":          "unbeat-is-a-no-op",
 }
 
 var backendTargets = map[string]string{

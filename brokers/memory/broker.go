@@ -32,6 +32,9 @@ type Broker struct {
 	wake   chan struct{} // closed and replaced whenever a message becomes available
 	seq    uint64
 	closed bool
+
+	paused map[string]bool // queues paused (Pauser)
+	beats  map[string]beat // worker heartbeats (Heartbeater)
 }
 
 var (
@@ -42,11 +45,16 @@ var (
 	_ driver.StatsReporter       = (*Broker)(nil)
 	_ driver.DeadLetterInspector = (*Broker)(nil)
 	_ driver.BatchAcker          = (*Broker)(nil)
+	_ driver.Archiver            = (*Broker)(nil)
+	_ driver.Lister              = (*Broker)(nil)
+	_ driver.QueueLister         = (*Broker)(nil)
+	_ driver.Pauser              = (*Broker)(nil)
+	_ driver.Heartbeater         = (*Broker)(nil)
 )
 
 // New returns an empty broker. opts may be nil.
 func New(opts *Options) *Broker {
-	b := &Broker{queues: make(map[string]*queue), wake: make(chan struct{})}
+	b := &Broker{queues: make(map[string]*queue), wake: make(chan struct{}), paused: make(map[string]bool), beats: make(map[string]beat)}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -66,7 +74,15 @@ type queue struct {
 	ready    entryHeap // due: by priority, due time, publish order
 	delayed  entryHeap // not due: by due time, publish order
 	inflight map[uint64]*entry
-	dead     []driver.DeadLetter
+	// published: a message was published to the queue (QueueLister).
+	published bool
+	// archive holds the entries set aside for good (Archive and Reject),
+	// oldest first.
+	archive []driver.ArchiveEntry
+	// completed holds the last MaxCompleted acked messages, oldest first;
+	// acks counts every ack.
+	completed []driver.Listed
+	acks      int64
 }
 
 type handle struct{ seq, token uint64 }
@@ -97,12 +113,19 @@ func (b *Broker) Publish(_ context.Context, msgs ...driver.Message) error {
 	if b.closed {
 		return driver.ErrClosed
 	}
+	b.publish(msgs...)
+	return nil
+}
+
+// publish enqueues msgs and wakes fetchers; b.mu must be held.
+func (b *Broker) publish(msgs ...driver.Message) {
 	now := time.Now()
 	for _, m := range msgs {
 		m.Body = slices.Clone(m.Body)
 		b.seq++
 		e := &entry{msg: m, seq: b.seq, due: m.NotBefore}
 		q := b.queue(m.Queue)
+		q.published = true
 		if e.due.After(now) {
 			heap.Push(&q.delayed, e)
 		} else {
@@ -110,7 +133,6 @@ func (b *Broker) Publish(_ context.Context, msgs ...driver.Message) error {
 		}
 	}
 	b.broadcast()
-	return nil
 }
 
 // promote moves due delayed messages and expired leases to ready, and
@@ -211,7 +233,8 @@ func (b *Broker) leased(d *driver.Delivery) (*queue, *entry, error) {
 	return q, e, nil
 }
 
-// Ack removes the delivered message.
+// Ack removes the delivered message and keeps it among the queue's
+// recently completed ones.
 func (b *Broker) Ack(_ context.Context, d *driver.Delivery) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -219,8 +242,19 @@ func (b *Broker) Ack(_ context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return err
 	}
-	delete(q.inflight, e.seq)
+	q.complete(e, time.Now())
 	return nil
+}
+
+// complete removes the in-flight e as acked at now; b.mu must be held.
+func (q *queue) complete(e *entry, now time.Time) {
+	delete(q.inflight, e.seq)
+	q.acks++
+	q.completed = append(q.completed, driver.Listed{Message: e.msg, At: now})
+	if over := len(q.completed) - MaxCompleted; over > 0 {
+		clear(q.completed[:over])
+		q.completed = q.completed[over:]
+	}
 }
 
 // AckBatch acks every delivery under one lock.
@@ -228,13 +262,14 @@ func (b *Broker) AckBatch(_ context.Context, ds []*driver.Delivery) []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	errs := make([]error, len(ds))
+	now := time.Now()
 	for i, d := range ds {
 		q, e, err := b.leased(d)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		delete(q.inflight, e.seq)
+		q.complete(e, now)
 	}
 	return errs
 }
@@ -270,7 +305,9 @@ func (b *Broker) Extend(_ context.Context, d *driver.Delivery, lease time.Durati
 	return nil
 }
 
-// Reject moves the delivered message to the queue's dead letters.
+// Reject moves the delivered message to the queue's archive (see
+// Archive), with reason as its Reason and Error, its deliveries as its
+// Attempts, under DefaultRetention.
 func (b *Broker) Reject(_ context.Context, d *driver.Delivery, reason string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -279,7 +316,7 @@ func (b *Broker) Reject(_ context.Context, d *driver.Delivery, reason string) er
 		return err
 	}
 	delete(q.inflight, e.seq)
-	q.dead = append(q.dead, driver.DeadLetter{Message: e.msg, Reason: reason, At: time.Now()})
+	q.keep(driver.ArchiveEntry{Message: e.msg, Reason: reason, Error: reason, Attempts: e.deliveries}, DefaultRetention, time.Now())
 	return nil
 }
 
@@ -357,9 +394,21 @@ func (b *Broker) InFlight(_ context.Context, queueName string) (out []driver.Mes
 	return out, err
 }
 
-// DeadLetters lists the rejected messages of queue.
+// DeadLetters lists the archive of queue (rejected and archived messages),
+// oldest first. A dead letter's Reason is the entry's Reason, followed by
+// its Error when that says more.
 func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []driver.DeadLetter, err error) {
-	err = b.inspect(queueName, func(q *queue) error { out = slices.Clone(q.dead); return nil })
+	err = b.inspect(queueName, func(q *queue) error {
+		out = make([]driver.DeadLetter, len(q.archive))
+		for i, e := range q.archive {
+			reason := e.Reason
+			if e.Error != "" && e.Error != e.Reason {
+				reason += ": " + e.Error
+			}
+			out[i] = driver.DeadLetter{Message: e.Message, Reason: reason, At: e.At}
+		}
+		return nil
+	})
 	return out, err
 }
 
@@ -376,7 +425,7 @@ func (b *Broker) Purge(_ context.Context, queueName string) (n int, err error) {
 // Stats counts queue.
 func (b *Broker) Stats(_ context.Context, queueName string) (s driver.QueueStats, err error) {
 	err = b.inspect(queueName, func(q *queue) error {
-		s = driver.QueueStats{Pending: q.ready.Len(), Delayed: q.delayed.Len(), InFlight: len(q.inflight), Dead: len(q.dead)}
+		s = driver.QueueStats{Pending: q.ready.Len(), Delayed: q.delayed.Len(), InFlight: len(q.inflight), Dead: len(q.archive), Completed: q.acks}
 		return nil
 	})
 	return s, err

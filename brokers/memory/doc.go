@@ -34,8 +34,35 @@
 // [driver.ErrLeaseLost]. The broker is a [driver.BatchAcker]: errand's
 // batches of concurrent acks are taken under one lock.
 //
+// # Operating
+//
+// The broker has every operator's ability errand uses (Server.Queues,
+// List, Archived, Requeue, Pause, Workers, ...):
+//
+//   - [driver.Archiver]: each queue keeps an archive of what failed for
+//     good, newest first. Archive applies the retention it is given in the
+//     same step (the oldest entries past MaxCount, those archived more
+//     than MaxAge ago); Reject stores into the same archive, with the
+//     reason as both Reason and Error, the delivery count as Attempts,
+//     under [DefaultRetention] (10000 entries, 90 days). DeadLetters lists
+//     the archive oldest first (a dead letter's Reason is the entry's
+//     Reason followed by its Error when that says more) and Stats' Dead
+//     counts it. Requeue removes the entry and publishes under one lock.
+//   - [driver.Lister]: pending in delivery order, scheduled by due time,
+//     in flight by delivery time, and the last [MaxCompleted] (1000) acked
+//     messages of each queue, newest first; Stats' Completed counts every
+//     ack.
+//   - [driver.QueueLister]: every queue a message was published to since
+//     the broker was made.
+//   - [driver.Pauser]: the paused flags live in the Broker value, shared
+//     by every Server using it (a memory://NAME broker: every Server of
+//     the process that opens the name).
+//   - [driver.Heartbeater]: each worker's last heartbeat, until Unbeat or
+//     its ttl runs out (checked as they are read).
+//
 // # Limits
 //
 // No maximum delay. The maximum payload is Options.MaxPayload (default: no
-// limit). Memory grows with what is queued.
+// limit). Memory grows with what is queued, archived (up to each
+// retention) and heartbeating.
 package memorybroker
