@@ -135,10 +135,6 @@ func (c *cli) server() (*errand.Server, error) {
 	if brokerURL == "" {
 		return nil, usageErrorf("no broker: give --broker URL or set ERRAND_BROKER_URL")
 	}
-	broker, err := errand.OpenBroker(c.ctx, brokerURL)
-	if err != nil {
-		return nil, openFailure(err)
-	}
 	backendURL := c.backendURL
 	if backendURL == "" {
 		backendURL = c.env("ERRAND_BACKEND_URL")
@@ -146,9 +142,17 @@ func (c *cli) server() (*errand.Server, error) {
 	if backendURL == "" {
 		backendURL = backendOf(brokerURL)
 	}
+	noBackend := usageErrorf("no result backend: give --backend URL or set ERRAND_BACKEND_URL (the broker %s is not a backend too)", errand.RedactURL(brokerURL))
+	if u, err := url.Parse(brokerURL); backendURL == "" && err == nil && strings.EqualFold(u.Scheme, "sqs") {
+		return nil, noBackend // said before SQS is asked anything
+	}
+	broker, err := errand.OpenBroker(c.ctx, brokerURL)
+	if err != nil {
+		return nil, openFailure(err)
+	}
 	if backendURL == "" {
 		broker.Close()
-		return nil, usageErrorf("no result backend: give --backend URL or set ERRAND_BACKEND_URL (the broker %s is not a backend too)", errand.RedactURL(brokerURL))
+		return nil, noBackend
 	}
 	backend, err := errand.OpenBackend(c.ctx, backendURL)
 	if err != nil {

@@ -222,7 +222,7 @@ func findTask(c *cli, srv *errand.Server, queues []string, id string) (errand.Qu
 			return errand.QueuedTask{}, err
 		}
 		if ti.List != "" {
-			return ti, nil
+			return withState(c, srv, ti)
 		}
 		if recorded == nil {
 			ti.Queue = ""
@@ -240,6 +240,27 @@ func findTask(c *cli, srv *errand.Server, queues []string, id string) (errand.Qu
 		where = fmt.Sprintf("queue %q does not hold it", queues[0])
 	}
 	return errand.QueuedTask{}, fmt.Errorf("task %q not found: %s and the backend has no state for it: %w", id, where, errand.ErrTaskNotFound)
+}
+
+// withState adds the backend's record to ti when it lacks one. (Server.Task
+// leaves QueuedTask.State unset for a task it finds in a list.)
+func withState(c *cli, srv *errand.Server, ti errand.QueuedTask) (errand.QueuedTask, error) {
+	if ti.State != nil {
+		return ti, nil
+	}
+	id := ti.ID
+	if ti.Signature != nil {
+		id = ti.Signature.UUID
+	}
+	st, err := srv.Backend().GetState(c.ctx, id)
+	switch {
+	case errors.Is(err, errand.ErrTaskNotFound):
+	case err != nil:
+		return ti, err
+	default:
+		ti.State = st
+	}
+	return ti, nil
 }
 
 // isSet reports whether any of the flags names was given.
