@@ -115,7 +115,7 @@ func unknownQueue(queue string, qs []errand.QueueInfo) error {
 	if len(names) > 0 {
 		known = "known queues: " + strings.Join(names, ", ")
 	}
-	return fmt.Errorf("unknown queue %q (%s): %w", queue, known, errand.ErrUnknownQueue)
+	return tagged(errand.ErrUnknownQueue, "unknown queue %q (%s)", queue, known)
 }
 
 func runList(c *cli, args []string) error {
@@ -239,7 +239,7 @@ func findTask(c *cli, srv *errand.Server, queues []string, id string) (errand.Qu
 	case 1:
 		where = fmt.Sprintf("queue %q does not hold it", queues[0])
 	}
-	return errand.QueuedTask{}, fmt.Errorf("task %q not found: %s and the backend has no state for it: %w", id, where, errand.ErrTaskNotFound)
+	return errand.QueuedTask{}, tagged(errand.ErrTaskNotFound, "task %q not found: %s and the backend has no state for it", id, where)
 }
 
 // withState adds the backend's record to ti when it lacks one. (Server.Task
@@ -385,15 +385,27 @@ func (c *cli) notArchived(srv *errand.Server, queue, id string) error {
 	ti, err := srv.Task(c.ctx, queue, id)
 	switch {
 	case errors.Is(err, errand.ErrTaskNotFound):
-		return fmt.Errorf("task %q not found: not in the archive of queue %q nor in its other lists, and the backend has no state for it: %w", id, queue, errand.ErrTaskNotFound)
-	case err != nil:
-		return fmt.Errorf("task %q is not in the archive of queue %q: %w", id, queue, errand.ErrNotArchived)
-	case ti.List != "":
-		return fmt.Errorf("task %q is not in the archive of queue %q: it is %s: %w", id, queue, ti.List, errand.ErrNotArchived)
-	case ti.State != nil:
-		return fmt.Errorf("task %q is not in the archive of queue %q: its state is %s: %w", id, queue, ti.State.State, errand.ErrNotArchived)
+		return tagged(errand.ErrTaskNotFound, "task %q not found: not in the archive of queue %q nor in its other lists, and the backend has no state for it", id, queue)
+	case err == nil && ti.List != "":
+		return tagged(errand.ErrNotArchived, "task %q is not in the archive of queue %q: it is %s", id, queue, ti.List)
+	case err == nil && ti.State != nil:
+		return tagged(errand.ErrNotArchived, "task %q is not in the archive of queue %q: its state is %s", id, queue, ti.State.State)
 	}
-	return fmt.Errorf("task %q is not in the archive of queue %q: %w", id, queue, errand.ErrNotArchived)
+	return tagged(errand.ErrNotArchived, "task %q is not in the archive of queue %q", id, queue)
+}
+
+// taggedError is a message of the command's own that still satisfies
+// errors.Is for errand's sentinel (without repeating its text).
+type taggedError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *taggedError) Error() string { return e.msg }
+func (e *taggedError) Unwrap() error { return e.sentinel }
+
+func tagged(sentinel error, format string, a ...any) error {
+	return &taggedError{msg: fmt.Sprintf(format, a...), sentinel: sentinel}
 }
 
 func runPurge(c *cli, args []string) error {

@@ -703,7 +703,7 @@ func TestBadInput(t *testing.T) {
 }
 
 // argJSON is an argument's value as JSON text.
-func argJSON(a errand.Arg) string {
+func argJSON(a argView) string {
 	b, _ := json.Marshal(a.Value)
 	return string(b)
 }

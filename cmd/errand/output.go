@@ -82,7 +82,7 @@ type taskJSON struct {
 	Queue       string            `json:"queue,omitempty"`
 	List        string            `json:"list,omitempty"`
 	Name        string            `json:"name,omitempty"`
-	Args        []errand.Arg      `json:"args,omitempty"`
+	Args        []argView         `json:"args,omitempty"`
 	Attempt     int               `json:"attempt,omitempty"`
 	RetryCount  int               `json:"retry_count,omitempty"`
 	ETA         *time.Time        `json:"eta,omitempty"`
@@ -91,6 +91,14 @@ type taskJSON struct {
 	At          *time.Time        `json:"at,omitempty"` // due (scheduled, retrying), acked (completed), archived (archived)
 	Archive     *archiveJSON      `json:"archive,omitempty"`
 	State       *errand.TaskState `json:"state,omitempty"`
+}
+
+// argView is one argument in JSON: its value, and its Go type name when
+// the producer sent one.
+type argView struct {
+	Name  string `json:"name,omitempty"`
+	Type  string `json:"type,omitempty"`
+	Value any    `json:"value"`
 }
 
 type archiveJSON struct {
@@ -103,7 +111,10 @@ type archiveJSON struct {
 func taskView(t errand.QueuedTask) taskJSON {
 	v := taskJSON{ID: t.ID, Queue: t.Queue, List: string(t.List), DecodeError: t.DecodeError, State: t.State}
 	if s := t.Signature; s != nil {
-		v.Name, v.Args, v.Attempt, v.RetryCount, v.ETA, v.Headers = s.Name, s.Args, max(s.Attempt, 1), s.RetryCount, s.ETA, s.Headers
+		v.Name, v.Attempt, v.RetryCount, v.ETA, v.Headers = s.Name, max(s.Attempt, 1), s.RetryCount, s.ETA, s.Headers
+		for _, a := range s.Args {
+			v.Args = append(v.Args, argView(a))
+		}
 	} else if t.State != nil {
 		v.Name = t.State.TaskName
 	}
@@ -256,7 +267,7 @@ func stateText(t errand.QueuedTask) string {
 }
 
 // argsText shows arguments as their JSON values.
-func argsText(args []errand.Arg) string {
+func argsText(args []argView) string {
 	parts := make([]string, len(args))
 	for i, a := range args {
 		b, err := json.Marshal(a.Value)
