@@ -66,7 +66,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ss := d.samples.snapshot()
-	rates := lastRate(ss)
+	rates := lastRate(ss, d.opts.History/30)
 	data := overviewData{Chart: newChart(ss, time.Now(), d.opts.History), Every: shortDuration(d.opts.SampleEvery)}
 	for _, q := range qs {
 		data.Queues = append(data.Queues, d.row(ctx, q, rates))
@@ -139,7 +139,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		d.failWith(w, r, err, "", "")
 		return
 	}
-	row := d.row(ctx, qi, lastRate(d.samples.snapshot()))
+	row := d.row(ctx, qi, d.latestRates())
 	data := queueData{Queue: row, List: l, Page: page, Archived: l == errand.ListArchived, AtLabel: atLabels[l]}
 	for _, ls := range errand.ListStates {
 		tab := listTab{List: ls, Label: listLabels[ls], Active: ls == l}
@@ -368,7 +368,7 @@ func (d *Dashboard) apiQueues(w http.ResponseWriter, r *http.Request) {
 		d.jsonError(w, r, err)
 		return
 	}
-	rates := lastRate(d.samples.snapshot())
+	rates := d.latestRates()
 	out := make([]apiQueue, 0, len(qs))
 	for _, q := range qs {
 		row := d.row(ctx, q, rates)

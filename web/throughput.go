@@ -81,17 +81,23 @@ func (d *Dashboard) sample(ctx context.Context) {
 	}
 }
 
-// rates returns each queue's throughput, in tasks per minute, between
-// consecutive samples: points at the later sample's time.
-func rates(ss []sample) map[string][]point {
+// rates returns each queue's throughput, in tasks per minute, at each
+// sample: the rate since the latest earlier sample at least span before it
+// (a moving average, so a short sampling interval does not draw every burst
+// as a spike).
+func rates(ss []sample, span time.Duration) map[string][]point {
 	out := make(map[string][]point)
+	j := 0
 	for i := 1; i < len(ss); i++ {
-		dt := ss[i].at.Sub(ss[i-1].at).Minutes()
+		for j+1 < i && ss[i].at.Sub(ss[j+1].at) >= span {
+			j++
+		}
+		dt := ss[i].at.Sub(ss[j].at).Minutes()
 		if dt <= 0 {
 			continue
 		}
 		for q, c := range ss[i].completed {
-			prev, ok := ss[i-1].completed[q]
+			prev, ok := ss[j].completed[q]
 			if !ok {
 				continue
 			}
@@ -110,10 +116,10 @@ type point struct {
 	rate float64 // per minute
 }
 
-// lastRate returns each queue's latest rate per minute.
-func lastRate(ss []sample) map[string]float64 {
+// lastRate returns each queue's latest rate per minute, over span.
+func lastRate(ss []sample, span time.Duration) map[string]float64 {
 	out := make(map[string]float64)
-	for q, ps := range rates(ss) {
+	for q, ps := range rates(ss, span) {
 		out[q] = ps[len(ps)-1].rate
 	}
 	return out
@@ -149,7 +155,7 @@ var palette = []string{"#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed", "#
 // newChart lays out the rates of ss over the window ending at now.
 func newChart(ss []sample, now time.Time, window time.Duration) chart {
 	c := chart{W: 760, H: 200, Left: 52, Right: 748, Top: 12, Bottom: 176, Window: shortDuration(window)}
-	rs := rates(ss)
+	rs := rates(ss, window/30)
 	start := now.Add(-window)
 	max := 0.0
 	for _, ps := range rs {
@@ -241,6 +247,14 @@ func shortDuration(d time.Duration) string {
 		return fmt.Sprintf("%dm", d/time.Minute)
 	case d >= time.Minute:
 		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
 	}
 	return fmt.Sprintf("%ds", int(d.Round(time.Second)/time.Second))
+}
+
+// latestRates returns each queue's latest throughput per minute, averaged
+// as the chart averages it.
+func (d *Dashboard) latestRates() map[string]float64 {
+	return lastRate(d.samples.snapshot(), d.opts.History/30)
 }

@@ -1,0 +1,253 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand"
+	redisbackend "github.com/errand-go/errand/backends/redis"
+	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/web"
+)
+
+// chromium returns the path of a Chromium to drive: ERRAND_CHROMIUM
+// (scripts/services exports it), else chromium on PATH.
+func chromium(t *testing.T) string {
+	if p := os.Getenv("ERRAND_CHROMIUM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			conformance.ServiceUnavailable(t, "ERRAND_CHROMIUM="+p+": "+err.Error())
+		}
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	conformance.ServiceUnavailable(t, "no Chromium: set ERRAND_CHROMIUM or install Debian's chromium (scripts/services start does)")
+	return ""
+}
+
+// dropKeys deletes every key under prefix.
+func dropKeys(rdb goredis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		rdb.Del(ctx, keys[:n]...)
+		keys = keys[n:]
+	}
+}
+
+// TestDashboardInChromium drives the web dashboard in headless Chromium over
+// the Redis broker and backend: the overview shows the seeded queue's
+// counts, the archived task's page shows its failure, and its Requeue
+// button runs it again to SUCCESS. It saves a full-page screenshot of the
+// overview as dashboard.png in ERRAND_SCREENSHOT_DIR when that is set
+// (docs/images/dashboard.png is one).
+func TestDashboardInChromium(t *testing.T) {
+	rdb := redisClient(t)
+	chrome := chromium(t)
+	prefix := fmt.Sprintf("errand-e2e-dash-%d", time.Now().UnixNano())
+	t.Cleanup(func() { dropKeys(rdb, prefix) })
+
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := redisbackend.New(rdb, &redisbackend.Options{Prefix: prefix})
+	srv, err := errand.NewServer(errand.Config{Broker: b, Backend: be, DefaultQueue: "emails"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	var invoiceRuns atomic.Int32
+	srv.Register("send_welcome", func(to string) (string, error) { return "sent to " + to, nil })
+	srv.Register("render_invoice", func(id int) (string, error) {
+		if invoiceRuns.Add(1) == 1 {
+			return "", errand.Permanent(fmt.Errorf("invoice %d: template missing (first run only)", id))
+		}
+		return fmt.Sprintf("invoice-%d.pdf", id), nil
+	})
+	srv.Register("nightly_report", func(day int) (int, error) { return day * 7, nil })
+	for _, q := range []string{"emails", "reports"} {
+		w := srv.NewWorker(errand.WorkerConfig{Queue: q, Concurrency: 4, Heartbeat: 200 * time.Millisecond, PausePoll: 100 * time.Millisecond})
+		w.Start()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			w.Shutdown(ctx)
+		})
+	}
+
+	dash := web.New(srv, web.Options{SampleEvery: 250 * time.Millisecond, History: 20 * time.Second})
+	t.Cleanup(func() { dash.Close() })
+
+	// Seed: tasks done in bursts (so the chart has a shape), one that fails
+	// for good (archived), one due in an hour.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := map[string]int{}
+	for burst := range 16 {
+		var rs []*errand.AsyncResult
+		for i := range 2 + (burst*7)%5 {
+			sig := errand.NewSignature("send_welcome", fmt.Sprintf("user%d-%d@example.com", burst, i))
+			if i%3 == 1 {
+				sig = errand.NewSignature("nightly_report", burst)
+				sig.RoutingKey = "reports"
+			}
+			r, err := srv.SendTask(ctx, sig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		for _, r := range rs {
+			if _, err := r.Get(ctx); err != nil {
+				t.Fatalf("seeding: %v", err)
+			}
+			done[r.Signature.RoutingKey]++
+		}
+		time.Sleep(250 * time.Millisecond) // spread the bursts over the sampler's ticks
+	}
+	done["emails"] += done[""]
+	fr, err := srv.SendTask(ctx, errand.NewSignature("render_invoice", 1042))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fr.Get(ctx); err == nil {
+		t.Fatal("render_invoice's first run succeeded; the test needs it to fail")
+	}
+	failed := fr.Signature.UUID
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := srv.ArchivedTask(ctx, "emails", failed); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the failed task was not archived (the Redis broker is a driver.Archiver): %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	later := errand.NewSignature("send_welcome", "later@example.com")
+	eta := time.Now().Add(time.Hour)
+	later.ETA = &eta
+	if _, err := srv.SendTask(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	// Two more samples, so the chart reaches the present.
+	time.Sleep(600 * time.Millisecond)
+
+	ts := httptest.NewServer(dash)
+	t.Cleanup(ts.Close)
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox, // tests run as root
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 800),
+	)...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(alloc)
+	defer cancelBrowser()
+
+	// The overview: the seeded counts. (The first call starts Chromium.)
+	row := `tr[data-queue="emails"] `
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible(css(row+`[data-count="archived"]`)),
+		chromedp.WaitVisible(css(`figure.chart polyline`)),
+	); err != nil {
+		t.Fatalf("the overview in Chromium: %v", err)
+	}
+	want := map[string]int{"pending": 0, "scheduled": 1, "inflight": 0, "archived": 1, "completed": done["emails"]}
+	for k, n := range want {
+		shown, err := chromedp.Run(bctx, chromedp.Text(css(row+`[data-count="`+k+`"]`)))
+		if err != nil {
+			t.Fatalf("reading count %s on the overview: %v", k, err)
+		}
+		if got, err := strconv.Atoi(strings.TrimSpace(shown)); err != nil || got != n {
+			t.Errorf("the overview shows %s = %q for queue emails, want %d (seeded: %d done, 1 archived, 1 due in an hour)", k, shown, n, done["emails"])
+		}
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	saveScreenshot(t, png)
+
+	// The archived list, the failed task's page, Requeue, SUCCESS.
+	if err := chromedp.Do(bctx,
+		chromedp.Click(css(row+`a[data-count="archived"]`)),
+		chromedp.WaitVisible(css(`tr[data-task="`+failed+`"]`)),
+		chromedp.Click(css(`tr[data-task="`+failed+`"] td a`)),
+		chromedp.WaitVisible(css(`#state[data-state="FAILURE"]`)),
+	); err != nil {
+		t.Fatalf("opening the archived task in Chromium: %v", err)
+	}
+	errText, err := chromedp.Run(bctx, chromedp.Text(css(`#error`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(css(`#requeue`)), chromedp.WaitVisible(css(`.flash`))); err != nil {
+		t.Fatalf("clicking Requeue in Chromium: %v", err)
+	}
+	flash, err := chromedp.Run(bctx, chromedp.Text(css(`.flash`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page reloads itself every 2s until the task ends.
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(css(`#state[data-state="SUCCESS"]`))); err != nil {
+		t.Fatalf("waiting for the requeued task's page to show SUCCESS: %v", err)
+	}
+	result, err := chromedp.Run(bctx, chromedp.Text(css(`#result`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errText, "template missing") {
+		t.Errorf("the archived task's page shows the error %q, want the task's own", errText)
+	}
+	if !strings.Contains(flash, "Requeued") {
+		t.Errorf("after Requeue the banner says %q, want it to say Requeued", flash)
+	}
+	if !strings.Contains(result, "invoice-1042.pdf") {
+		t.Errorf("the requeued task's result is %q, want invoice-1042.pdf", result)
+	}
+	if _, err := srv.ArchivedTask(ctx, "emails", failed); !errors.Is(err, errand.ErrNotArchived) {
+		t.Errorf("the requeued task is still archived (err %v)", err)
+	}
+}
+
+func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// saveScreenshot writes png to the test's temporary directory, and to
+// $ERRAND_SCREENSHOT_DIR/dashboard.png when that is set.
+func saveScreenshot(t *testing.T, png []byte) {
+	if err := os.WriteFile(filepath.Join(t.TempDir(), "dashboard.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if dir := os.Getenv("ERRAND_SCREENSHOT_DIR"); dir != "" {
+		p := filepath.Join(dir, "dashboard.png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot of the overview: %s (%d bytes)", p, len(png))
+	}
+}
