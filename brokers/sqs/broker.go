@@ -72,6 +72,7 @@ type Broker struct {
 	mu    sync.Mutex
 	urls  map[string]string // queue name → URL, as last looked up
 	known map[string]bool   // queue names ever found or created
+	names map[string]string // queue name → the errand queue last given for it
 }
 
 var (
@@ -93,7 +94,7 @@ const (
 
 // New returns a broker on client. opts may be nil.
 func New(client *sqs.Client, opts *Options) *Broker {
-	b := &Broker{client: client, urls: map[string]string{}, known: map[string]bool{}}
+	b := &Broker{client: client, urls: map[string]string{}, known: map[string]bool{}, names: map[string]string{}}
 	if opts != nil {
 		b.opts = *opts
 	}

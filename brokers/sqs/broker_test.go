@@ -48,7 +48,7 @@ func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: hop, Purge: true, Stats: true, BatchAck: true},
+		Caps: conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: hop, Purge: true, Stats: true, BatchAck: true, Queues: true},
 		// SQS counts delays and visibility timeouts in whole seconds, and a
 		// receive is never cancelled mid-poll (1s), so leases are seconds long.
 		Timing: conformance.Timing{Lease: 3 * time.Second, Delay: time.Second, DelayBound: 1500 * time.Millisecond, Prompt: 2 * time.Second},

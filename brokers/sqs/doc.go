@@ -76,6 +76,21 @@
 // Stats are SQS's approximate counts; purge is PurgeQueue (on real SQS at
 // most once a minute).
 //
+// # Operating
+//
+// Of the operator's abilities the broker is a [driver.QueueLister]
+// ([Broker.Queues]: the queues under the prefix, from ListQueues, without
+// the dead-letter queues), a [driver.StatsReporter] (approximate counts)
+// and a [driver.Purger]. SQS allows no archive listing or requeue (a
+// dead-letter queue cannot be read without receiving its messages: use the
+// console's redrive), no listing by state (SQS lists no messages), no
+// heartbeats registry (no key-value store) and no sound pause (see
+// docs/sqs.md, "Operating"): those calls return an error satisfying
+// errors.Is(err, errors.ErrUnsupported). A task that fails for good is
+// recorded FAILURE in the backend and its message acked; a message that
+// cannot run (undecodable, too large, unknown task) goes to NAME-dead by
+// Reject.
+//
 // # FIFO queues
 //
 // With Options.FIFO, queues are FIFO queues (NAME.fifo). By default each

@@ -28,6 +28,7 @@ func (b *Broker) queueName(queue string) string {
 	if b.opts.FIFO {
 		n += ".fifo"
 	}
+	b.remember(n, queue)
 	return n
 }
 
