@@ -9,4 +9,5 @@ require (
 	github.com/errand-go/errand/backends/redis v0.0.0
 	github.com/errand-go/errand/brokers/redis v0.0.0
 	github.com/errand-go/errand/brokers/sqs v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0 // the tests clean their keys up
 )

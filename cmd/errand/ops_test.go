@@ -20,6 +20,7 @@ import (
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
+	"github.com/redis/go-redis/v9"
 )
 
 // The operator commands, each run in-process (run, or cli.main with an
@@ -86,7 +87,8 @@ func redisDeployment(t *testing.T) *deployment {
 		t.Fatalf("ERRAND_REDIS_URL: %v", err)
 	}
 	q := u.Query()
-	q.Set("prefix", fmt.Sprintf("errand-test-cli-%s-%d", errand.NewUUID()[:8], time.Now().UnixNano()))
+	prefix := fmt.Sprintf("errand-test-cli-%s-%d", errand.NewUUID()[:8], time.Now().UnixNano())
+	q.Set("prefix", prefix)
 	u.RawQuery = q.Encode()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -118,18 +120,41 @@ func redisDeployment(t *testing.T) *deployment {
 	}
 	d := &deployment{t: t, kind: "redis", srv: srv, url: u.String(), queue: queueName(t)}
 	t.Cleanup(func() {
-		// Leave nothing behind under the test's prefix but counters.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if qs, err := srv.Queues(ctx); err == nil {
-			for _, q := range qs {
-				errand.Purge(ctx, srv.Broker(), q.Name)
-				srv.DeleteAllArchived(ctx, q.Name, "")
-			}
-		}
 		srv.Close()
+		dropKeys(t, raw, prefix)
 	})
 	return d
+}
+
+// dropKeys deletes every key of the Redis at rawURL whose name holds
+// prefix (the broker's {prefix:queue} keys, the backend's prefix:...).
+func dropKeys(t *testing.T, rawURL, prefix string) {
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, "*"+prefix+"*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("cleanup: scan %s keys: %v", prefix, err)
+		return
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
+			t.Errorf("cleanup: delete %s keys: %v", prefix, err)
+			return
+		}
+		keys = keys[n:]
+	}
 }
 
 // result is what one run of the command did.
