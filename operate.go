@@ -301,8 +301,9 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 					if l == driver.ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
 						ti.List = ListRetrying
 					}
-					err := s.withStates(ctx, []QueuedTask{ti})
-					return ti, err
+					ts := []QueuedTask{ti}
+					err := s.withStates(ctx, ts)
+					return ts[0], err
 				}
 				if len(ms) < scanPage {
 					break
@@ -330,8 +331,9 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 	}
 	ti := s.describe(e.Message, ListArchived, e.At)
 	ti.Archive = &e
-	err = s.withStates(ctx, []QueuedTask{ti})
-	return ti, err
+	ts := []QueuedTask{ti}
+	err = s.withStates(ctx, ts)
+	return ts[0], err
 }
 
 // Requeue sends the archived task id of queue again as a fresh attempt
