@@ -155,6 +155,19 @@ var brokenOperators = map[string]BrokerHarness{
 	"unbeat-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
 		b.unbeat = func(*brokenBroker, context.Context, string) error { return nil }
 	}),
+	// Archive acks: what fails for good vanishes.
+	"archive-acks-instead": brokenBrokerHarness(func(b *brokenBroker) {
+		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ driver.ArchiveEntry, _ driver.Retention) error {
+			return b.Broker.Ack(ctx, d)
+		}
+	}),
+	// Archive keeps the entry without the message's body.
+	"archive-drops-body": brokenBrokerHarness(func(b *brokenBroker) {
+		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
+			e.Body = []byte{}
+			return b.Broker.Archive(ctx, d, e, keep)
+		}
+	}),
 	// Implements the archive but does not declare it.
 	"undeclared-archive": func() BrokerHarness {
 		h := healthyBroker()

@@ -306,9 +306,13 @@ var brokenBrokers = map[string]BrokerHarness{
 			return kept, err
 		}
 	}),
-	// Reject puts the message back: a poison message loops forever.
+	// Reject (and Archive, which errand uses instead on an Archiver) puts
+	// the message back: a poison message loops forever.
 	"reject-requeues": brokenBrokerHarness(func(b *brokenBroker) {
 		b.reject = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ string) error {
+			return b.Broker.Release(ctx, d, time.Time{})
+		}
+		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ driver.ArchiveEntry, _ driver.Retention) error {
 			return b.Broker.Release(ctx, d, time.Time{})
 		}
 	}),
@@ -768,6 +772,10 @@ var workerTargets = map[string]string{
 	"BadMessage/ForeignBytes":     "broker:drops-foreign-bytes",
 	"Redelivery/CrashedWorker":    "broker:loses-on-fetch",
 	"Shutdown/ReleasesUnfinished": "broker:release-drops",
+	"Archive/FailedTask":          "broker:archive-acks-instead",
+	"Archive/Undecodable":         "broker:archive-drops-body",
+	"Pause":                       "broker:pause-flag-lost",
+	"Heartbeat":                   "broker:unbeat-is-a-no-op",
 }
 
 func TestEveryCaseHasATarget(t *testing.T) {

@@ -54,6 +54,10 @@ var workerCases = []kase[workerPair]{
 	{"BadMessage/ForeignBytes", foreignBytes, parallel},
 	{"Redelivery/CrashedWorker", crashedWorker, parallel},
 	{"Shutdown/ReleasesUnfinished", shutdownReleases, parallel},
+	{"Archive/FailedTask", archiveFailedTask, parallel},
+	{"Archive/Undecodable", archiveUndecodable, parallel},
+	{"Pause", pauseWorker, parallel},
+	{"Heartbeat", heartbeatWorker, parallel},
 }
 
 // recorder wraps a backend to record each task's states.
