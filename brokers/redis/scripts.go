@@ -288,8 +288,16 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return n
 `)
 
-// beat: KEYS workers, beats; ARGV worker ID, data, ttl ms.
-var beatScript = goredis.NewScript(luaNow + `
+// luaPrune drops the workers of KEYS workers, beats whose expiry passed.
+const luaPrune = `
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, id in ipairs(gone) do redis.call('HDEL', KEYS[1], id) end
+if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+`
+
+// beat: KEYS workers, beats; ARGV worker ID, data, ttl ms. Prunes the
+// expired too, so crashed workers do not pile up when nobody reads Beats.
+var beatScript = goredis.NewScript(luaNow + luaPrune + `
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 return 1
@@ -297,10 +305,7 @@ return 1
 
 // beats: KEYS workers, beats. Drops the workers whose ttl ran out and
 // returns the data of the others.
-var beatsScript = goredis.NewScript(luaNow + `
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for _, id in ipairs(gone) do redis.call('HDEL', KEYS[1], id) end
-if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+var beatsScript = goredis.NewScript(luaNow + luaPrune + `
 local out = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   local d = redis.call('HGET', KEYS[1], id)
