@@ -164,30 +164,7 @@ func isChildOf(child sdktrace.ReadOnlySpan, parent trace.SpanContext) bool {
 
 type sdktraceSpan = sdktrace.ReadOnlySpan
 
-func attrOf(kvs []attribute.KeyValue, key attribute.Key) attribute.Value {
-	for _, kv := range kvs {
-		if kv.Key == key {
-			return kv.Value
-		}
-	}
-	return attribute.Value{}
-}
-
-// histogramCounts returns the sample count of histogram name by task.
-func histogramCounts(rm metricdata.ResourceMetrics, name string) map[string]uint64 {
-	counts := map[string]uint64{}
-	m, ok := findMetric(rm, name)
-	if !ok {
-		return counts
-	}
-	for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
-		v, _ := p.Attributes.Value("errand.task.name")
-		counts[v.AsString()] += p.Count
-	}
-	return counts
-}
-
-// lockedOutput collects a child process's output.
+// lockedOutput collects output written from several goroutines.
 type lockedOutput struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -76,26 +76,66 @@ const StatsTimeout = 5 * time.Second
 // stats cannot be read (the broker lacks the ability, or the call fails
 // within [StatsTimeout]) is left out of that collection and logged at Warn
 // on Config.Logger. Unregister the returned registration to stop.
+//
+// To report every queue there is, as queues come and go, see
+// [Instrumentation.ObserveAllQueues].
 func (in *Instrumentation) ObserveQueues(broker errand.Broker, queues ...string) (metric.Registration, error) {
 	if broker == nil {
 		return nil, errors.New("errandotel: ObserveQueues: nil broker")
 	}
-	gauge, err := in.meter.Int64ObservableGauge(MetricQueueDepth,
-		metric.WithDescription("Messages in a queue, by state (pending, delayed, in_flight, dead)."),
-		metric.WithUnit("{message}"))
-	if err != nil {
-		return nil, fmt.Errorf("errandotel: %w", err)
-	}
 	queues = append([]string(nil), queues...)
-	reg, err := in.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		ctx, cancel := context.WithTimeout(ctx, StatsTimeout)
-		defer cancel()
+	return in.observeDepth(func(ctx context.Context, report func(string, errand.QueueStats)) {
 		for _, q := range queues {
 			st, err := errand.Stats(ctx, broker, q)
 			if err != nil {
 				in.log.WarnContext(ctx, "errandotel: queue depth not observed", "queue", q, "err", err)
 				continue
 			}
+			report(q, st)
+		}
+	})
+}
+
+// ObserveAllQueues reports the depth of every queue srv's broker lists, as
+// [Instrumentation.ObserveQueues] does for named queues: at each
+// collection it lists the queues and their counts again with
+// srv.Queues (the broker's driver.QueueLister and driver.StatsReporter),
+// within [StatsTimeout], so a queue that appears is reported from the next
+// collection on and one that is deleted stops being reported. When the
+// listing fails (an outage, a broker without driver.QueueLister) no depth
+// is reported in that collection and the error is logged at Warn on
+// Config.Logger. A broker that lists queues without counting them
+// (no driver.StatsReporter) reports zeros. Unregister the returned
+// registration to stop.
+func (in *Instrumentation) ObserveAllQueues(srv *errand.Server) (metric.Registration, error) {
+	if srv == nil {
+		return nil, errors.New("errandotel: ObserveAllQueues: nil server")
+	}
+	return in.observeDepth(func(ctx context.Context, report func(string, errand.QueueStats)) {
+		qs, err := srv.Queues(ctx)
+		if err != nil {
+			in.log.WarnContext(ctx, "errandotel: queue depth not observed: listing the queues failed", "err", err)
+			return
+		}
+		for _, q := range qs {
+			report(q.Name, q.Stats)
+		}
+	})
+}
+
+// observeDepth registers the queue-depth gauge's callback: read, bounded
+// by StatsTimeout, calls report once per queue whose stats it read.
+func (in *Instrumentation) observeDepth(read func(ctx context.Context, report func(queue string, st errand.QueueStats))) (metric.Registration, error) {
+	gauge, err := in.meter.Int64ObservableGauge(MetricQueueDepth,
+		metric.WithDescription("Messages in a queue, by state (pending, delayed, in_flight, dead)."),
+		metric.WithUnit("{message}"))
+	if err != nil {
+		return nil, fmt.Errorf("errandotel: %w", err)
+	}
+	reg, err := in.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, StatsTimeout)
+		defer cancel()
+		read(ctx, func(q string, st errand.QueueStats) {
 			queue := semconv.MessagingDestinationName(q)
 			for _, p := range []struct {
 				state string
@@ -103,7 +143,7 @@ func (in *Instrumentation) ObserveQueues(broker errand.Broker, queues ...string)
 			}{{"pending", st.Pending}, {"delayed", st.Delayed}, {"in_flight", st.InFlight}, {"dead", st.Dead}} {
 				o.ObserveInt64(gauge, int64(p.n), metric.WithAttributes(queue, StateKey.String(p.state)))
 			}
-		}
+		})
 		return nil
 	}, gauge)
 	if err != nil {

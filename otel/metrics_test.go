@@ -1,8 +1,10 @@
 package errandotel_test
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	errandotel "github.com/errand-go/errand/otel"
 	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
@@ -217,4 +220,118 @@ func grepErrand(text string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// ObserveAllQueues reports every queue the broker lists, listed again at
+// each collection: a queue that appears between two collections is in the
+// second.
+func TestMetricsAllQueues(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, func(*errand.Server) {})
+	ctx := testCtx(t)
+	if _, err := r.inst.ObserveAllQueues(r.srv); err != nil {
+		t.Fatalf("ObserveAllQueues: %v", err)
+	}
+	send := func(queue string, n int) {
+		for range n {
+			sig := errand.NewSignature("nobody")
+			sig.RoutingKey = queue
+			if _, err := r.srv.SendTask(ctx, sig); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	depth := func(rm metricdata.ResourceMetrics, queue string) (int64, bool) {
+		return sumOf(rm, errandotel.MetricQueueDepth, attribute.String("messaging.destination.name", queue), attribute.String("state", "pending"))
+	}
+	send("first", 2)
+	rm := collect(t, r.reader)
+	if got, ok := depth(rm, "first"); !ok || got != 2 {
+		t.Errorf("%s{queue=first, state=pending} = %d (present: %v), want 2: every listed queue is reported", errandotel.MetricQueueDepth, got, ok)
+	}
+	if _, ok := depth(rm, "later"); ok {
+		t.Errorf("queue later reported before anything was sent to it")
+	}
+	send("later", 3)
+	rm = collect(t, r.reader)
+	for q, want := range map[string]int64{"first": 2, "later": 3} {
+		if got, ok := depth(rm, q); !ok || got != want {
+			t.Errorf("%s{queue=%s, state=pending} = %d (present: %v), want %d: the queues are listed again at each collection", errandotel.MetricQueueDepth, q, got, ok, want)
+		}
+	}
+}
+
+// noLister hides the memory broker's optional abilities (QueueLister among
+// them): srv.Queues fails with errors.ErrUnsupported.
+type noLister struct{ errand.Broker }
+
+// A broker that cannot list its queues reports no depth and logs why at
+// Warn; the collection itself does not fail.
+func TestMetricsAllQueuesUnsupported(t *testing.T) {
+	t.Parallel()
+	var logs lockedOutput
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	inst, err := errandotel.New(errandotel.Config{MeterProvider: mp, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := errand.NewServer(errand.Config{Broker: noLister{memorybroker.New(nil)}, Backend: memorybackend.New(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inst.ObserveAllQueues(srv); err != nil {
+		t.Fatalf("ObserveAllQueues: %v", err)
+	}
+	rm := collect(t, reader)
+	if m, ok := findMetric(rm, errandotel.MetricQueueDepth); ok {
+		if g, _ := m.Data.(metricdata.Gauge[int64]); len(g.DataPoints) > 0 {
+			t.Errorf("a broker that cannot list queues must report no depth, got %v", g.DataPoints)
+		}
+	}
+	if !strings.Contains(logs.String(), "listing the queues failed") || !strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("the failed listing must be logged at Warn, got logs:\n%s", logs.String())
+	}
+	if _, err := inst.ObserveAllQueues(nil); err == nil {
+		t.Errorf("ObserveAllQueues(nil) must fail")
+	}
+}
+
+// PrometheusConfig.Server puts every listed queue's depth on /metrics;
+// Broker and Server together are refused.
+func TestPrometheusHandlerAllQueues(t *testing.T) {
+	t.Parallel()
+	broker := memorybroker.New(nil)
+	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: memorybackend.New(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := errandotel.PrometheusHandler(errandotel.PrometheusConfig{Broker: broker, Server: srv}); err == nil {
+		t.Errorf("PrometheusHandler with both Broker and Server must fail (two gauges of the same queues)")
+	}
+	h, mp, err := errandotel.PrometheusHandler(errandotel.PrometheusConfig{Server: srv})
+	if err != nil {
+		t.Fatalf("PrometheusHandler: %v", err)
+	}
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	ctx := testCtx(t)
+	for _, q := range []string{"alpha", "beta", "beta"} {
+		sig := errand.NewSignature("nobody")
+		sig.RoutingKey = q
+		if _, err := srv.SendTask(ctx, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := rec.Body.String()
+	for _, want := range []struct{ re, why string }{
+		{`errand_queue_depth\{[^}]*messaging_destination_name="alpha"[^}]*state="pending"[^}]*\} 1\n`, "1 pending on alpha"},
+		{`errand_queue_depth\{[^}]*messaging_destination_name="beta"[^}]*state="pending"[^}]*\} 2\n`, "2 pending on beta"},
+	} {
+		if !regexp.MustCompile(want.re).MatchString(text) {
+			t.Errorf("/metrics lacks %s (%s); it serves:\n%s", want.re, want.why, grepErrand(text))
+		}
+	}
 }

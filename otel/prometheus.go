@@ -27,6 +27,11 @@ type PrometheusConfig struct {
 	// those queues (see [Instrumentation.ObserveQueues]). Default: none.
 	Broker errand.Broker
 	Queues []string
+	// Server, if set, adds the queue-depth gauge of every queue its broker
+	// lists, listed again at each scrape (see
+	// [Instrumentation.ObserveAllQueues]); set it or Broker, not both.
+	// Default: none.
+	Server *errand.Server
 	// Logger receives the queue-depth reads that fail (at Warn).
 	// Default: discard.
 	Logger *slog.Logger
@@ -44,7 +49,13 @@ type PrometheusConfig struct {
 //
 //	h, mp, err := errandotel.PrometheusHandler(errandotel.PrometheusConfig{Broker: b, Queues: []string{"default"}})
 //	mux.Handle("/metrics", h)
+//
+// With PrometheusConfig.Server instead of Broker, errand_queue_depth has
+// every queue the server's broker lists (what `errand web` serves).
 func PrometheusHandler(cfg PrometheusConfig) (http.Handler, *sdkmetric.MeterProvider, error) {
+	if cfg.Broker != nil && cfg.Server != nil {
+		return nil, nil, errors.New("errandotel: PrometheusHandler: set Broker (and Queues) or Server, not both")
+	}
 	reg, gat := cfg.Registerer, cfg.Gatherer
 	if reg == nil {
 		r := prometheus.NewRegistry()
@@ -65,10 +76,14 @@ func PrometheusHandler(cfg PrometheusConfig) (http.Handler, *sdkmetric.MeterProv
 		return nil, nil, fmt.Errorf("errandotel: prometheus exporter: %w", err)
 	}
 	mp := sdkmetric.NewMeterProvider(append(append([]sdkmetric.Option(nil), cfg.Options...), sdkmetric.WithReader(exp))...)
-	if cfg.Broker != nil {
+	if cfg.Broker != nil || cfg.Server != nil {
 		in, err := New(Config{MeterProvider: mp, Logger: cfg.Logger})
 		if err == nil {
-			_, err = in.ObserveQueues(cfg.Broker, cfg.Queues...)
+			if cfg.Server != nil {
+				_, err = in.ObserveAllQueues(cfg.Server)
+			} else {
+				_, err = in.ObserveQueues(cfg.Broker, cfg.Queues...)
+			}
 		}
 		if err != nil {
 			mp.Shutdown(context.Background())

@@ -1,6 +1,7 @@
-package errandotel_test
+package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,50 +9,57 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/errand-go/errand"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/conformance"
 	errandotel "github.com/errand-go/errand/otel"
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// workerProcessEnv turns the test binary into the worker process of
-// TestTwoProcessesRedis; its value is the JSON of a workerSpec.
-const workerProcessEnv = "ERRANDOTEL_TEST_WORKER_PROCESS"
+// The otel module's two-process test lives here, in the test-only module,
+// so that otel's go.mod requires no Redis driver: a user of errandotel
+// does not download go-redis.
 
-type workerSpec struct {
+// otelWorkerEnv turns the test binary into the worker process of
+// TestOtelTwoProcessesRedis; its value is the JSON of a otelWorkerSpec.
+const otelWorkerEnv = "ERRAND_E2E_OTEL_WORKER_PROCESS"
+
+type otelWorkerSpec struct {
 	Prefix string // key prefix of broker and backend
 	Queue  string
-	Out    string // where the worker writes its workerReport
+	Out    string // where the worker writes its otelWorkerReport
 	Ends   int    // attempts recorded SUCCESS or FAILURE before it stops
 }
 
-// workerReport is what the worker process saw, written as JSON.
-type workerReport struct {
-	Spans    []spanRecord
+// otelWorkerReport is what the worker process saw, written as JSON.
+type otelWorkerReport struct {
+	Spans    []otelSpanRecord
 	Counters map[string]int64 // "<metric> <task>" → value
 }
 
-type spanRecord struct {
+type otelSpanRecord struct {
 	Name, Kind              string
 	TraceID, SpanID, Parent string
 	Attempt                 int64
 	State                   string
 }
 
-func redisClient(t *testing.T) *goredis.Client {
+func otelRedisClient(t *testing.T) *goredis.Client {
 	t.Helper()
 	u := os.Getenv("ERRAND_REDIS_URL")
 	if u == "" {
-		serviceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start, then . .services/env)")
+		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start, then . .services/env)")
 	}
 	o, err := goredis.ParseURL(u)
 	if err != nil {
@@ -62,20 +70,12 @@ func redisClient(t *testing.T) *goredis.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		serviceUnavailable(t, "Redis at ERRAND_REDIS_URL unreachable: "+err.Error())
+		conformance.ServiceUnavailable(t, "Redis at ERRAND_REDIS_URL unreachable: "+err.Error())
 	}
 	return rdb
 }
 
-func serviceUnavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
-		t.Fatalf("required service unavailable (ERRAND_REQUIRE_SERVICES=1): %s", why)
-	}
-	t.Skip("skipping: " + why)
-}
-
-func redisServer(t *testing.T, rdb *goredis.Client, spec workerSpec, mw errand.SendMiddleware) *errand.Server {
+func otelRedisServer(t *testing.T, rdb *goredis.Client, spec otelWorkerSpec, mw errand.SendMiddleware) *errand.Server {
 	t.Helper()
 	srv, err := errand.NewServer(errand.Config{
 		Broker:         redisbroker.New(rdb, &redisbroker.Options{Prefix: spec.Prefix}),
@@ -94,18 +94,18 @@ func redisServer(t *testing.T, rdb *goredis.Client, spec workerSpec, mw errand.S
 // The "done when": a task sent inside a span by one process runs in
 // another process, on Redis, as the child of the producer span in the
 // sender's trace, and the worker process's counters match what it ran.
-func TestTwoProcessesRedis(t *testing.T) {
-	rdb := redisClient(t)
-	if env := os.Getenv(workerProcessEnv); env != "" {
-		var spec workerSpec
+func TestOtelTwoProcessesRedis(t *testing.T) {
+	rdb := otelRedisClient(t)
+	if env := os.Getenv(otelWorkerEnv); env != "" {
+		var spec otelWorkerSpec
 		if err := json.Unmarshal([]byte(env), &spec); err != nil {
-			t.Fatalf("%s: %v", workerProcessEnv, err)
+			t.Fatalf("%s: %v", otelWorkerEnv, err)
 		}
-		runWorkerProcess(t, rdb, spec)
+		runOtelWorkerProcess(t, rdb, spec)
 		return
 	}
 
-	spec := workerSpec{Prefix: "errandotel-" + errand.NewUUID()[:8], Queue: "tasks", Out: filepath.Join(t.TempDir(), "report.json"), Ends: 4}
+	spec := otelWorkerSpec{Prefix: "e2e-otel-" + errand.NewUUID()[:8], Queue: "tasks", Out: filepath.Join(t.TempDir(), "report.json"), Ends: 4}
 	t.Cleanup(func() {
 		keys, _ := rdb.Keys(context.Background(), "*"+spec.Prefix+"*").Result()
 		if len(keys) > 0 {
@@ -117,8 +117,8 @@ func TestTwoProcessesRedis(t *testing.T) {
 
 	// The worker: this test binary again, running only this test.
 	envSpec, _ := json.Marshal(spec)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestTwoProcessesRedis$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), workerProcessEnv+"="+string(envSpec))
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOtelTwoProcessesRedis$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), otelWorkerEnv+"="+string(envSpec))
 	var out lockedOutput
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -135,7 +135,7 @@ func TestTwoProcessesRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := redisServer(t, rdb, spec, inst.SendMiddleware())
+	srv := otelRedisServer(t, rdb, spec, inst.SendMiddleware())
 	pctx, parent := tp.Tracer("test").Start(ctx, "caller")
 	var results []*errand.AsyncResult
 	for i := range 3 {
@@ -171,7 +171,7 @@ func TestTwoProcessesRedis(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the worker process wrote no report: %v; its output:\n%s", err, out.String())
 	}
-	var rep workerReport
+	var rep otelWorkerReport
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("report: %v", err)
 	}
@@ -228,10 +228,10 @@ func TestTwoProcessesRedis(t *testing.T) {
 	}
 }
 
-// runWorkerProcess is the worker side of TestTwoProcessesRedis: it runs
+// runWorkerProcess is the worker side of TestOtelTwoProcessesRedis: it runs
 // tasks until spec.Ends attempts have ended for good, then writes what it
 // traced and counted to spec.Out.
-func runWorkerProcess(t *testing.T, rdb *goredis.Client, spec workerSpec) {
+func runOtelWorkerProcess(t *testing.T, rdb *goredis.Client, spec otelWorkerSpec) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	reader := sdkmetric.NewManualReader()
@@ -240,7 +240,7 @@ func runWorkerProcess(t *testing.T, rdb *goredis.Client, spec workerSpec) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := redisServer(t, rdb, spec, inst.SendMiddleware())
+	srv := otelRedisServer(t, rdb, spec, inst.SendMiddleware())
 	ended := make(chan struct{}, spec.Ends)
 	count := func(next errand.TaskHandler) errand.TaskHandler {
 		return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
@@ -270,9 +270,9 @@ func runWorkerProcess(t *testing.T, rdb *goredis.Client, spec workerSpec) {
 	if err := w.Shutdown(ctx); err != nil {
 		t.Fatalf("worker Shutdown: %v", err)
 	}
-	var rep workerReport
+	var rep otelWorkerReport
 	for _, s := range exp.GetSpans() {
-		rep.Spans = append(rep.Spans, spanRecord{
+		rep.Spans = append(rep.Spans, otelSpanRecord{
 			Name: s.Name, Kind: s.SpanKind.String(),
 			TraceID: s.SpanContext.TraceID().String(), SpanID: s.SpanContext.SpanID().String(), Parent: s.Parent.SpanID().String(),
 			Attempt: attrOf(s.Attributes, errandotel.AttemptKey).AsInt64(), State: attrOf(s.Attributes, errandotel.TaskStateKey).AsString(),
@@ -295,4 +295,98 @@ func runWorkerProcess(t *testing.T, rdb *goredis.Client, spec workerSpec) {
 		t.Fatal(err)
 	}
 	fmt.Printf("worker process: %d spans, counters %v\n", len(rep.Spans), rep.Counters)
+}
+
+// collect reads every metric of reader.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	return rm
+}
+
+func findMetric(rm metricdata.ResourceMetrics, name string) (metricdata.Metrics, bool) {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m, true
+			}
+		}
+	}
+	return metricdata.Metrics{}, false
+}
+
+// sumOf returns the value of the int64 sum name at the point whose
+// attributes include every one of want, and whether there is one.
+func sumOf(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) (int64, bool) {
+	m, ok := findMetric(rm, name)
+	if !ok {
+		return 0, false
+	}
+	var points []metricdata.DataPoint[int64]
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		points = d.DataPoints
+	case metricdata.Gauge[int64]:
+		points = d.DataPoints
+	}
+	for _, p := range points {
+		if hasAll(p.Attributes, want) {
+			return p.Value, true
+		}
+	}
+	return 0, false
+}
+
+func hasAll(set attribute.Set, want []attribute.KeyValue) bool {
+	for _, kv := range want {
+		v, ok := set.Value(kv.Key)
+		if !ok || v != kv.Value {
+			return false
+		}
+	}
+	return true
+}
+
+func attrOf(kvs []attribute.KeyValue, key attribute.Key) attribute.Value {
+	for _, kv := range kvs {
+		if kv.Key == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+// histogramCounts returns the sample count of histogram name by task.
+func histogramCounts(rm metricdata.ResourceMetrics, name string) map[string]uint64 {
+	counts := map[string]uint64{}
+	m, ok := findMetric(rm, name)
+	if !ok {
+		return counts
+	}
+	for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+		v, _ := p.Attributes.Value("errand.task.name")
+		counts[v.AsString()] += p.Count
+	}
+	return counts
+}
+
+// lockedOutput collects a child process's output.
+type lockedOutput struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *lockedOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *lockedOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
