@@ -13,10 +13,14 @@
 //	errand pause QUEUE / resume QUEUE
 //	errand workers                    the live workers
 //	errand enqueue NAME [ARG...] [-q QUEUE]
+//	errand web [--addr :8080] [--read-only] [--metrics=false]
+//	                                  serve the dashboard and /metrics
 //	errand version                    print the version
 //
 // The operator commands open the broker and the backend by URL: --broker
-// and --backend, or ERRAND_BROKER_URL and ERRAND_BACKEND_URL. Exit codes:
+// and --backend, or ERRAND_BROKER_URL and ERRAND_BACKEND_URL. errand web
+// reads its credentials from ERRAND_WEB_TOKEN (bearer) or ERRAND_WEB_USER
+// and ERRAND_WEB_PASSWORD (basic authentication), never from flags. Exit codes:
 // 0 done, 1 the operation failed, 2 a usage error.
 package main
 
@@ -85,7 +89,7 @@ var commands = []*command{
 	{name: "resume", args: "QUEUE", summary: "let workers fetch QUEUE's tasks again", operator: true, run: runResume},
 	{name: "workers", summary: "list the live workers and what they run", operator: true, run: runWorkers},
 	{name: "enqueue", args: "NAME [ARG...] [-q QUEUE] [--delay D] [--retries N]", summary: "send task NAME with ARGs (JSON values or TYPE:VALUE); prints its ID", operator: true, run: runEnqueue},
-	// "web" (the dashboard, package web's Handler) is added here.
+	{name: "web", args: "[--addr ADDR] [--read-only] [--metrics=false]", summary: "serve the dashboard, and the queues' Prometheus metrics on /metrics", operator: true, run: runWeb},
 	{name: "version", summary: "print the version", run: runVersion},
 }
 
