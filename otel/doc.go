@@ -57,8 +57,10 @@
 // the attempts running; errand.task.duration is their run time in seconds.
 // The send middleware counts errand.tasks.sent. [Instrumentation.ObserveQueues]
 // adds errand.queue.depth, read with errand.Stats at each collection: one
-// point per queue and state (pending, delayed, in_flight, dead). The names
-// are constants (MetricTasksStarted, ...).
+// point per queue and state (pending, delayed, in_flight, dead);
+// [Instrumentation.ObserveAllQueues] does it for every queue a server's
+// broker lists, listed again at each collection. The names are constants
+// (MetricTasksStarted, ...).
 //
 // # Prometheus
 //
@@ -70,6 +72,9 @@
 //	h, mp, err := errandotel.PrometheusHandler(errandotel.PrometheusConfig{Broker: b, Queues: []string{"default"}})
 //	inst, err := errandotel.New(errandotel.Config{MeterProvider: mp})
 //	http.Handle("/metrics", h)
+//
+// PrometheusConfig.Server instead of Broker and Queues observes every
+// queue (what `errand web` serves on /metrics).
 //
 // The names read as Prometheus names: errand_tasks_started_total,
 // errand_task_duration_seconds (a histogram), errand_tasks_in_flight,
