@@ -341,6 +341,14 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 // atomically on the broker: two operators requeueing at once send it once
 // (the other gets ErrNotArchived). A message that does not decode is
 // requeued as it is.
+//
+// PENDING is recorded before the broker step, so a result handle waits
+// for the new outcome. If that step fails, the previous state is put
+// back; if another operator's requeue of the same task won the race, this
+// one's PENDING may land after that run's first state, and the next state
+// the run records replaces it (only a run that ends within the few
+// milliseconds between this call's reads and its write can be left showing
+// PENDING).
 func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
 	if err != nil {
