@@ -53,6 +53,9 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Queues/Lists", queuesList, parallel},
 	{"Pause/Flag", pauseFlag, parallel},
 	{"Heartbeat/TTL", heartbeatTTL, parallel},
+	{"Schedule/Store", scheduleStoreCase, parallel},
+	{"Schedule/ClaimOnce", scheduleClaimOnce, parallel},
+	{"Schedule/DeleteForgetsClaims", scheduleDeleteForgetsClaims, parallel},
 }
 
 type bcase struct {
@@ -157,6 +160,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
 	checkAbility(t, b, caps.Pause, reflect.TypeFor[driver.Pauser](), "Pause")
 	checkAbility(t, b, caps.Heartbeat, reflect.TypeFor[driver.Heartbeater](), "Heartbeat")
+	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

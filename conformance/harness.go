@@ -78,6 +78,7 @@ type BrokerCaps struct {
 	Queues      bool // driver.QueueLister
 	Pause       bool // driver.Pauser
 	Heartbeat   bool // driver.Heartbeater
+	Schedules   bool // driver.ScheduleStore
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

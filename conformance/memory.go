@@ -24,7 +24,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 		Caps: BrokerCaps{
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true,
 			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true,
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
 		},
 		Timing:  Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
 		PushRaw: pushRawMemory,

@@ -96,6 +96,8 @@ type brokenBroker struct {
 	pause          func(b *brokenBroker, ctx context.Context, q string) error
 	beat           func(b *brokenBroker, ctx context.Context, id string, data []byte, ttl time.Duration) error
 	unbeat         func(b *brokenBroker, ctx context.Context, id string) error
+	// The schedule store (selftest_schedule_test.go).
+	schedules brokenSchedules
 }
 
 // AckBatch acks through the variant's Ack when it breaks Ack, so a broken
@@ -183,7 +185,7 @@ func healthyBroker() BrokerHarness {
 			return b
 		},
 		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true},
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
 	}
@@ -402,6 +404,9 @@ var brokenBrokers = map[string]BrokerHarness{
 
 func init() {
 	for name, h := range brokenOperators {
+		brokenBrokers[name] = h
+	}
+	for name, h := range brokenScheduleStores {
 		brokenBrokers[name] = h
 	}
 }
@@ -686,33 +691,36 @@ func (l *lyingExpiry) ResultExpiry() time.Duration { return l.expiry }
 
 // targets maps every case to the broken variant that must make it fail.
 var brokerTargets = map[string]string{
-	"Capabilities":              "undeclared-ability",
-	"PublishFetchAck":           "ack-is-a-no-op",
-	"BatchPublish":              "batch-drops-last",
-	"Release/Immediate":         "release-drops",
-	"Release/NotBefore":         "release-ignores-not-before",
-	"Redelivery/LeaseExpired":   "loses-on-fetch",
-	"Lease/ExtendKeepsAway":     "extend-is-a-no-op",
-	"Lease/ConcurrentConsumers": "no-lease",
-	"Delay/NeverEarly":          "delivers-early",
-	"Delay/OrderByETA":          "delivers-early",
-	"Delay/BeyondMax":           "delivers-early",
-	"Ctx/FetchCancel":           "fetch-ignores-ctx",
-	"Close/WakesFetch":          "close-leaves-fetch-blocked",
-	"Payload/Limit":             "carries-less-than-declared",
-	"Ack/Batch":                 "batch-ack-skips-last",
-	"Ack/Concurrent":            "ack-is-a-no-op",
-	"BadMessage/SetAside":       "reject-requeues",
-	"Inspect/PendingDelayed":    "inspect-misses-delayed",
-	"Purge":                     "purge-keeps-messages",
-	"Archive/KeepsEntry":        "archive-loses-error",
-	"Archive/Retention":         "retention-ignored",
-	"Archive/Requeue":           "requeue-not-atomic",
-	"Archive/Delete":            "delete-archived-keeps",
-	"List/ByState":              "list-wrong-state",
-	"Queues/Lists":              "queues-from-contents",
-	"Pause/Flag":                "pause-flag-lost",
-	"Heartbeat/TTL":             "heartbeat-never-expires",
+	"Capabilities":                 "undeclared-ability",
+	"PublishFetchAck":              "ack-is-a-no-op",
+	"BatchPublish":                 "batch-drops-last",
+	"Release/Immediate":            "release-drops",
+	"Release/NotBefore":            "release-ignores-not-before",
+	"Redelivery/LeaseExpired":      "loses-on-fetch",
+	"Lease/ExtendKeepsAway":        "extend-is-a-no-op",
+	"Lease/ConcurrentConsumers":    "no-lease",
+	"Delay/NeverEarly":             "delivers-early",
+	"Delay/OrderByETA":             "delivers-early",
+	"Delay/BeyondMax":              "delivers-early",
+	"Ctx/FetchCancel":              "fetch-ignores-ctx",
+	"Close/WakesFetch":             "close-leaves-fetch-blocked",
+	"Payload/Limit":                "carries-less-than-declared",
+	"Ack/Batch":                    "batch-ack-skips-last",
+	"Ack/Concurrent":               "ack-is-a-no-op",
+	"BadMessage/SetAside":          "reject-requeues",
+	"Inspect/PendingDelayed":       "inspect-misses-delayed",
+	"Purge":                        "purge-keeps-messages",
+	"Archive/KeepsEntry":           "archive-loses-error",
+	"Archive/Retention":            "retention-ignored",
+	"Archive/Requeue":              "requeue-not-atomic",
+	"Archive/Delete":               "delete-archived-keeps",
+	"List/ByState":                 "list-wrong-state",
+	"Queues/Lists":                 "queues-from-contents",
+	"Pause/Flag":                   "pause-flag-lost",
+	"Heartbeat/TTL":                "heartbeat-never-expires",
+	"Schedule/Store":               "schedule-change-lost",
+	"Schedule/ClaimOnce":           "claim-not-atomic",
+	"Schedule/DeleteForgetsClaims": "delete-keeps-claims",
 }
 
 // moreBrokerTargets are second variants for cases with more than one promise.
@@ -724,6 +732,8 @@ var moreBrokerTargets = map[string]string{
 	"Archive/Retention":      "retention-ignores-age",
 	"List/ByState":           "completed-oldest-first",
 	"Heartbeat/TTL":          "unbeat-is-a-no-op",
+	"Schedule/Store":         "delete-keeps-schedule",
+	"Schedule/ClaimOnce":     "claim-accepts-older",
 }
 
 var backendTargets = map[string]string{

@@ -35,6 +35,8 @@ type Broker struct {
 
 	paused map[string]bool // queues paused (Pauser)
 	beats  map[string]beat // worker heartbeats (Heartbeater)
+
+	schedules map[string]*schedule // periodic schedules (ScheduleStore), made on first use
 }
 
 var (
