@@ -45,3 +45,17 @@ func archiveReason(cause error) string {
 	}
 	return "failed"
 }
+
+// recordedFailure is the failure st records as an error: what rebuild
+// gives, or, for a record without a kind (an older worker, a backend that
+// keeps no kind), an error with its text.
+func recordedFailure(st *TaskState) error {
+	if err := rebuild(st); err != nil {
+		return err
+	}
+	text := st.Error
+	if text == "" {
+		text = "failed (no error recorded)"
+	}
+	return errors.New(text)
+}

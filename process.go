@@ -45,7 +45,7 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 			// (a crash came between its FAILURE and its archiving).
 			outcome, err := w.afterFailure(ctx, sig, prev.Error)
 			if outcome == ack {
-				return archive, rebuild(prev)
+				return archive, recordedFailure(prev)
 			}
 			return outcome, err
 		case prev.State == StateRetry && prev.Attempt > sig.attempt():
