@@ -3,15 +3,17 @@ package web
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 )
 
-// protect wraps next in what every request passes: security headers,
-// authentication, and for anything but GET and HEAD the read-only switch,
-// net/http's CrossOriginProtection and the dashboard's own same-origin
-// check.
+// protect wraps next in what every request passes: security headers, the
+// Host check or authentication (see [Dashboard.Guard]), and for anything
+// but GET and HEAD the read-only switch, net/http's CrossOriginProtection
+// and the dashboard's own same-origin check.
 func (d *Dashboard) protect(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	trusted := make(map[string]bool)
@@ -35,21 +37,7 @@ func (d *Dashboard) protect(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	}))
 
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'self'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "same-origin")
-		if !d.authorized(r) {
-			if d.opts.Username != "" {
-				h.Set("WWW-Authenticate", `Basic realm="errand", charset="UTF-8"`)
-			} else {
-				h.Set("WWW-Authenticate", `Bearer realm="errand"`)
-			}
-			d.fail(w, r, http.StatusUnauthorized, "Authentication required", "Sign in to see the dashboard.", nil)
-			return
-		}
+	return d.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 			next.ServeHTTP(w, r)
@@ -60,7 +48,77 @@ func (d *Dashboard) protect(next http.Handler) http.Handler {
 			}
 			guarded.ServeHTTP(w, r)
 		}
+	}))
+}
+
+// Guard wraps next in the access rules of the dashboard's pages, for
+// handlers served beside it (errand web guards /metrics with it): the
+// security headers, then
+//
+//   - with [Options.Token] or [Options.Username] set, the credentials: a
+//     request without valid ones gets 401 Unauthorized;
+//   - with neither set, the Host check: the request's Host must be an IP
+//     literal, localhost, or one of [Options.AllowedHosts], else it gets
+//     421 Misdirected Request. A dashboard without credentials is only as
+//     safe as the reach of its address, and DNS rebinding lets any web page
+//     reach a loopback address under a name of its own (evil.example
+//     resolving to 127.0.0.1): the browser then takes the page and the
+//     dashboard for one origin, and the Host header is what tells them
+//     apart.
+//
+// Guard checks no origin: wrap only handlers that change nothing.
+func (d *Dashboard) Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		if d.opts.Token == "" && d.opts.Username == "" {
+			if !d.hostAllowed(r.Host) {
+				d.fail(w, r, http.StatusMisdirectedRequest, "Unrecognised host name",
+					"This dashboard has no credentials set, so it answers only requests addressed to an IP address, to localhost, or to a host name it was told to allow (Options.AllowedHosts, errand web --allowed-host): a page of another site can point its own host name at this address (DNS rebinding). Open the dashboard by its IP address or as localhost, allow this host name, or set credentials.", nil)
+				return
+			}
+		} else if !d.authorized(r) {
+			if d.opts.Username != "" {
+				h.Set("WWW-Authenticate", `Basic realm="errand", charset="UTF-8"`)
+			} else {
+				h.Set("WWW-Authenticate", `Bearer realm="errand"`)
+			}
+			d.fail(w, r, http.StatusUnauthorized, "Authentication required", "Sign in to see the dashboard.", nil)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
+}
+
+// hostAllowed reports whether hostport, a request's Host, is an IP
+// literal, localhost, or one of Options.AllowedHosts, any port unless the
+// allowed entry names one.
+func (d *Dashboard) hostAllowed(hostport string) bool {
+	hostport = strings.ToLower(hostport)
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ".")
+	if host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, a := range d.opts.AllowedHosts {
+		a = strings.ToLower(strings.TrimSpace(a))
+		if a != "" && (a == host || a == hostport || strings.TrimSuffix(a, ".") == host) {
+			return true
+		}
+	}
+	return false
 }
 
 // authorized reports whether r carries the credentials Options asks for.

@@ -27,8 +27,18 @@ type Options struct {
 	// basic authentication. Default: "" (no basic authentication).
 	//
 	// When Token or Username is set, a request without valid credentials
-	// gets 401 Unauthorized.
+	// gets 401 Unauthorized. When neither is set, see AllowedHosts.
 	Username, Password string
+
+	// AllowedHosts are the host names ("dash.internal", or with a port,
+	// "dash.internal:8080") a dashboard without Token and Username answers
+	// under, besides IP literals and localhost (any port). Any other Host
+	// gets 421 Misdirected Request: without credentials, the Host check is
+	// what stops DNS rebinding (a page on evil.example, its name pointed
+	// at 127.0.0.1, reading and changing a dashboard on loopback). With
+	// Token or Username set the credentials protect the dashboard and the
+	// Host is not checked. Default: none.
+	AllowedHosts []string
 
 	// TrustedOrigins are origins ("https://ops.example.com") allowed to
 	// POST besides the dashboard's own. Default: none.

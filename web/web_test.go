@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -39,13 +40,23 @@ type fixture struct {
 	flakyRun atomic.Int32
 }
 
-// wait polls cond until it holds or 10s pass.
+// scaled multiplies d by ERRAND_CONFORMANCE_TIMEOUT_SCALE (default 1), for
+// slow machines.
+func scaled(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv("ERRAND_CONFORMANCE_TIMEOUT_SCALE"), 64); err == nil && f > 0 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
+
+// wait polls cond until it holds or 10s (scaled) pass.
 func wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	limit := scaled(10 * time.Second)
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("waited %v for %s: it did not happen", limit, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -475,6 +486,83 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
+// TestHostCheck: without credentials the dashboard answers only requests
+// addressed to an IP literal, localhost or an allowed host name, so that a
+// page whose own host name was rebound to the dashboard's address (DNS
+// rebinding) can neither read it nor act on it; with credentials set the
+// Host is not checked.
+func TestHostCheck(t *testing.T) {
+	t.Parallel()
+	open := newFixture(t, web.Options{})
+	allowed := newFixture(t, web.Options{AllowedHosts: []string{"Dash.Internal", "ops.example:8443"}})
+	token := newFixture(t, web.Options{Token: "s3cret-token"})
+	pause := "/queues/" + queue + "/pause"
+	// req sends method path to f's server with Host host, as a rebound
+	// page's fetch does: same-origin by the browser's lights.
+	req := func(f *fixture, method, path, host string, header http.Header) (int, string) {
+		t.Helper()
+		r, err := http.NewRequest(method, f.ts.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Host = host
+		for k, v := range header {
+			r.Header[k] = v
+		}
+		if method == "POST" {
+			r.Header.Set("Sec-Fetch-Site", "same-origin")
+			r.Header.Set("Origin", "http://"+host)
+		}
+		resp, err := noRedirects(f.ts.Client()).Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	port := mustURL(t, open.ts.URL).Port()
+	for _, tc := range []struct {
+		name         string
+		f            *fixture
+		method, path string
+		host         string
+		header       http.Header
+		want         int
+	}{
+		{"rebound name, GET task page", open, "GET", "/queues/" + queue + "/tasks/" + open.failed, "evil.example:" + port, nil, http.StatusMisdirectedRequest},
+		{"rebound name, GET JSON", open, "GET", "/api/queues", "evil.example:" + port, nil, http.StatusMisdirectedRequest},
+		{"rebound name, POST pause", open, "POST", pause, "evil.example:" + port, nil, http.StatusMisdirectedRequest},
+		{"rebound name without port", open, "GET", "/", "evil.example", nil, http.StatusMisdirectedRequest},
+		{"localhost.evil.example", open, "GET", "/", "localhost.evil.example:" + port, nil, http.StatusMisdirectedRequest},
+		{"IPv4 literal", open, "GET", "/", "127.0.0.1:" + port, nil, 200},
+		{"IPv6 literal", open, "GET", "/", "[::1]:" + port, nil, 200},
+		{"localhost", open, "GET", "/", "localhost:" + port, nil, 200},
+		{"LOCALHOST without port", open, "GET", "/", "LOCALHOST", nil, 200},
+		{"allowed name, any port", allowed, "GET", "/", "dash.internal:" + port, nil, 200},
+		{"allowed name, POST", allowed, "POST", pause, "dash.internal:" + port, nil, 303},
+		{"allowed name and port", allowed, "GET", "/", "ops.example:8443", nil, 200},
+		{"allowed name, other port", allowed, "GET", "/", "ops.example:" + port, nil, http.StatusMisdirectedRequest},
+		{"name not allowed", allowed, "GET", "/", "evil.example:" + port, nil, http.StatusMisdirectedRequest},
+		{"token: foreign name without token", token, "GET", "/", "evil.example:" + port, nil, 401},
+		{"token: foreign name with token", token, "GET", "/", "evil.example:" + port, http.Header{"Authorization": {"Bearer s3cret-token"}}, 200},
+	} {
+		status, body := req(tc.f, tc.method, tc.path, tc.host, tc.header)
+		if status != tc.want {
+			t.Errorf("%s: %s %s with Host %s: status %d, want %d (without credentials only IP literals, localhost and AllowedHosts are answered: DNS rebinding)\n%s", tc.name, tc.method, tc.path, tc.host, status, tc.want, body)
+		}
+		if status == http.StatusMisdirectedRequest && (strings.Contains(body, queue) || !strings.Contains(body, "AllowedHosts")) {
+			t.Errorf("%s: the 421 page must show no queue and name AllowedHosts:\n%s", tc.name, body)
+		}
+	}
+	if paused, _ := open.srv.Paused(context.Background()); len(paused) != 0 {
+		t.Errorf("a POST under a rebound host name paused %v", paused)
+	}
+	if paused, _ := allowed.srv.Paused(context.Background()); len(paused) != 1 {
+		t.Errorf("a POST under an allowed host name must pause the queue: paused %v", paused)
+	}
+}
+
 func basic(user, pass string) string {
 	r, _ := http.NewRequest("GET", "/", nil)
 	r.SetBasicAuth(user, pass)
@@ -706,7 +794,7 @@ func TestCloseStopsTheSampler(t *testing.T) {
 	}
 	// The handler still serves after Close.
 	rec := httptest.NewRecorder()
-	ds[0].ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	ds[0].ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/", nil))
 	if rec.Code != 200 {
 		t.Errorf("GET / after Close: %d", rec.Code)
 	}
@@ -723,7 +811,7 @@ func Example() {
 	mux.Handle("/errand/", http.StripPrefix("/errand", dash))
 
 	rec := httptest.NewRecorder()
-	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/errand/", nil))
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost:8080/errand/", nil))
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
 	// Output: 200 text/html; charset=utf-8
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -303,13 +304,24 @@ func (d *deployment) list(l errand.ListState) []string {
 	return ids
 }
 
-// eventually polls cond until it holds, failing the test after a deadline.
+// scaled multiplies d by ERRAND_CONFORMANCE_TIMEOUT_SCALE (default 1), for
+// slow machines.
+func scaled(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv("ERRAND_CONFORMANCE_TIMEOUT_SCALE"), 64); err == nil && f > 0 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
+
+// eventually polls cond until it holds, failing the test after a deadline
+// (20s, scaled).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	limit := scaled(20 * time.Second)
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited 20s for %s: it did not happen", what)
+			t.Fatalf("waited %v for %s: it did not happen", limit, what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,7 +30,16 @@ const webShutdownTimeout = 10 * time.Second
 // the Prometheus metrics of every queue on /metrics, until c.ctx is done.
 func runWeb(c *cli, args []string) error {
 	fs := c.newFlags()
-	addr := fs.String("addr", ":8080", "the `address` to listen on (host:port; port 0 picks a free one)")
+	addr := fs.String("addr", "127.0.0.1:8080", "the `address` to listen on (host:port; port 0 picks a free one)")
+	var allowedHosts []string
+	fs.Func("allowed-host", "without credentials, also answer requests addressed to `HOST` (a name, or name:port; repeatable or comma-separated), besides IP addresses and localhost", func(v string) error {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				allowedHosts = append(allowedHosts, h)
+			}
+		}
+		return nil
+	})
 	readOnly := fs.Bool("read-only", false, "hide the actions and refuse every POST with 403")
 	metrics := fs.Bool("metrics", true, "serve the queues' depth in the Prometheus format on /metrics (--metrics=false: not served)")
 	pos, err := c.parseFlags(fs, args)
@@ -43,11 +50,12 @@ func runWeb(c *cli, args []string) error {
 		return usageErrorf("unexpected argument %q (see errand help web)", pos[0])
 	}
 	opts := web.Options{
-		ReadOnly: *readOnly,
-		Token:    c.env(envWebToken),
-		Username: c.env(envWebUser),
-		Password: c.env(envWebPassword),
-		Logger:   slog.New(slog.NewTextHandler(c.stderr, nil)),
+		ReadOnly:     *readOnly,
+		Token:        c.env(envWebToken),
+		Username:     c.env(envWebUser),
+		Password:     c.env(envWebPassword),
+		AllowedHosts: allowedHosts,
+		Logger:       slog.New(slog.NewTextHandler(c.stderr, nil)),
 	}
 	if opts.Username == "" && opts.Password != "" {
 		return usageErrorf("%s is set without %s", envWebPassword, envWebUser)
@@ -75,7 +83,9 @@ func runWeb(c *cli, args []string) error {
 			return err
 		}
 		defer mp.Shutdown(context.Background())
-		mux.Handle("GET /metrics", requireAuth(opts, h))
+		// The dashboard's own rules: its credentials, or without them its
+		// Host check (a rebound page must not read the metrics either).
+		mux.Handle("GET /metrics", dash.Guard(h))
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
@@ -139,41 +149,4 @@ func browseURL(a *net.TCPAddr) string {
 		host = "localhost"
 	}
 	return "http://" + net.JoinHostPort(host, fmt.Sprint(a.Port)) + "/"
-}
-
-// requireAuth wraps /metrics in the dashboard's credentials: with a token
-// or a user set, a scrape must send them (Prometheus's authorization or
-// basic_auth), compared in constant time.
-func requireAuth(opts web.Options, next http.Handler) http.Handler {
-	if opts.Token == "" && opts.Username == "" {
-		return next
-	}
-	eq := func(a, b string) bool {
-		x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-		return subtle.ConstantTimeCompare(x[:], y[:]) == 1
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ok := false
-		if opts.Token != "" {
-			h := r.Header.Get("Authorization")
-			if tok, found := strings.CutPrefix(h, "Bearer "); found && eq(tok, opts.Token) {
-				ok = true
-			}
-		}
-		if opts.Username != "" {
-			if u, p, found := r.BasicAuth(); found && eq(u, opts.Username) && eq(p, opts.Password) {
-				ok = true
-			}
-		}
-		if !ok {
-			if opts.Username != "" {
-				w.Header().Set("WWW-Authenticate", `Basic realm="errand", charset="UTF-8"`)
-			} else {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="errand"`)
-			}
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

@@ -295,6 +295,97 @@ func TestWebWarnsBeyondLoopback(t *testing.T) {
 	w.stop()
 }
 
+// send sends one request with Host host (the URL's when "") and
+// Authorization auth (none when "") and returns the status and body.
+func (w *webRun) send(method, path, host, auth string) (int, string) {
+	w.t.Helper()
+	req, err := http.NewRequest(method, w.base+path, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		w.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// /metrics takes the bearer token with the scheme in any case, as the
+// dashboard does (RFC 9110: the scheme is case-insensitive).
+func TestWebMetricsBearerAnyCase(t *testing.T) {
+	const token = "s3cret-token"
+	w := startWeb(t, &deployment{t: t, url: "memory://"}, map[string]string{envWebToken: token})
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{
+		{"Bearer " + token, http.StatusOK},
+		{"bearer " + token, http.StatusOK},
+		{"BEARER " + token, http.StatusOK},
+		{"bearer nope", http.StatusUnauthorized},
+		{"", http.StatusUnauthorized},
+	} {
+		for _, p := range []string{"/metrics", "/"} {
+			if code, body := w.send("GET", p, "", tc.auth); code != tc.want {
+				t.Errorf("GET %s with Authorization %q: %d, want %d (/metrics and the dashboard take the same credentials, the scheme in any case)\n%s", p, tc.auth, code, tc.want, body)
+			}
+		}
+	}
+	// With credentials set, the Host is not checked: they protect it.
+	if code, _ := w.send("GET", "/metrics", "evil.example", "Bearer "+token); code != http.StatusOK {
+		t.Errorf("GET /metrics with the token and Host evil.example: %d, want 200 (with credentials the Host is not checked)", code)
+	}
+	w.stop()
+}
+
+// Without credentials errand web answers only requests addressed to an IP
+// address, localhost or an --allowed-host name, on the dashboard and on
+// /metrics alike: a page whose host name was rebound to 127.0.0.1 (DNS
+// rebinding) reads nothing.
+func TestWebHostCheck(t *testing.T) {
+	w := startWeb(t, &deployment{t: t, url: "memory://"}, nil, "--allowed-host", "dash.internal, ops.example", "--allowed-host", "other.example:9090")
+	port := w.base[strings.LastIndex(w.base, ":")+1:]
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"", http.StatusOK}, // 127.0.0.1:port
+		{"localhost:" + port, http.StatusOK},
+		{"evil.example:" + port, http.StatusMisdirectedRequest},
+		{"dash.internal:" + port, http.StatusOK},
+		{"ops.example", http.StatusOK},
+		{"other.example:9090", http.StatusOK},
+		{"other.example:" + port, http.StatusMisdirectedRequest},
+	} {
+		for _, p := range []string{"/", "/api/queues", "/metrics"} {
+			if code, body := w.send("GET", p, tc.host, ""); code != tc.want {
+				t.Errorf("GET %s with Host %q and no credentials: %d, want %d (the Host check against DNS rebinding, --allowed-host)\n%s", p, tc.host, code, tc.want, body)
+			}
+		}
+	}
+	if code, _ := w.send("POST", "/queues/q/pause", "evil.example:"+port, ""); code != http.StatusMisdirectedRequest {
+		t.Errorf("POST pause with Host evil.example: %d, want 421", code)
+	}
+	w.stop()
+}
+
+// errand web listens on loopback unless told otherwise.
+func TestWebDefaultAddress(t *testing.T) {
+	var out, errOut bytes.Buffer
+	run(context.Background(), []string{"help", "web"}, &out, &errOut, func(string) string { return "" })
+	if help := out.String() + errOut.String(); !strings.Contains(help, `(default "127.0.0.1:8080")`) {
+		t.Errorf("errand web's --addr must default to 127.0.0.1:8080 (loopback), help says:\n%s", help)
+	}
+}
+
 // Usage errors of errand web: a password without a user, an argument.
 func TestWebUsage(t *testing.T) {
 	for _, tc := range []struct {
