@@ -88,6 +88,10 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 		}
 		return outcome, err
 	}
+	// Over its rate limit: back to the queue, nothing recorded.
+	if outcome, err := w.takeToken(ctx, tk, sig); outcome != ack {
+		return outcome, err
+	}
 
 	tctx, cancelTask := w.taskContext(sig)
 	defer cancelTask()
@@ -276,10 +280,13 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	return outcome, st, err
 }
 
-// afterSuccess completes sig's group (firing its chord) and sends its
-// OnSuccess callbacks with its results appended. Every step is idempotent,
-// so a redelivery repeats it safely.
+// afterSuccess frees sig's unique key, completes sig's group (firing its
+// chord) and sends its OnSuccess callbacks with its results appended.
+// Every step is idempotent, so a redelivery repeats it safely.
 func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Result) (settle, error) {
+	if err := w.unlockUnique(ctx, sig); err != nil {
+		return requeue, err
+	}
 	if err := w.completeMember(ctx, sig); err != nil {
 		return requeue, err
 	}
@@ -297,9 +304,13 @@ func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Res
 	return ack, nil
 }
 
-// afterFailure completes sig's group (a chord then fails) and sends its
-// OnError callbacks with the error text as their first argument.
+// afterFailure frees sig's unique key, completes sig's group (a chord then
+// fails) and sends its OnError callbacks with the error text as their
+// first argument.
 func (w *Worker) afterFailure(ctx context.Context, sig *Signature, errText string) (settle, error) {
+	if err := w.unlockUnique(ctx, sig); err != nil {
+		return requeue, err
+	}
 	if err := w.completeMember(ctx, sig); err != nil {
 		return requeue, err
 	}

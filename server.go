@@ -117,6 +117,9 @@ func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
 	for _, o := range opts {
 		o(t)
 	}
+	if err := s.checkRateLimit(t); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.tasks[name] = t
 	s.mu.Unlock()
@@ -252,16 +255,25 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 	if sig == nil || sig.Name == "" {
 		return nil, errors.New("errand: SendTask: signature without a task name")
 	}
+	if err := checkUnique("SendTask", sig); err != nil {
+		return nil, err
+	}
 	s.prepare(sig)
 	err := s.send(ctx, []*Signature{sig}, func(ctx context.Context, sigs []*Signature) error {
 		m, err := s.message(sigs[0])
 		if err != nil {
 			return err
 		}
+		unlock, err := s.lockUnique(ctx, sigs[0])
+		if err != nil {
+			return err
+		}
 		if err := s.setPending(ctx, sigs[0]); err != nil {
+			unlock()
 			return fmt.Errorf("errand: send %s: set PENDING: %w", sigs[0].Name, err)
 		}
 		if err := s.broker.Publish(ctx, m); err != nil {
+			unlock()
 			return fmt.Errorf("errand: send %s: %w", sigs[0].Name, err)
 		}
 		return nil
@@ -327,6 +339,9 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) (
 	if g == nil || len(g.Tasks) == 0 {
 		return nil, errors.New("errand: empty group")
 	}
+	if err := checkUnique("SendGroup", nil, g.Tasks...); err != nil {
+		return nil, err
+	}
 	for _, sig := range g.Tasks {
 		s.prepare(sig)
 	}
@@ -372,6 +387,9 @@ func (s *Server) SendChord(ctx context.Context, c *Chord, sendConcurrency int) (
 	if c == nil || c.Callback == nil || c.Group == nil {
 		return nil, errors.New("errand: chord without a group or a callback")
 	}
+	if err := checkUnique("SendChord", nil, append([]*Signature{c.Callback}, c.Group.Tasks...)...); err != nil {
+		return nil, err
+	}
 	s.prepare(c.Callback)
 	for _, sig := range c.Group.Tasks {
 		sig.ChordCallback = c.Callback
@@ -396,18 +414,27 @@ func (s *Server) SendChain(ctx context.Context, c *Chain) (*ChainAsyncResult, er
 	if c == nil || len(c.Tasks) == 0 {
 		return nil, errors.New("errand: empty chain")
 	}
+	if err := checkUnique("SendChain", c.Tasks[0], c.Tasks[1:]...); err != nil {
+		return nil, err
+	}
 	s.prepare(c.Tasks[0])
 	err := s.send(ctx, c.Tasks[:1], func(ctx context.Context, first []*Signature) error {
 		m, err := s.message(first[0])
 		if err != nil {
 			return err
 		}
+		unlock, err := s.lockUnique(ctx, first[0])
+		if err != nil {
+			return err
+		}
 		for _, sig := range c.Tasks {
 			if err := s.setPending(ctx, sig); err != nil {
+				unlock()
 				return fmt.Errorf("errand: send chain: set PENDING: %w", err)
 			}
 		}
 		if err := s.broker.Publish(ctx, m); err != nil {
+			unlock()
 			return fmt.Errorf("errand: send chain: %w", err)
 		}
 		return nil

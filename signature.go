@@ -39,6 +39,17 @@ type Signature struct {
 	// Deadline bounds every attempt: after it the task's ctx is cancelled and
 	// no further retry is made. Nil means none.
 	Deadline *time.Time `json:"Deadline,omitempty"`
+	// UniqueKey, when set, makes the task unique while it holds the key:
+	// a send of another task with the same key returns an error satisfying
+	// errors.Is(err, ErrDuplicate) that names this task's UUID, until
+	// this task ends for good (SUCCESS, or FAILURE with no retry left) or
+	// UniqueFor has passed since it was sent, whichever comes first. The
+	// broker holds the key (driver.Uniquer). Only a task sent on its own
+	// or a chain's first task may have one. See docs/flow-control.md.
+	UniqueKey string `json:"UniqueKey,omitempty"`
+	// UniqueFor is how long UniqueKey may be held at most; required (> 0)
+	// with a UniqueKey.
+	UniqueFor time.Duration `json:"UniqueFor,omitempty"`
 }
 
 // Headers carries free-form metadata with a task (trace IDs and the like).

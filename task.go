@@ -24,6 +24,7 @@ type task struct {
 	params   []reflect.Type // excluding the leading context
 	results  []reflect.Type // excluding the trailing error
 	policy   RetryPolicy    // nil: the worker's
+	limit    *rateLimit     // nil: none (WithRateLimit)
 }
 
 // newTask validates fn: a function whose parameters are an optional leading

@@ -422,6 +422,7 @@ const (
 	setAside               // must not run: archive it (Reject it, without an archive), the error as the reason
 	archive                // failed for good: archive it (Ack it, without an archive), the error as the reason
 	passOn                 // no function here: deliver again after backoff(Attempt), for another worker
+	throttle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
 )
 
 func (w *Worker) handle(d *driver.Delivery) {
@@ -496,6 +497,8 @@ func (w *Worker) handle(d *driver.Delivery) {
 		if rerr := b.Release(ctx, d, time.Now().Add(wait)); rerr != nil {
 			w.report(rerr, "errand: release unknown task", taskAttrs(sig, queue)...)
 		}
+	case throttle:
+		w.releaseThrottled(ctx, d, sig, err)
 	}
 }
 

@@ -53,6 +53,9 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Queues/Lists", queuesList, parallel},
 	{"Pause/Flag", pauseFlag, parallel},
 	{"Heartbeat/TTL", heartbeatTTL, parallel},
+	{"Unique/Lock", uniqueLock, parallel},
+	{"Unique/Concurrent", uniqueConcurrent, parallel},
+	{"RateLimit/Bucket", rateBucket, alone},
 	{"Schedule/Store", scheduleStoreCase, parallel},
 	{"Schedule/ClaimOnce", scheduleClaimOnce, parallel},
 	{"Schedule/DeleteForgetsClaims", scheduleDeleteForgetsClaims, parallel},
@@ -160,6 +163,8 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
 	checkAbility(t, b, caps.Pause, reflect.TypeFor[driver.Pauser](), "Pause")
 	checkAbility(t, b, caps.Heartbeat, reflect.TypeFor[driver.Heartbeater](), "Heartbeat")
+	checkAbility(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
+	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 }
 

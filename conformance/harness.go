@@ -78,6 +78,8 @@ type BrokerCaps struct {
 	Queues      bool // driver.QueueLister
 	Pause       bool // driver.Pauser
 	Heartbeat   bool // driver.Heartbeater
+	Unique      bool // driver.Uniquer
+	RateLimit   bool // driver.RateLimiter
 	Schedules   bool // driver.ScheduleStore
 }
 

@@ -25,6 +25,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true,
 			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
+			Unique: true, RateLimit: true,
 		},
 		Timing:  Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
 		PushRaw: pushRawMemory,

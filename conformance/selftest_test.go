@@ -185,7 +185,8 @@ func healthyBroker() BrokerHarness {
 			return b
 		},
 		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true},
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
+			Unique: true, RateLimit: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
 	}
@@ -718,6 +719,9 @@ var brokerTargets = map[string]string{
 	"Queues/Lists":                 "queues-from-contents",
 	"Pause/Flag":                   "pause-flag-lost",
 	"Heartbeat/TTL":                "heartbeat-never-expires",
+	"Unique/Lock":                  "unlock-ignores-holder",
+	"Unique/Concurrent":            "lock-not-atomic",
+	"RateLimit/Bucket":             "bucket-never-refills",
 	"Schedule/Store":               "schedule-change-lost",
 	"Schedule/ClaimOnce":           "claim-not-atomic",
 	"Schedule/DeleteForgetsClaims": "delete-keeps-claims",
@@ -732,6 +736,8 @@ var moreBrokerTargets = map[string]string{
 	"Archive/Retention":      "retention-ignores-age",
 	"List/ByState":           "completed-oldest-first",
 	"Heartbeat/TTL":          "unbeat-is-a-no-op",
+	"Unique/Lock":            "lock-never-expires",
+	"RateLimit/Bucket":       "no-limit",
 	"Schedule/Store":         "delete-keeps-schedule",
 	"Schedule/ClaimOnce":     "claim-accepts-older",
 }
@@ -786,6 +792,8 @@ var workerTargets = map[string]string{
 	"Archive/Undecodable":         "broker:archive-drops-body",
 	"Pause":                       "broker:pause-flag-lost",
 	"Heartbeat":                   "broker:unbeat-is-a-no-op",
+	"Unique/ReleasedOnFinish":     "broker:unlock-is-a-no-op",
+	"RateLimit/Delays":            "broker:no-limit",
 }
 
 func TestEveryCaseHasATarget(t *testing.T) {

@@ -58,6 +58,8 @@ var workerCases = []kase[workerPair]{
 	{"Archive/Undecodable", archiveUndecodable, parallel},
 	{"Pause", pauseWorker, parallel},
 	{"Heartbeat", heartbeatWorker, parallel},
+	{"Unique/ReleasedOnFinish", uniqueReleasedOnFinish, parallel},
+	{"RateLimit/Delays", rateLimitDelays, parallel},
 }
 
 // recorder wraps a backend to record each task's states.

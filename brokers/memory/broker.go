@@ -36,6 +36,9 @@ type Broker struct {
 	paused map[string]bool // queues paused (Pauser)
 	beats  map[string]beat // worker heartbeats (Heartbeater)
 
+	locks   map[string]uniqueLock // uniqueness locks (Uniquer), made on first use
+	buckets map[string]*bucket    // token buckets (RateLimiter), made on first use
+
 	schedules map[string]*schedule // periodic schedules (ScheduleStore), made on first use
 }
 

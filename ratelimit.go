@@ -1,0 +1,102 @@
+package errand
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// Rate limits per task name (WithRateLimit), kept in a token bucket on the
+// broker's server (driver.RateLimiter) and so shared by every worker of
+// every process on it. A worker takes a token before each attempt; a task
+// over the limit goes back to its queue to be delivered again later,
+// recording nothing: it never fails for it, and its attempt number and
+// retries are untouched. See docs/flow-control.md.
+
+// rateLimit is a registered task's limit.
+type rateLimit struct {
+	rate  float64 // tokens a second
+	burst int     // the bucket's size
+}
+
+// WithRateLimit limits how often the task starts, across every worker on
+// the broker's server: at most perSecond attempts a second on average,
+// with bursts of up to burst (below 1: 1). An attempt over the limit is
+// delayed, never failed, and does not count as an attempt. The broker must
+// keep limits (driver.RateLimiter: the memory and Redis brokers do);
+// Register refuses the option on one that does not, with an error
+// satisfying errors.Is(err, errors.ErrUnsupported), and refuses a
+// perSecond that is not a positive, finite number.
+//
+// Every process registering the task should give it the same limit: the
+// bucket takes the values of its latest caller.
+func WithRateLimit(perSecond float64, burst int) TaskOption {
+	return func(t *task) { t.limit = &rateLimit{rate: perSecond, burst: max(burst, 1)} }
+}
+
+// checkRateLimit refuses a limit the broker cannot keep or that makes no
+// sense.
+func (s *Server) checkRateLimit(t *task) error {
+	if t.limit == nil {
+		return nil
+	}
+	if !(t.limit.rate > 0) || math.IsInf(t.limit.rate, 0) {
+		return fmt.Errorf("errand: register %q: WithRateLimit(%v, %d): the rate must be a positive, finite number of tasks a second", t.name, t.limit.rate, t.limit.burst)
+	}
+	if _, ok := s.broker.drv.(driver.RateLimiter); !ok {
+		return fmt.Errorf("errand: register %q: WithRateLimit: %w", t.name, unsupported("rate limits", s.broker.drv))
+	}
+	return nil
+}
+
+// rateKey is the bucket of a task name on the broker.
+func rateKey(name string) string { return "task:" + name }
+
+// throttledError is what process returns with the throttle outcome: the
+// task is over its rate limit until wait has passed.
+type throttledError struct {
+	name string
+	wait time.Duration
+}
+
+func (e *throttledError) Error() string {
+	return fmt.Sprintf("errand: task %s is over its rate limit: delivered again in %v", e.name, e.wait)
+}
+
+// takeToken takes a token for one attempt of tk, if it is rate limited.
+// It returns the throttle outcome when the bucket is empty, requeue when
+// the broker failed, and ack (meaning: go on) otherwise.
+func (w *Worker) takeToken(ctx context.Context, tk *task, sig *Signature) (settle, error) {
+	if tk.limit == nil {
+		return ack, nil
+	}
+	rl, ok := w.srv.broker.drv.(driver.RateLimiter)
+	if !ok { // registered on another server's broker
+		return requeue, fmt.Errorf("errand: task %s (%s): %w", sig.Name, sig.UUID, unsupported("rate limits", w.srv.broker.drv))
+	}
+	wait, err := rl.Take(ctx, rateKey(tk.name), tk.limit.rate, tk.limit.burst)
+	switch {
+	case err != nil:
+		return requeue, fmt.Errorf("errand: task %s (%s): take a rate-limit token: %w", sig.Name, sig.UUID, w.srv.broker.after(ctx, err))
+	case wait > 0:
+		return throttle, &throttledError{name: sig.Name, wait: wait}
+	}
+	return ack, nil
+}
+
+// releaseThrottled gives d back to its queue, to be delivered again once
+// the wait err carries (a *throttledError) has passed. Nothing is
+// recorded: the task's state, attempt and retries are as they were.
+func (w *Worker) releaseThrottled(ctx context.Context, d *driver.Delivery, sig *Signature, err error) {
+	var wait time.Duration
+	if th, ok := err.(*throttledError); ok {
+		wait = th.wait
+	}
+	w.log.Debug("errand: task over its rate limit: given back", append(taskAttrs(sig, d.Queue), "retry_in", wait)...)
+	if rerr := w.srv.broker.Release(ctx, d, time.Now().Add(wait)); rerr != nil {
+		w.report(rerr, "errand: release a task over its rate limit", taskAttrs(sig, d.Queue)...)
+	}
+}
