@@ -35,6 +35,13 @@ type rig struct {
 // starts. Fixed 1ms retries.
 func newRig(t *testing.T, register func(srv *errand.Server)) *rig {
 	t.Helper()
+	return newRigWith(t, errandotel.Config{}, nil, register)
+}
+
+// newRigWith builds a rig with cfg (its providers replaced by the rig's)
+// and inner as send middleware inside the instrumentation's.
+func newRigWith(t *testing.T, cfg errandotel.Config, inner []errand.SendMiddleware, register func(srv *errand.Server)) *rig {
+	t.Helper()
 	r := &rig{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
@@ -43,7 +50,8 @@ func newRig(t *testing.T, register func(srv *errand.Server)) *rig {
 		mp.Shutdown(context.Background())
 	})
 	var err error
-	r.inst, err = errandotel.New(errandotel.Config{TracerProvider: r.tp, MeterProvider: mp})
+	cfg.TracerProvider, cfg.MeterProvider = r.tp, mp
+	r.inst, err = errandotel.New(cfg)
 	if err != nil {
 		t.Fatalf("errandotel.New: %v", err)
 	}
@@ -51,7 +59,7 @@ func newRig(t *testing.T, register func(srv *errand.Server)) *rig {
 	r.srv, err = errand.NewServer(errand.Config{
 		Broker:         r.broker,
 		Backend:        memorybackend.New(nil),
-		SendMiddleware: []errand.SendMiddleware{r.inst.SendMiddleware()},
+		SendMiddleware: append([]errand.SendMiddleware{r.inst.SendMiddleware()}, inner...),
 	})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)

@@ -34,18 +34,29 @@ type Config struct {
 	// Logger receives the queue-depth reads that fail (at Warn).
 	// Default: discard.
 	Logger *slog.Logger
+	// MaxChordLinks is how many members of a chord, the first in group
+	// order, its callback's spans link to: their trace contexts travel in
+	// the callback's [ChordMembersHeader], which every member's message
+	// carries, so the header must stay small for a large chord. Negative:
+	// no links. Default: 128, the OpenTelemetry SDK's default limit of
+	// links per span.
+	MaxChordLinks int
 }
+
+// DefaultMaxChordLinks is the default of Config.MaxChordLinks.
+const DefaultMaxChordLinks = 128
 
 // Instrumentation traces and measures errand: its [Instrumentation.SendMiddleware]
 // goes in errand.Config.SendMiddleware, its [Instrumentation.Middleware] in
 // errand.WorkerConfig.Middleware, and [Instrumentation.ObserveQueues]
 // reports the depth of queues. It is safe for concurrent use.
 type Instrumentation struct {
-	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
-	log    *slog.Logger
-	meter  metric.Meter
-	m      instruments
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	maxLinks int // Config.MaxChordLinks, 0 for none
+	log      *slog.Logger
+	meter    metric.Meter
+	m        instruments
 }
 
 // New returns an Instrumentation with cfg's providers. It fails only if
@@ -67,11 +78,19 @@ func New(cfg Config) (*Instrumentation, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	maxLinks := cfg.MaxChordLinks
+	switch {
+	case maxLinks == 0:
+		maxLinks = DefaultMaxChordLinks
+	case maxLinks < 0:
+		maxLinks = 0
+	}
 	in := &Instrumentation{
-		tracer: tp.Tracer(ScopeName),
-		prop:   prop,
-		log:    log,
-		meter:  mp.Meter(ScopeName),
+		maxLinks: maxLinks,
+		tracer:   tp.Tracer(ScopeName),
+		prop:     prop,
+		log:      log,
+		meter:    mp.Meter(ScopeName),
 	}
 	if err := in.m.init(in.meter); err != nil {
 		return nil, fmt.Errorf("errandotel: %w", err)

@@ -30,8 +30,9 @@ const (
 )
 
 // ChordMembersHeader is the header of a chord's callback that carries the
-// trace context of every member's producer span (a list of propagator
-// carriers, one map per member, in group order), so that the callback's
+// trace context of the members' producer spans (a list of propagator
+// carriers, one map per member, in group order, at most
+// Config.MaxChordLinks of them: the first members), so that the callback's
 // spans link to the members that made it run.
 const ChordMembersHeader = "errand-chord-members"
 
@@ -92,12 +93,17 @@ func spanAttrs(sig *errand.Signature, op attribute.KeyValue, opName string) []at
 // replacing what an earlier hop left there. The spans end when the broker
 // has taken the signatures, with status Error if it refused them.
 //
-// A chord member's span is also recorded in its callback's
-// [ChordMembersHeader], for the callback's spans to link to.
+// The span of a chord member's first send is also recorded in its
+// callback's [ChordMembersHeader], for the callback's spans to link to, up
+// to Config.MaxChordLinks members. The members sent together share one copy
+// of their callback, which carries the header: the caller's callback
+// signature is left as it was, so sending the chord again records each
+// member once.
 func (in *Instrumentation) SendMiddleware() errand.SendMiddleware {
 	return func(next errand.SendHandler) errand.SendHandler {
 		return func(ctx context.Context, sigs []*errand.Signature) error {
 			spans := make([]trace.Span, len(sigs))
+			var callbacks map[*errand.Signature]*errand.Signature // caller's -> the copy sent
 			for i, sig := range sigs {
 				pctx := ctx
 				if c := carrierOf(sig.Headers[SenderHeader]); c != nil {
@@ -126,12 +132,24 @@ func (in *Instrumentation) SendMiddleware() errand.SendMiddleware {
 					// A first send of a chord member: the callback links to it.
 					// (A retry resends the member with its own copy of the
 					// callback; the first send is the one the chord recorded.)
-					c := propagation.MapCarrier{}
-					in.prop.Inject(sctx, c)
-					if cb.Headers == nil {
-						cb.Headers = errand.Headers{}
+					if callbacks == nil {
+						callbacks = make(map[*errand.Signature]*errand.Signature)
 					}
-					cb.Headers[ChordMembersHeader] = appendCarrier(cb.Headers[ChordMembersHeader], c)
+					own, ok := callbacks[cb]
+					if !ok {
+						own = cb.Copy()
+						if own.Headers == nil {
+							own.Headers = errand.Headers{}
+						}
+						delete(own.Headers, ChordMembersHeader)
+						callbacks[cb] = own
+					}
+					sig.ChordCallback = own
+					if list, _ := own.Headers[ChordMembersHeader].([]any); len(list) < in.maxLinks {
+						c := propagation.MapCarrier{}
+						in.prop.Inject(sctx, c)
+						own.Headers[ChordMembersHeader] = append(list, map[string]string(c))
+					}
 				}
 			}
 			err := next(ctx, sigs)
@@ -149,22 +167,16 @@ func (in *Instrumentation) SendMiddleware() errand.SendMiddleware {
 	}
 }
 
-// appendCarrier appends c to a ChordMembersHeader value.
-func appendCarrier(v any, c propagation.MapCarrier) []any {
-	var out []any
-	if list, ok := v.([]any); ok {
-		out = append(out, list...)
-	}
-	return append(out, map[string]string(c))
-}
-
 // memberLinks returns links to the producer spans listed in sig's
 // ChordMembersHeader, in the form SendMiddleware writes it or as it reads
-// back from JSON.
+// back from JSON: Config.MaxChordLinks at most.
 func (in *Instrumentation) memberLinks(ctx context.Context, sig *errand.Signature) []trace.Link {
 	list, _ := sig.Headers[ChordMembersHeader].([]any)
 	var links []trace.Link
 	for _, item := range list {
+		if len(links) >= in.maxLinks {
+			break
+		}
 		c := carrierOf(item)
 		if c == nil {
 			continue

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/errand-go/errand"
+	errandotel "github.com/errand-go/errand/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -214,5 +216,123 @@ func TestTraceChordCallbackLinksMembers(t *testing.T) {
 	sends := r.spansNamed("send sum")
 	if len(sends) != 1 || !isChildOf(cb, sends[0].SpanContext()) {
 		t.Errorf("the callback's consumer span must be the child of its send (%d sends)", len(sends))
+	}
+}
+
+// A large chord: every member's message carries its callback, so the
+// callback's ChordMembersHeader holds at most Config.MaxChordLinks carriers
+// (the first members'), not one per member (N members × N carriers); the
+// callback's spans link to that many members; and the caller's callback
+// signature is not changed, so sending the chord again (after a failed
+// send) records each member once.
+func TestTraceLargeChordHeaderIsCapped(t *testing.T) {
+	t.Parallel()
+	const members = 300
+	for _, tc := range []struct {
+		name string
+		max  int // Config.MaxChordLinks
+		want int // carriers and links
+	}{
+		{"default", 0, errandotel.DefaultMaxChordLinks},
+		{"configured", 7, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var (
+				mu       sync.Mutex
+				calls    int
+				carriers []int // per member message sent, on the last call
+				maxBody  int
+			)
+			// inner fails the first send of the chord (a broker refusing
+			// it) and records what each member's message carries.
+			inner := func(next errand.SendHandler) errand.SendHandler {
+				return func(ctx context.Context, sigs []*errand.Signature) error {
+					if len(sigs) < members {
+						return next(ctx, sigs) // the callback, sent by the worker
+					}
+					mu.Lock()
+					calls++
+					call := calls
+					carriers, maxBody = nil, 0
+					for _, sig := range sigs {
+						body, err := errand.EncodeSignature(sig)
+						if err != nil {
+							mu.Unlock()
+							return err
+						}
+						maxBody = max(maxBody, len(body))
+						list, _ := sig.ChordCallback.Headers[errandotel.ChordMembersHeader].([]any)
+						carriers = append(carriers, len(list))
+					}
+					mu.Unlock()
+					if call == 1 {
+						return errors.New("the broker is not answering")
+					}
+					return next(ctx, sigs)
+				}
+			}
+			r := newRigWith(t, errandotel.Config{MaxChordLinks: tc.max}, []errand.SendMiddleware{inner}, func(srv *errand.Server) {
+				srv.Register("one", func() (int, error) { return 1, nil })
+				srv.Register("count", func(xs ...int) (int, error) { return len(xs), nil })
+			})
+			ctx := testCtx(t)
+			var sigs []*errand.Signature
+			for range members {
+				sigs = append(sigs, errand.NewSignature("one"))
+			}
+			g, _ := errand.NewGroup(sigs...)
+			ch, _ := errand.NewChord(g, errand.NewSignature("count"))
+			if _, err := r.srv.SendChord(ctx, ch, 4); err == nil {
+				t.Fatal("the first SendChord must fail: the inner send middleware refuses it")
+			}
+			if _, ok := ch.Callback.Headers[errandotel.ChordMembersHeader]; ok {
+				t.Errorf("SendMiddleware must not change the caller's callback signature; it set %s on it", errandotel.ChordMembersHeader)
+			}
+			res, err := r.srv.SendChord(ctx, ch, 4)
+			if err != nil {
+				t.Fatalf("SendChord again: %v", err)
+			}
+			var n int
+			if err := res.GetInto(ctx, &n); err != nil || n != members {
+				t.Fatalf("chord callback = %d, %v; want %d", n, err, members)
+			}
+			r.stop(t)
+
+			mu.Lock()
+			defer mu.Unlock()
+			if len(carriers) != members {
+				t.Fatalf("the chord's %d members must be sent together; the inner middleware saw %d", members, len(carriers))
+			}
+			for i, c := range carriers {
+				if c != tc.want {
+					t.Fatalf("member %d's message carries %d member carriers in its callback's %s, want %d (Config.MaxChordLinks; the second send must not add to the first's)", i, c, errandotel.ChordMembersHeader, tc.want)
+				}
+			}
+			// A carrier is about 70 bytes: N² growth would be 20 KiB per
+			// member here.
+			if limit := 2048 + 100*tc.want; maxBody > limit {
+				t.Errorf("a member's message is %d bytes, want at most %d: the callback's header must not grow with the chord", maxBody, limit)
+			}
+			cbs := r.spansNamed("process count")
+			if len(cbs) != 1 {
+				t.Fatalf("the callback runs once: want 1 consumer span, got %d", len(cbs))
+			}
+			if l := len(cbs[0].Links()); l != tc.want {
+				t.Errorf("the callback's consumer span links to %d members, want %d (Config.MaxChordLinks)", l, tc.want)
+			}
+			if d := cbs[0].DroppedLinks(); d != 0 {
+				t.Errorf("the SDK dropped %d of the callback's links: the list must fit its limit", d)
+			}
+			want := map[trace.SpanID]bool{}
+			for _, p := range r.spansNamed("send one")[members:][:tc.want] {
+				want[p.SpanContext().SpanID()] = true
+			}
+			for _, l := range cbs[0].Links() {
+				if !want[l.SpanContext.SpanID()] {
+					t.Errorf("the callback links to %v, not one of the first %d members' producer spans of the second send", l.SpanContext.SpanID(), tc.want)
+				}
+			}
+		})
 	}
 }
