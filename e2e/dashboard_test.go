@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -96,12 +99,14 @@ func TestDashboardInChromium(t *testing.T) {
 		})
 	}
 
-	dash := web.New(srv, web.Options{SampleEvery: 250 * time.Millisecond, History: 20 * time.Second})
+	dash := web.New(srv, web.Options{SampleEvery: 100 * time.Millisecond, History: 20 * time.Second})
 	t.Cleanup(func() { dash.Close() })
+	ts := httptest.NewServer(dash)
+	t.Cleanup(ts.Close)
 
-	// Seed: tasks done in bursts (so the chart has a shape), one that fails
-	// for good (archived), one due in an hour.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Seed: tasks done in bursts, each in a sample of its own (so the chart
+	// has a shape), one that fails for good (archived), one due in an hour.
+	ctx, cancel := context.WithTimeout(context.Background(), scaledWait(60*time.Second))
 	defer cancel()
 	done := map[string]int{}
 	for burst := range 16 {
@@ -124,7 +129,9 @@ func TestDashboardInChromium(t *testing.T) {
 			}
 			done[r.Signature.RoutingKey]++
 		}
-		time.Sleep(250 * time.Millisecond) // spread the bursts over the sampler's ticks
+		// Spread the bursts over the sampler's ticks: the next burst
+		// starts once a sample taken after this one is on the chart.
+		waitChartPoints(t, ts.URL, chartPoints(t, ts.URL)+1)
 	}
 	done["emails"] += done[""]
 	fr, err := srv.SendTask(ctx, errand.NewSignature("render_invoice", 1042))
@@ -135,7 +142,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal("render_invoice's first run succeeded; the test needs it to fail")
 	}
 	failed := fr.Signature.UUID
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(scaledWait(10 * time.Second))
 	for {
 		if _, err := srv.ArchivedTask(ctx, "emails", failed); err == nil {
 			break
@@ -151,10 +158,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two more samples, so the chart reaches the present.
-	time.Sleep(600 * time.Millisecond)
-
-	ts := httptest.NewServer(dash)
-	t.Cleanup(ts.Close)
+	waitChartPoints(t, ts.URL, chartPoints(t, ts.URL)+2)
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome),
@@ -236,6 +240,56 @@ func TestDashboardInChromium(t *testing.T) {
 }
 
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// scaledWait multiplies d by ERRAND_CONFORMANCE_TIMEOUT_SCALE (default 1),
+// for slow machines.
+func scaledWait(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv(conformance.ScaleEnv), 64); err == nil && f > 0 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
+
+var chartPointsAttr = regexp.MustCompile(`<polyline class="line"[^>]* points="([^"]*)"`)
+
+// chartPoints returns how many points the throughput chart of the
+// overview at base draws, over every queue's line: one more per queue
+// with each sample the dashboard's sampler takes.
+func chartPoints(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/")
+	if err != nil {
+		t.Fatalf("GET the overview: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the overview: status %d, %v", resp.StatusCode, err)
+	}
+	n := 0
+	for _, m := range chartPointsAttr.FindAllStringSubmatch(string(body), -1) {
+		n += len(strings.Fields(m[1]))
+	}
+	return n
+}
+
+// waitChartPoints polls the overview at base until its chart draws at
+// least n points: the sampler has taken the samples they stand for.
+func waitChartPoints(t *testing.T, base string, n int) {
+	t.Helper()
+	limit := scaledWait(10 * time.Second)
+	deadline := time.Now().Add(limit)
+	for {
+		got := chartPoints(t, base)
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for the throughput chart to draw %d points (the sampler takes one per queue every Options.SampleEvery); it draws %d", limit, n, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // saveScreenshot writes png to the test's temporary directory, and to
 // $ERRAND_SCREENSHOT_DIR/dashboard.png when that is set.
