@@ -13,6 +13,7 @@ require (
 	github.com/errand-go/errand/brokers/redis v0.0.0
 	github.com/errand-go/errand/brokers/sqs v0.0.0
 	github.com/errand-go/errand/otel v0.0.0
+	github.com/errand-go/errand/schedule v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.9.3
 	go.opentelemetry.io/otel v1.47.0
@@ -49,6 +50,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.2.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
