@@ -35,8 +35,10 @@
 //
 // A chord's callback runs once, after all its members: its spans are the
 // children of the send by the member that completed the chord, and carry
-// a [trace.Link] to every member's producer span (recorded in the
-// callback's [ChordMembersHeader] when the chord is sent).
+// a [trace.Link] to the producer spans of its first Config.MaxChordLinks
+// members, 128 by default (recorded in the callback's [ChordMembersHeader]
+// when the chord is sent; every member's message carries the callback, so
+// the list is capped).
 //
 // Span attributes follow the OpenTelemetry messaging conventions:
 // messaging.system "errand", messaging.destination.name (the queue),

@@ -54,4 +54,15 @@
 // else gets 401 Unauthorized. Credentials are compared in constant time.
 // Without them the dashboard is open to whoever reaches it: put it behind
 // your own authentication, or bind it to a private address.
+//
+// # DNS rebinding
+//
+// A private address is not enough by itself: a page on evil.example whose
+// name is then pointed at 127.0.0.1 is, to the browser, the same origin as
+// a dashboard listening there. So without Options.Token and
+// Options.Username the dashboard answers only requests whose Host is an IP
+// literal, localhost (any port) or one of Options.AllowedHosts, and any
+// other with 421 Misdirected Request. With credentials set the Host is not
+// checked. [Dashboard.Guard] applies the same rules to a handler served
+// beside the dashboard (errand web's /metrics).
 package web
