@@ -62,7 +62,7 @@ func newWorkerID() string {
 func (w *Worker) heartbeat() {
 	h := w.srv.broker.drv.(driver.Heartbeater)
 	host, _ := os.Hostname()
-	info := WorkerInfo{ID: w.id, Host: host, PID: os.Getpid(), Queues: []string{w.cfg.Queue},
+	info := WorkerInfo{ID: w.id, Host: host, PID: os.Getpid(), Queues: w.queueNames(),
 		Concurrency: w.cfg.Concurrency, StartedAt: time.Now().UTC()}
 	ttl := 3 * w.cfg.Heartbeat
 	failing := false

@@ -8,8 +8,8 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// pauseFlag is whether the worker's queue is paused, as the pause poller
-// last saw it.
+// pauseFlag is whether one of the worker's queues is paused, as the pause
+// poller last saw it.
 type pauseFlag struct {
 	mu      sync.Mutex
 	paused  bool
@@ -70,8 +70,8 @@ func (w *Worker) startBackground() {
 	}
 }
 
-// pollPause asks the broker whether the worker's queue is paused. On an
-// error the flag stays as it was.
+// pollPause asks the broker which queues are paused, and sets the flag of
+// each of the worker's queues. On an error the flags stay as they were.
 func (w *Worker) pollPause() {
 	p, ok := w.srv.broker.drv.(driver.Pauser)
 	if !ok || w.cfg.PausePoll <= 0 {
@@ -85,29 +85,31 @@ func (w *Worker) pollPause() {
 	qs, err := p.Paused(ctx)
 	if err != nil {
 		if w.fetchCtx.Err() == nil {
-			w.report(w.srv.broker.after(ctx, err), "errand: read paused queues", "queue", w.cfg.Queue)
+			w.report(w.srv.broker.after(ctx, err), "errand: read paused queues", "queues", w.queueNames())
 		}
 		return
 	}
-	paused := slices.Contains(qs, w.cfg.Queue)
-	if w.pause.set(paused) {
-		if paused {
-			w.log.Info("errand: queue paused: not fetching", "queue", w.cfg.Queue)
-		} else {
-			w.log.Info("errand: queue resumed", "queue", w.cfg.Queue)
+	for _, q := range w.queues {
+		paused := slices.Contains(qs, q.name)
+		if q.pause.set(paused) {
+			if paused {
+				w.log.Info("errand: queue paused: not fetching", "queue", q.name)
+			} else {
+				w.log.Info("errand: queue resumed", "queue", q.name)
+			}
+			kick(q.kick)
 		}
 	}
 }
 
-// giveBack releases deliveries fetched while the queue was being paused,
-// untouched, and frees their slots.
+// giveBack releases deliveries fetched while their queue was being paused
+// (or held when fetching stopped), untouched. The caller frees their slots.
 func (w *Worker) giveBack(ds []*driver.Delivery) {
 	ctx, cancel := w.call()
 	defer cancel()
 	for _, d := range ds {
 		if err := w.srv.broker.Release(ctx, d, time.Time{}); err != nil {
-			w.report(err, "errand: give back a delivery of a paused queue", "message", d.ID, "queue", d.Queue)
+			w.report(err, "errand: give back a delivery not run", "message", d.ID, "queue", d.Queue)
 		}
-		<-w.slots
 	}
 }

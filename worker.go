@@ -14,8 +14,25 @@ import (
 
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
-	// Queue to consume. Default: the server's default queue.
+	// Queue to consume. Default: the server's default queue, unless
+	// Queues is set. With Queues, Queue may be left empty; if set, it
+	// must be one of Queues (Validate).
 	Queue string
+	// Queues, if set, are the queues to consume, each with its weight
+	// (1 or more), like asynq's Config.Queues: under a backlog on every
+	// queue, the worker starts tasks of each queue in proportion to its
+	// weight ({"critical": 6, "default": 3, "low": 1} starts 6, 3 and 1
+	// of every 10), and a queue with nothing to do leaves its share to
+	// the others. See docs/flow-control.md. Default: just Queue.
+	Queues map[string]int
+	// StrictPriority: a free slot always goes to the queue with the
+	// highest weight that has a task waiting, so a lower queue runs only
+	// while every higher one is empty. Default: false (by weight).
+	StrictPriority bool
+	// QueueConcurrency caps, per queue, how many of its tasks run at
+	// once, within Concurrency (0 or absent: no cap but Concurrency). Each
+	// key must be a queue the worker consumes. Default: none.
+	QueueConcurrency map[string]int
 	// Concurrency is how many tasks run at once; the worker never fetches
 	// more than it has free slots for. Default: 10.
 	Concurrency int
@@ -137,23 +154,28 @@ const (
 	DefaultHeartbeat           = 5 * time.Second
 )
 
-// Worker consumes one queue: it fetches deliveries, runs their tasks and
-// records the outcome. Create it with Server.NewWorker.
+// Worker consumes one queue, or several (WorkerConfig.Queues): it
+// fetches deliveries, runs their tasks and records the outcome. Create it
+// with Server.NewWorker.
 type Worker struct {
 	srv *Server
 	cfg WorkerConfig
 	log *slog.Logger
+	err error // an invalid configuration: Run returns it, Start reports it
 
 	id       string
 	archiver driver.Archiver // the broker's archive; nil when it keeps none
-	pause    pauseFlag
-	running  *runningTasks  // nil without heartbeats
-	bg       sync.WaitGroup // the pause poller and the heartbeat
+	queues   []*workerQueue  // highest weight first
+	multi    bool            // one fetch loop per queue and a dispatcher (queues.go)
+	amu      sync.Mutex      // the queues' dispatch state
+	kick     chan struct{}   // wakes the dispatcher
+	running  *runningTasks   // nil without heartbeats
+	bg       sync.WaitGroup  // the pause poller and the heartbeat
 
 	mw      []Middleware // cfg.Middleware, then the hooks
 	slots   chan struct{}
-	work    chan *driver.Delivery // fetched deliveries, to the runners
-	runners sync.WaitGroup        // Concurrency long-lived goroutines running tasks
+	work    chan job       // fetched deliveries, to the runners
+	runners sync.WaitGroup // Concurrency long-lived goroutines running tasks
 
 	startOnce sync.Once
 	stopFetch context.CancelFunc
@@ -167,8 +189,12 @@ type Worker struct {
 }
 
 // NewWorker returns a worker for cfg. It does nothing until Start or Run.
+// A cfg that Validate refuses gives a worker whose Run returns that error
+// at once, whose Start reports it (ErrorHandler, Logger) and fetches
+// nothing, and whose Err returns it.
 func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
-	if cfg.Queue == "" {
+	cfgErr := cfg.Validate()
+	if cfg.Queue == "" && len(cfg.Queues) == 0 {
 		cfg.Queue = s.cfg.DefaultQueue
 	}
 	if cfg.Concurrency <= 0 {
@@ -224,8 +250,12 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if log == nil {
 		log = s.log
 	}
-	w := &Worker{srv: s, cfg: cfg, log: log, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
-		work: make(chan *driver.Delivery, cfg.Concurrency), loopDone: make(chan struct{})}
+	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
+		work: make(chan job, cfg.Concurrency), kick: make(chan struct{}, 1), loopDone: make(chan struct{})}
+	w.queues, w.multi = workerQueues(cfg)
+	if w.cfg.Queue == "" {
+		w.cfg.Queue = w.queues[0].name // where a delivery naming no queue came from, failing all else
+	}
 	w.archiver, _ = s.broker.drv.(driver.Archiver)
 	if _, ok := s.broker.drv.(driver.Heartbeater); ok && cfg.Heartbeat > 0 {
 		w.running = &runningTasks{m: map[string]RunningTask{}}
@@ -245,17 +275,31 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 // are kept across tasks).
 func (w *Worker) Start() {
 	w.startOnce.Do(func() {
+		if w.err != nil {
+			w.report(w.err, "errand: invalid worker configuration: not started")
+			close(w.work)
+			close(w.loopDone)
+			return
+		}
 		for range w.cfg.Concurrency {
 			w.runners.Go(func() {
-				for d := range w.work {
-					w.handle(d)
+				for j := range w.work {
+					w.handle(j)
 				}
 			})
 		}
 		w.startBackground()
-		go w.loop()
+		if w.multi {
+			go w.loopQueues()
+		} else {
+			go w.loop()
+		}
 	})
 }
+
+// Err returns the worker's configuration error (see
+// WorkerConfig.Validate), nil when the configuration is valid.
+func (w *Worker) Err() error { return w.err }
 
 // ID returns the worker's ID, as Server.Workers reports it.
 func (w *Worker) ID() string { return w.id }
@@ -263,6 +307,9 @@ func (w *Worker) ID() string { return w.id }
 // Run starts the worker and blocks until ctx is done, then shuts down
 // gracefully within ShutdownTimeout. It returns nil after a clean shutdown.
 func (w *Worker) Run(ctx context.Context) error {
+	if w.err != nil {
+		return w.err
+	}
 	w.Start()
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
@@ -346,8 +393,9 @@ func (w *Worker) loop() {
 	b := w.srv.broker
 	failures := 0 // failed fetches in a row
 	w.pollPause() // a worker starting on a paused queue fetches nothing
+	pause := w.queues[0].pause
 	for {
-		if resumed := w.pause.wait(); resumed != nil {
+		if resumed := pause.wait(); resumed != nil {
 			select {
 			case <-resumed:
 			case <-w.fetchCtx.Done():
@@ -373,14 +421,17 @@ func (w *Worker) loop() {
 		for range n - len(ds) {
 			<-w.slots
 		}
-		if len(ds) > 0 && w.pause.on() {
+		if len(ds) > 0 && pause.on() {
 			// Paused while the fetch waited: give them back untouched.
 			w.giveBack(ds)
+			for range ds {
+				<-w.slots
+			}
 			ds = nil
 		}
 		for _, d := range ds {
 			w.tasks.Add(1)
-			w.work <- d // never blocks: a slot is held for each delivery
+			w.work <- job{d: d} // never blocks: a slot is held for each delivery
 		}
 		if err == nil {
 			failures = 0
@@ -425,23 +476,38 @@ const (
 	throttle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
 )
 
-func (w *Worker) handle(d *driver.Delivery) {
+func (w *Worker) handle(j job) {
 	defer w.tasks.Done()
-	defer func() { <-w.slots }()
+	defer func() {
+		<-w.slots
+		if j.q != nil {
+			w.finished(j.q)
+		}
+	}()
+	d := j.d
 	b := w.srv.broker
+	// A delivery that waited in a queue's hand has had its lease extended
+	// since it was fetched.
+	stopExtend := j.stop
+	discard := func(reason error) {
+		if stopExtend != nil {
+			stopExtend()() // no extend may follow the settling
+		}
+		w.setAside(d, reason)
+	}
 
 	if lim := w.cfg.MaxMessageSize; lim > 0 && len(d.Body) > lim {
-		w.setAside(d, fmt.Errorf("%w: message %q on queue %q is %d bytes, over the worker's MaxMessageSize of %d bytes: set aside without decoding", ErrPayloadTooLarge, d.ID, d.Queue, len(d.Body), lim))
+		discard(fmt.Errorf("%w: message %q on queue %q is %d bytes, over the worker's MaxMessageSize of %d bytes: set aside without decoding", ErrPayloadTooLarge, d.ID, d.Queue, len(d.Body), lim))
 		return
 	}
 	body, err := w.srv.cfg.Signing.open(d.Body)
 	if err != nil {
-		w.setAside(d, fmt.Errorf("%w (message %q on queue %q): not run, set aside", err, d.ID, d.Queue))
+		discard(fmt.Errorf("%w (message %q on queue %q): not run, set aside", err, d.ID, d.Queue))
 		return
 	}
 	sig, err := DecodeSignature(body)
 	if err != nil {
-		w.setAside(d, fmt.Errorf("%w (message %q on queue %q)", err, d.ID, d.Queue))
+		discard(fmt.Errorf("%w (message %q on queue %q)", err, d.ID, d.Queue))
 		return
 	}
 	// A signature that names no queue (sent by hand, or by another
@@ -453,7 +519,9 @@ func (w *Worker) handle(d *driver.Delivery) {
 	}
 	routeTo(sig, queue)
 
-	stopExtend := w.extendLease(d)
+	if stopExtend == nil {
+		stopExtend = w.extendLease(d)
+	}
 	outcome, err := w.process(sig, d)
 	waitExtend := stopExtend()
 	if outcome != release {

@@ -56,6 +56,7 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Unique/Lock", uniqueLock, parallel},
 	{"Unique/Concurrent", uniqueConcurrent, parallel},
 	{"RateLimit/Bucket", rateBucket, alone},
+	{"Priority/Order", priorityOrder, parallel},
 	{"Schedule/Store", scheduleStoreCase, parallel},
 	{"Schedule/ClaimOnce", scheduleClaimOnce, parallel},
 	{"Schedule/DeleteForgetsClaims", scheduleDeleteForgetsClaims, parallel},

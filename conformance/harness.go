@@ -57,6 +57,10 @@ type BrokerCaps struct {
 	MaxDelay time.Duration
 	// OrderedByETA: due messages are delivered in ETA order.
 	OrderedByETA bool
+	// Priority: due messages of a queue are delivered highest
+	// Message.Priority first, in publish order within a priority (checked
+	// by Priority/Order).
+	Priority bool
 	// DetectsLostLease: settling a delivery whose lease ran out and whose
 	// message another consumer now holds returns errand.ErrLeaseLost. SQS
 	// cannot tell (a stale receipt handle's delete succeeds); the kit then

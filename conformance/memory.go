@@ -22,7 +22,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 			return b
 		},
 		Caps: BrokerCaps{
-			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true,
+			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true, Priority: true,
 			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
 			Unique: true, RateLimit: true,

@@ -184,7 +184,7 @@ func healthyBroker() BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
+		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
 			Unique: true, RateLimit: true},
 		Timing:  selfTiming,
@@ -393,6 +393,29 @@ var brokenBrokers = map[string]BrokerHarness{
 		b.purge = func(b *brokenBroker, ctx context.Context, q string) (int, error) {
 			st, err := b.Broker.Stats(ctx, q)
 			return st.Pending + st.Delayed, err
+		}
+	}),
+	// Delivers by publish order whatever Message.Priority says.
+	"ignores-priority": brokenBrokerHarness(func(b *brokenBroker) {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
+			for i := range msgs {
+				msgs[i].Priority = 0
+			}
+			return b.Broker.Publish(ctx, msgs...)
+		}
+	}),
+	// Keeps every queue's messages in one: Fetch of a queue hands out any
+	// queue's (queues.go's weights, strict order and caps see the wrong
+	// queue's tasks).
+	"routes-every-queue-to-one": brokenBrokerHarness(func(b *brokenBroker) {
+		b.publish = func(b *brokenBroker, ctx context.Context, msgs ...errand.Message) error {
+			for i := range msgs {
+				msgs[i].Queue = "one-for-all"
+			}
+			return b.Broker.Publish(ctx, msgs...)
+		}
+		b.fetch = func(b *brokenBroker, ctx context.Context, _ string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+			return b.Broker.Fetch(ctx, "one-for-all", max, lease)
 		}
 	}),
 	// Implements inspection but does not declare it.
@@ -725,6 +748,7 @@ var brokerTargets = map[string]string{
 	"Schedule/Store":               "schedule-change-lost",
 	"Schedule/ClaimOnce":           "claim-not-atomic",
 	"Schedule/DeleteForgetsClaims": "delete-keeps-claims",
+	"Priority/Order":               "ignores-priority",
 }
 
 // moreBrokerTargets are second variants for cases with more than one promise.
@@ -794,6 +818,9 @@ var workerTargets = map[string]string{
 	"Heartbeat":                   "broker:unbeat-is-a-no-op",
 	"Unique/ReleasedOnFinish":     "broker:unlock-is-a-no-op",
 	"RateLimit/Delays":            "broker:no-limit",
+	"Queues/Weighted":             "broker:routes-every-queue-to-one",
+	"Queues/Strict":               "broker:routes-every-queue-to-one",
+	"Queues/Cap":                  "broker:routes-every-queue-to-one",
 }
 
 func TestEveryCaseHasATarget(t *testing.T) {

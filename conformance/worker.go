@@ -60,6 +60,9 @@ var workerCases = []kase[workerPair]{
 	{"Heartbeat", heartbeatWorker, parallel},
 	{"Unique/ReleasedOnFinish", uniqueReleasedOnFinish, parallel},
 	{"RateLimit/Delays", rateLimitDelays, parallel},
+	{"Queues/Weighted", queuesWeighted, parallel},
+	{"Queues/Strict", queuesStrict, parallel},
+	{"Queues/Cap", queuesCap, parallel},
 }
 
 // recorder wraps a backend to record each task's states.

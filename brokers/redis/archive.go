@@ -72,7 +72,7 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 		return fmt.Errorf("redis broker: archive %q: %w", e.ID, err)
 	}
 	k := b.keys(d.Queue)
-	return b.settle(ctx, d, archiveScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.archive, k.archived},
+	return b.settle(ctx, d, archiveScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.archive, k.archived, k.prio},
 		e.ID, e.At.UnixMilli(), entry, max(keep.MaxCount, 0), max(keep.MaxAge.Milliseconds(), 0))
 }
 
@@ -165,8 +165,8 @@ func (b *Broker) Requeue(ctx context.Context, queue, id string, m driver.Message
 	var res *goredis.Cmd
 	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
 		pipe.SAdd(ctx, b.global("queues"), queue)
-		res = eval(requeueScript, ctx, pipe, []string{k.archive, k.archived, k.pending, k.delayed, k.msgs, k.notify},
-			id, randomID(), env, dueMillis(m.NotBefore))
+		res = eval(requeueScript, ctx, pipe, []string{k.archive, k.archived, k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq},
+			id, randomID(), env, dueMillis(m.NotBefore), m.Priority)
 	})
 	if err != nil {
 		return b.err(ctx, err)

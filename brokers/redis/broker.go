@@ -153,6 +153,7 @@ func orDefault[T int | time.Duration](v, def T) T {
 // keys are the keys of one queue (see scripts.go).
 type keys struct {
 	pending, delayed, inflight, msgs, tokens, count, notify string
+	prio, ppending, pseq                                    string // priorities 1-255
 	archive, archived, done, acked, seq                     string
 	dead, reasons                                           string // older versions' dead letters
 }
@@ -164,6 +165,7 @@ func (b *Broker) keys(queue string) keys {
 		tokens: k + "tokens", count: k + "count", notify: k + "notify",
 		archive: k + "archive", archived: k + "archived", done: k + "done", acked: k + "acked", seq: k + "seq",
 		dead: k + "dead", reasons: k + "reasons",
+		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
 	}
 }
 
@@ -220,13 +222,13 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 		due := dueMillis(m.NotBefore)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		byQueue[m.Queue] = append(byQueue[m.Queue], randomID(), env, due)
+		byQueue[m.Queue] = append(byQueue[m.Queue], randomID(), env, due, m.Priority)
 	}
 	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
 		pipe.SAdd(ctx, b.global("queues"), anys(order)...)
 		for _, q := range order {
 			k := b.keys(q)
-			eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify}, byQueue[q]...)
+			eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}, byQueue[q]...)
 		}
 	})
 	return b.err(ctx, err)
@@ -276,11 +278,12 @@ func dueMillis(nb time.Time) int64 {
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // Fetch runs the fetch script (promote due delayed messages and expired
-// leases, then lease up to limit); when nothing is due it blocks on the
-// queue's wake-up list until a publish, the next due time, or MaxBlock.
+// leases, then lease up to limit, highest Message.Priority first); when
+// nothing is due it blocks on the queue's wake-up list until a publish (of
+// any priority), the next due time, or MaxBlock.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
-	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq}
+	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq}
 	for {
 		if b.closed.Load() {
 			return nil, fmt.Errorf("redis broker: %w", driver.ErrClosed)
@@ -344,18 +347,19 @@ func (b *Broker) wake(notify string) {
 }
 
 func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
-	out := make([]*driver.Delivery, 0, len(res)/4)
-	for i := 0; i+3 < len(res); i += 4 {
+	out := make([]*driver.Delivery, 0, len(res)/5)
+	for i := 0; i+4 < len(res); i += 5 {
 		mid, _ := res[i].(string)
 		env, _ := res[i+1].(string)
 		tok, _ := res[i+2].(string)
 		n, _ := res[i+3].(int64)
+		p, _ := res[i+4].(int64)
 		id, body, ok := strings.Cut(env, "\n")
 		if !ok {
 			body = env // not written by this broker: surface it as is
 		}
 		out = append(out, &driver.Delivery{
-			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)},
+			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: uint8(min(max(p, 0), 255))},
 			Attempt: int(n),
 			Handle:  handle{mid: mid, token: tok},
 		})
@@ -387,7 +391,7 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 // the ack (Stats.Completed).
 func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
 	k := b.keys(d.Queue)
-	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked}, b.opts.CompletedMax)
+	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio}, b.opts.CompletedMax)
 }
 
 // Release requeues the delivered message, due at notBefore.
@@ -397,7 +401,7 @@ func (b *Broker) Release(ctx context.Context, d *driver.Delivery, notBefore time
 	if !notBefore.IsZero() {
 		nb = notBefore.UnixMilli() + 1
 	}
-	return b.settle(ctx, d, releaseScript, []string{k.inflight, k.tokens, k.pending, k.delayed, k.notify}, nb)
+	return b.settle(ctx, d, releaseScript, []string{k.inflight, k.tokens, k.pending, k.delayed, k.notify, k.prio, k.ppending, k.pseq}, nb)
 }
 
 // Extend renews the delivery's lease.
@@ -451,19 +455,39 @@ func (b *Broker) messages(ctx context.Context, q string, ids []string, foreign b
 	return nil
 }
 
-// Pending lists the due, undelivered messages of queue in delivery order.
-// Foreign text on the pending list (not published by errand) is listed
-// with an empty ID and the text as its body: what a worker will be handed.
+// Pending lists the due, undelivered messages of queue in delivery order:
+// highest priority first, in publish order within a priority. Foreign text
+// on the pending list (not published by errand) is listed with an empty ID
+// and the text as its body: what a worker will be handed.
 func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	ids, err := b.rdb.LRange(ctx, b.keys(queue).pending, 0, -1).Result()
+	envs, err := b.pendingPage(ctx, queue, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.Message, len(envs))
+	for i, l := range envs {
+		out[i] = l.Message
+	}
+	return out, nil
+}
+
+// pendingPage returns the due messages of queue from start to stop
+// (inclusive; -1: to the end) in delivery order, with their priorities.
+func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int) ([]driver.Listed, error) {
+	k := b.keys(queue)
+	envs, err := pendingScript.Run(ctx, b.rdb, []string{k.ppending, k.pending, k.msgs, k.prio}, start, stop).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
-	var out []driver.Message
-	err = b.messages(ctx, queue, ids, true, func(m driver.Message, _ int) { out = append(out, m) })
-	return out, err
+	out := make([]driver.Listed, 0, len(envs)/2)
+	for i := 0; i+1 < len(envs); i += 2 {
+		id, body, _ := strings.Cut(envs[i], "\n")
+		p, _ := strconv.Atoi(envs[i+1])
+		out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: uint8(min(max(p, 0), 255))}})
+	}
+	return out, nil
 }
 
 // Delayed lists the messages of queue not due yet, earliest first, with
@@ -525,7 +549,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	k := b.keys(queue)
-	n, err := purgeScript.Run(ctx, b.rdb, []string{k.pending, k.delayed, k.msgs, k.count}).Int()
+	n, err := purgeScript.Run(ctx, b.rdb, []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending}).Int()
 	return n, b.err(ctx, err)
 }
 
@@ -540,6 +564,7 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 	k := b.keys(queue)
 	pipe := b.rdb.Pipeline()
 	p, d, f, x := pipe.LLen(ctx, k.pending), pipe.ZCard(ctx, k.delayed), pipe.ZCard(ctx, k.inflight), pipe.ZCard(ctx, k.archive)
+	pp := pipe.ZCard(ctx, k.ppending)
 	c := pipe.Get(ctx, k.acked)
 	if _, err := pipe.Exec(ctx); err != nil && err != goredis.Nil {
 		return driver.QueueStats{}, b.err(ctx, err)
@@ -548,7 +573,7 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 	if err != nil && err != goredis.Nil {
 		return driver.QueueStats{}, b.err(ctx, err)
 	}
-	return driver.QueueStats{Pending: int(p.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val()), Completed: done}, nil
+	return driver.QueueStats{Pending: int(p.Val() + pp.Val()), Delayed: int(d.Val()), InFlight: int(f.Val()), Dead: int(x.Val()), Completed: done}, nil
 }
 
 // bound returns ctx limited to CallTimeout (see Options.CallTimeout).

@@ -41,7 +41,7 @@ func (b *Broker) List(ctx context.Context, queue string, state driver.ListState,
 	var src, kind, foreign string
 	switch state {
 	case driver.ListPending:
-		src, kind, foreign = k.pending, "list", "1"
+		return b.pendingPage(ctx, queue, start, stop) // by priority, then FIFO
 	case driver.ListScheduled:
 		src, kind, foreign = k.delayed, "zset", "1"
 	case driver.ListInFlight:

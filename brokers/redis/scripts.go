@@ -9,7 +9,13 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // Keys of a queue (K = {prefix:queue}):
 //
-//	K:pending   list  message IDs due now, in delivery order
+//	K:pending   list  message IDs of priority 0 due now, in delivery order
+//	K:ppending  zset  message IDs of priority 1-255 due now, by
+//	                  (256 - priority) * 2^44 + a sequence number (K:pseq;
+//	                  negated for a message put back at the head of its
+//	                  priority): highest priority first, then FIFO
+//	K:prio      hash  message ID -> priority, for priorities 1-255 only
+//	K:pseq      string numbers the entries of K:ppending
 //	K:delayed   zset  message IDs by due time (ms)
 //	K:inflight  zset  leased message IDs by lease deadline (ms)
 //	K:msgs      hash  message ID -> envelope (task ID, newline, body)
@@ -57,6 +63,23 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
+// luaPush defines push(pending, ppending, prio, pseq, id, head): put
+// message id on its queue's due messages by its priority (K:prio): on the
+// list K:pending for priority 0 (at its head when head), else on the zset
+// K:ppending, after (before, when head) the others of its priority.
+const luaPush = `
+local function push(pending, ppending, prio, pseq, id, head)
+  local p = tonumber(redis.call('HGET', prio, id) or '0') or 0
+  if p <= 0 then
+    if head then redis.call('LPUSH', pending, id) else redis.call('RPUSH', pending, id) end
+    return
+  end
+  local n = redis.call('INCR', pseq)
+  if head then n = -n end
+  redis.call('ZADD', ppending, (256 - p) * 17592186044416 + n, id)
+end
+`
+
 const luaNotify = `
 local function notify(key, n)
   for i = 1, math.min(n, 64) do redis.call('LPUSH', key, '1') end
@@ -64,14 +87,18 @@ local function notify(key, n)
 end
 `
 
-// publish: KEYS pending, delayed, msgs, notify; ARGV triples (id, envelope, due ms or 0).
-var publishScript = goredis.NewScript(luaNow + luaNotify + `
+// publish: KEYS pending, delayed, msgs, notify, prio, ppending, pseq;
+// ARGV quadruples (id, envelope, due ms or 0, priority).
+var publishScript = goredis.NewScript(luaNow + luaNotify + luaPush + `
 local n = 0
-for i = 1, #ARGV, 3 do
-  local id, env, due = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+for i = 1, #ARGV, 4 do
+  local id, env, due, p = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('HSET', KEYS[3], id, env)
+  if p > 0 then redis.call('HSET', KEYS[5], id, p) end
   if due > now then
     redis.call('ZADD', KEYS[2], due, id)
+  elseif p > 0 then
+    push(KEYS[1], KEYS[6], KEYS[5], KEYS[7], id, false)
   else
     redis.call('RPUSH', KEYS[1], id)
   end
@@ -81,26 +108,40 @@ notify(KEYS[4], n)
 return n
 `)
 
-// fetch: KEYS pending, delayed, inflight, msgs, tokens, count, seq;
-// ARGV max, lease ms, promote batch, token prefix.
-// Returns {id, envelope, token, deliveries, ...} or {'wait', next wake ms or -1, now}.
-var fetchScript = goredis.NewScript(luaNow + `
+// fetch: KEYS pending, delayed, inflight, msgs, tokens, count, seq, prio,
+// ppending, pseq; ARGV max, lease ms, promote batch, token prefix.
+// Returns {id, envelope, token, deliveries, priority, ...} or {'wait',
+// next wake ms or -1, now}. The due messages of priority 1-255 (K:ppending)
+// go first, highest first; then those of priority 0 (K:pending).
+var fetchScript = goredis.NewScript(luaNow + luaPush + `
 local batch = tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[2], id)
-  redis.call('RPUSH', KEYS[1], id)
+  push(KEYS[1], KEYS[9], KEYS[8], KEYS[10], id, false)
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
 for i = #expired, 1, -1 do
   local id = expired[i]
   redis.call('ZREM', KEYS[3], id)
   redis.call('HDEL', KEYS[5], id)
-  redis.call('LPUSH', KEYS[1], id)
+  push(KEYS[1], KEYS[9], KEYS[8], KEYS[10], id, true)
 end
 local out = {}
-local ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
-if ids then
+local want = tonumber(ARGV[1])
+local ids, prios = {}, {}
+local z = redis.call('ZPOPMIN', KEYS[9], want)
+for i = 1, #z, 2 do
+  ids[#ids + 1] = z[i]
+  prios[#ids] = 256 - math.floor(tonumber(z[i + 1]) / 17592186044416 + 0.5)
+end
+if #ids < want then
+  local l = redis.call('LPOP', KEYS[1], want - #ids)
+  if l then
+    for _, id in ipairs(l) do ids[#ids + 1] = id end
+  end
+end
+if #ids > 0 then
   local deadline = now + tonumber(ARGV[2])
   local seq = redis.call('INCRBY', KEYS[7], #ids) - #ids
   for i, id in ipairs(ids) do
@@ -125,6 +166,7 @@ if ids then
     out[#out + 1] = env
     out[#out + 1] = tok
     out[#out + 1] = n
+    out[#out + 1] = prios[i] or 0
   end
 end
 if #out > 0 then return out end
@@ -142,11 +184,12 @@ const luaOwns = `
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
 `
 
-// ack: KEYS inflight, tokens, msgs, count, done, acked; ARGV id, token,
-// completed cap (0: keep none). Keeps the envelope in K:done and counts the
-// ack in K:acked in the same step.
+// ack: KEYS inflight, tokens, msgs, count, done, acked, prio; ARGV id,
+// token, completed cap (0: keep none). Keeps the envelope in K:done and
+// counts the ack in K:acked in the same step.
 var ackScript = goredis.NewScript(luaOwns + luaNow + `
 local env = redis.call('HGET', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[7], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
@@ -160,15 +203,16 @@ redis.call('INCR', KEYS[6])
 return 1
 `)
 
-// release: KEYS inflight, tokens, pending, delayed, notify; ARGV id, token, not-before ms (0: now).
-var releaseScript = goredis.NewScript(luaOwns + luaNow + luaNotify + `
+// release: KEYS inflight, tokens, pending, delayed, notify, prio,
+// ppending, pseq; ARGV id, token, not-before ms (0: now).
+var releaseScript = goredis.NewScript(luaOwns + luaNow + luaNotify + luaPush + `
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local nb = tonumber(ARGV[3])
 if nb > now then
   redis.call('ZADD', KEYS[4], nb, ARGV[1])
 else
-  redis.call('RPUSH', KEYS[3], ARGV[1])
+  push(KEYS[3], KEYS[7], KEYS[6], KEYS[8], ARGV[1], false)
 end
 notify(KEYS[5], 1)
 return 1
@@ -207,11 +251,12 @@ local function archive(zkey, hkey, id, at, entry, maxCount, maxAge)
 end
 `
 
-// archive: KEYS inflight, tokens, msgs, count, archive, archived; ARGV
-// message ID, token, task ID, at ms, entry, max count, max age ms. Settles
-// the delivery like ack (0 on a lost lease, nothing archived) and archives
-// the entry. Reject uses it too.
+// archive: KEYS inflight, tokens, msgs, count, archive, archived, prio;
+// ARGV message ID, token, task ID, at ms, entry, max count, max age ms.
+// Settles the delivery like ack (0 on a lost lease, nothing archived) and
+// archives the entry. Reject uses it too.
 var archiveScript = goredis.NewScript(luaOwns + luaNow + luaArchive + `
+redis.call('HDEL', KEYS[7], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
@@ -220,18 +265,21 @@ archive(KEYS[5], KEYS[6], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 return 1
 `)
 
-// requeue: KEYS archive, archived, pending, delayed, msgs, notify; ARGV
-// task ID, message ID, envelope, due ms (0: now). Returns 0, having done
-// nothing, when the task ID is not archived.
-var requeueScript = goredis.NewScript(luaNow + luaNotify + `
+// requeue: KEYS archive, archived, pending, delayed, msgs, notify, prio,
+// ppending, pseq; ARGV task ID, message ID, envelope, due ms (0: now),
+// priority. Returns 0, having done nothing, when the task ID is not
+// archived.
+var requeueScript = goredis.NewScript(luaNow + luaNotify + luaPush + `
 if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
+local p = tonumber(ARGV[5]) or 0
+if p > 0 then redis.call('HSET', KEYS[7], ARGV[2], p) end
 local due = tonumber(ARGV[4])
 if due > now then
   redis.call('ZADD', KEYS[4], due, ARGV[2])
 else
-  redis.call('RPUSH', KEYS[3], ARGV[2])
+  push(KEYS[3], KEYS[8], KEYS[7], KEYS[9], ARGV[2], false)
 end
 notify(KEYS[6], 1)
 return 1
@@ -321,7 +369,8 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 `)
 
-// purge: KEYS pending, delayed, msgs, count. Returns how many were dropped.
+// purge: KEYS pending, delayed, msgs, count, prio, ppending. Returns how
+// many were dropped.
 var purgeScript = goredis.NewScript(`
 local n = 0
 for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
@@ -329,12 +378,15 @@ for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
   redis.call('HDEL', KEYS[4], id)
   n = n + 1
 end
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
-  n = n + 1
+for _, key in ipairs({KEYS[2], KEYS[6]}) do
+  for _, id in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
+    n = n + 1
+  end
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
 return n
 `)
 
@@ -383,6 +435,30 @@ local stop = math.min(tonumber(ARGV[2]), #all - 1)
 for n = tonumber(ARGV[1]), stop do
   local env = redis.call('HGET', KEYS[3], all[n + 1].id)
   if env then out[#out + 1] = env end
+end
+return out
+`)
+
+// pending: KEYS ppending, pending, msgs, prio; ARGV start, stop (-1: the
+// end). Returns {envelope, priority, ...} for that page of the due
+// messages in delivery order: priorities 1-255 (K:ppending, highest first)
+// then priority 0 (K:pending); a foreign entry's envelope is a newline then
+// its text (an empty ID).
+var pendingScript = goredis.NewScript(`
+local start, stop = tonumber(ARGV[1]), tonumber(ARGV[2])
+local zn = redis.call('ZCARD', KEYS[1])
+local ids = {}
+if stop < 0 then stop = zn + redis.call('LLEN', KEYS[2]) - 1 end
+if start < zn then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[1], start, math.min(stop, zn - 1))) do ids[#ids + 1] = id end
+end
+if stop >= zn then
+  for _, id in ipairs(redis.call('LRANGE', KEYS[2], math.max(start - zn, 0), stop - zn)) do ids[#ids + 1] = id end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = redis.call('HGET', KEYS[3], id) or ('\n' .. id)
+  out[#out + 1] = redis.call('HGET', KEYS[4], id) or '0'
 end
 return out
 `)
