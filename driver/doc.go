@@ -11,7 +11,8 @@
 // and Reject. The worker loop, retries and workflows are errand's.
 // Abilities a service may lack are small optional interfaces, never methods
 // that fail: [Limiter], [Inspector], [DeadLetterInspector], [Purger],
-// [StatsReporter] and [BatchAcker].
+// [StatsReporter] and [BatchAcker]; flow control on the broker's server,
+// [Uniquer] (unique tasks) and [RateLimiter] (per-task rate limits).
 //
 // # Backends
 //
