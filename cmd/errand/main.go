@@ -13,7 +13,7 @@
 //	errand pause QUEUE / resume QUEUE
 //	errand workers                    the live workers
 //	errand enqueue NAME [ARG...] [-q QUEUE]
-//	errand web [--addr :8080] [--read-only] [--metrics=false]
+//	errand web [--addr ADDR] [--allowed-host HOST] [--read-only] [--metrics=false]
 //	                                  serve the dashboard and /metrics
 //	errand version                    print the version
 //
@@ -89,7 +89,7 @@ var commands = []*command{
 	{name: "resume", args: "QUEUE", summary: "let workers fetch QUEUE's tasks again", operator: true, run: runResume},
 	{name: "workers", summary: "list the live workers and what they run", operator: true, run: runWorkers},
 	{name: "enqueue", args: "NAME [ARG...] [-q QUEUE] [--delay D] [--retries N]", summary: "send task NAME with ARGs (JSON values or TYPE:VALUE); prints its ID", operator: true, run: runEnqueue},
-	{name: "web", args: "[--addr ADDR] [--read-only] [--metrics=false]", summary: "serve the dashboard, and the queues' Prometheus metrics on /metrics", operator: true, run: runWeb},
+	{name: "web", args: "[--addr ADDR] [--allowed-host HOST] [--read-only] [--metrics=false]", summary: "serve the dashboard, and the queues' Prometheus metrics on /metrics", operator: true, run: runWeb},
 	{name: "version", summary: "print the version", run: runVersion},
 }
 
