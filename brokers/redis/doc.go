@@ -50,8 +50,10 @@
 //
 // Delays: never early — due times are compared with the server's clock and
 // rounded up to the millisecond; late by the wake-up latency (about a
-// round trip). There is no maximum delay. Due messages are delivered in the
-// order they became due; priority is not used.
+// round trip). There is no maximum delay. Due messages are delivered
+// highest Message.Priority first, and within one priority in the order
+// they became due; priority 0 keeps the one list and the one round trip
+// it always had (docs/redis.md, Priority).
 //
 // # Limits
 //
