@@ -58,8 +58,16 @@ func newWorkerID() string {
 	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strings.ReplaceAll(NewUUID(), "-", "")[:8])
 }
 
-// heartbeat beats until fetching stops, then removes the worker's entry.
+// heartbeat beats until the worker has drained — fetching stopped and
+// every task returned — with the tasks still running, so that during a
+// graceful shutdown the registry shows the worker until its last task is
+// done; then it removes the worker's entry. Once Shutdown gives up on a
+// silent server (its ctx done and the grace over, every call cancelled) it
+// stops at once, leaving the entry to expire.
 func (w *Worker) heartbeat() {
+	if w.fetchCtx.Err() != nil {
+		return // shut down before the first beat: nothing to show or remove
+	}
 	h := w.srv.broker.drv.(driver.Heartbeater)
 	host, _ := os.Hostname()
 	info := WorkerInfo{ID: w.id, Host: host, PID: os.Getpid(), Queues: w.queueNames(),
@@ -93,7 +101,9 @@ func (w *Worker) heartbeat() {
 		select {
 		case <-t.C:
 			beat()
-		case <-w.fetchCtx.Done():
+		case <-w.callCtx.Done():
+			return // Shutdown gave up: no call can be made; the entry expires
+		case <-w.drained:
 			ctx, cancel := w.call()
 			defer cancel()
 			if err := w.srv.broker.before(ctx); err == nil {

@@ -74,7 +74,7 @@ func (w *Worker) startBackground() {
 // each of the worker's queues. On an error the flags stay as they were.
 func (w *Worker) pollPause() {
 	p, ok := w.srv.broker.drv.(driver.Pauser)
-	if !ok || w.cfg.PausePoll <= 0 {
+	if !ok || w.cfg.PausePoll <= 0 || w.fetchCtx.Err() != nil {
 		return
 	}
 	ctx, cancel := w.call()

@@ -112,7 +112,9 @@ type WorkerConfig struct {
 	// arguments, an unknown name at UnknownTaskAttempts, an undecodable
 	// message) is archived with its message, reason, attempts and last
 	// error, and the archive keeps at most MaxCount entries for at most
-	// MaxAge. Default: 10 000 entries, 90 days (asynq's). See
+	// MaxAge. Each field defaults on its own: MaxCount 0 means 10 000
+	// entries, MaxAge 0 means 90 days (asynq's), so Retention{MaxCount: 100}
+	// keeps 100 entries for 90 days. A negative field means no bound. See
 	// Server.Archived and Server.Requeue.
 	ArchiveRetention Retention
 	// PausePoll is how often the worker asks the broker whether its queue
@@ -123,8 +125,12 @@ type WorkerConfig struct {
 	// Heartbeat is how often the worker reports itself to the broker's
 	// registry of live workers (Server.Workers), on a broker that keeps one
 	// (driver.Heartbeater); an entry not renewed for three intervals
-	// disappears, so a crashed worker is gone within 3×Heartbeat. Default:
-	// 5s. Negative: no heartbeats.
+	// disappears, so a crashed worker is gone within 3×Heartbeat. During
+	// Shutdown the worker keeps beating, with the tasks still running,
+	// until they have all returned, then removes its entry; if Shutdown's
+	// ctx ends first (a silent server), it stops beating once the shutdown
+	// grace is over and the entry expires. A worker never started never
+	// beats. Default: 5s. Negative: no heartbeats.
 	Heartbeat time.Duration
 	// Middleware wraps every attempt a worker runs, Middleware[0]
 	// outermost (see Middleware). Default: none.
@@ -186,6 +192,7 @@ type Worker struct {
 	callStop  context.CancelFunc
 	loopDone  chan struct{}
 	tasks     sync.WaitGroup
+	drained   chan struct{} // closed once fetching has stopped and every task has returned
 }
 
 // NewWorker returns a worker for cfg. It does nothing until Start or Run.
@@ -237,8 +244,11 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
-	if cfg.ArchiveRetention == (Retention{}) {
-		cfg.ArchiveRetention = Retention{MaxCount: DefaultArchiveMaxCount, MaxAge: DefaultArchiveMaxAge}
+	if cfg.ArchiveRetention.MaxCount == 0 {
+		cfg.ArchiveRetention.MaxCount = DefaultArchiveMaxCount
+	}
+	if cfg.ArchiveRetention.MaxAge == 0 {
+		cfg.ArchiveRetention.MaxAge = DefaultArchiveMaxAge
 	}
 	if cfg.PausePoll == 0 {
 		cfg.PausePoll = DefaultPausePoll
@@ -251,7 +261,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		log = s.log
 	}
 	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
-		work: make(chan job, cfg.Concurrency), kick: make(chan struct{}, 1), loopDone: make(chan struct{})}
+		work: make(chan job, cfg.Concurrency), kick: make(chan struct{}, 1), loopDone: make(chan struct{}), drained: make(chan struct{})}
 	w.queues, w.multi = workerQueues(cfg)
 	if w.cfg.Queue == "" {
 		w.cfg.Queue = w.queues[0].name // where a delivery naming no queue came from, failing all else
@@ -331,13 +341,19 @@ const shutdownGrace = 500 * time.Millisecond
 // honour their ctx for this to be prompt. Like http.Server.Shutdown, it may
 // be called once; a worker never started shuts down at once.
 func (w *Worker) Shutdown(ctx context.Context) error {
-	w.Start() // so loopDone closes even for a worker never started
 	w.stopFetch()
+	w.startOnce.Do(func() {
+		// Never started: nothing runs and nothing may start now — no
+		// runners, no pause poller, no heartbeat, no call to the broker.
+		close(w.work)
+		close(w.loopDone)
+	})
 	done := make(chan struct{})
 	go func() {
 		<-w.loopDone
 		w.tasks.Wait()
-		w.bg.Wait() // the pause poller and heartbeat stop with fetching; the last beat is removed
+		close(w.drained) // the heartbeat, which beat until now, removes the worker's entry
+		w.bg.Wait()
 		close(done)
 	}()
 	var err error
