@@ -26,7 +26,10 @@ type ArchiveEntry struct {
 	At time.Time
 }
 
-// Retention bounds an archive per queue. Zero fields mean no bound.
+// Retention bounds an archive per queue. A field zero or negative means no
+// bound on that side: drivers must accept both (errand passes a negative
+// field through from WorkerConfig.ArchiveRetention, where 0 means the
+// default).
 type Retention struct {
 	MaxCount int           // most entries kept; the oldest go first
 	MaxAge   time.Duration // entries archived longer ago than this go
