@@ -3,6 +3,7 @@ package errand_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -55,7 +56,9 @@ func TestWorkerQueuesEmptyQueueHoldsNoSlot(t *testing.T) {
 		return q, nil
 	})
 	ctx := ctxT(t)
-	w := e.start(t, errand.WorkerConfig{Queues: map[string]int{"empty": 10, "busy": 1}, Concurrency: 1, PausePoll: 10 * time.Millisecond, Heartbeat: 20 * time.Millisecond})
+	logs := &attrRecorder{}
+	w := e.start(t, errand.WorkerConfig{Queues: map[string]int{"empty": 10, "busy": 1}, Concurrency: 1, PausePoll: 10 * time.Millisecond, Heartbeat: 20 * time.Millisecond,
+		Logger: slog.New(logs)})
 	send := func(q string) *errand.AsyncResult {
 		sig := errand.NewSignature("tag", q)
 		sig.RoutingKey = q
@@ -96,7 +99,16 @@ func TestWorkerQueuesEmptyQueueHoldsNoSlot(t *testing.T) {
 	if err := e.srv.Pause(ctx, "empty"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // a few pause polls
+	// Wait until the worker has seen the pause (its poller logs it).
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if m := logs.find("errand: queue paused: not fetching"); m != nil && m["queue"] == "empty" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never reported the queue paused (no \"queue paused\" log line within 5s of Server.Pause)")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	paused := send("empty")
 	if _, err := send("busy").Get(ctx); err != nil {
 		t.Fatalf("the busy queue stopped while the other was paused: %v", err)
