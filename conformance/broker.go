@@ -49,6 +49,8 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Archive/Retention", archiveRetention, parallel},
 	{"Archive/Requeue", archiveRequeue, parallel},
 	{"Archive/Delete", archiveDelete, parallel},
+	{"Archive/LeaseLost", archiveLeaseLost, parallel},
+	{"Archive/PageBounds", pageBounds, parallel},
 	{"List/ByState", listByState, parallel},
 	{"Queues/Lists", queuesList, parallel},
 	{"Pause/Flag", pauseFlag, parallel},

@@ -53,6 +53,22 @@ func (c *bcase) archive(want errand.Message, reason, errText string, attempts in
 	return e
 }
 
+// archiveNoMessage is archive with an entry carrying no message (an empty
+// ID), which keeps d's message; it returns the entry as it must be kept.
+func (c *bcase) archiveNoMessage(want errand.Message, reason, errText string, attempts int, at time.Time) driver.ArchiveEntry {
+	c.t.Helper()
+	ds := c.fetchN(1, c.tm.Lease*10, c.tm.Prompt*5)
+	if len(ds) != 1 || ds[0].ID != want.ID {
+		c.t.Fatalf("fetched %v, want %s to archive it", ids(ds), want.ID)
+	}
+	e := driver.ArchiveEntry{Reason: reason, Error: errText, Attempts: attempts, At: at}
+	if err := c.archiver().Archive(c.ctx, ds[0], e, driver.Retention{}); err != nil {
+		c.t.Fatalf("Archive(%s) with no message in the entry: %v", want.ID, err)
+	}
+	e.Message = ds[0].Message
+	return e
+}
+
 // archived returns the IDs of queue's archive, newest first (up to 1000).
 func (c *bcase) archived() []driver.ArchiveEntry {
 	c.t.Helper()
@@ -113,6 +129,11 @@ func archiveKeepsEntry(t testing.TB, h BrokerHarness) {
 	var kept []driver.ArchiveEntry
 	for i, m := range ms {
 		at := base.Add(time.Duration(i) * 10 * time.Second)
+		if i == 0 {
+			// No message given: the archive keeps the delivered one.
+			kept = append(kept, c.archiveNoMessage(m, fmt.Sprintf("reason %d", i), fmt.Sprintf("error %d of %s", i, runID), i+2, at))
+			continue
+		}
 		kept = append(kept, c.archive(m, fmt.Sprintf("reason %d", i), fmt.Sprintf("error %d of %s", i, runID), i+2, at, driver.Retention{}))
 	}
 	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
@@ -153,6 +174,78 @@ func archiveKeepsEntry(t testing.TB, h BrokerHarness) {
 	if h.Caps.Stats {
 		if st, err := errand.Stats(c.ctx, c.b, c.q); err != nil || st.Dead != 3 || st.Pending+st.InFlight+st.Delayed != 0 {
 			t.Errorf("stats promise broken: after archiving every message of the queue Stats = %+v, %v; want Dead 3 (the archive's entries) and nothing pending, delayed or in flight", st, err)
+		}
+	}
+}
+
+// archiveLeaseLost: archiving a delivery whose lease ran out and whose
+// message another consumer holds now fails with ErrLeaseLost (where the
+// broker detects lost leases), archives nothing, and leaves the message
+// with the other consumer.
+func archiveLeaseLost(t testing.TB, h BrokerHarness) {
+	if !h.Caps.Archive {
+		t.Logf("broker does not declare Archive")
+		return
+	}
+	const promise = "archive lease (Archive of a delivery whose lease was lost is ErrLeaseLost, like Ack)"
+	c := newBCase(t, h)
+	m := c.msg("lost", time.Time{})
+	c.publish(m)
+	first := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
+	if len(first) != 1 {
+		t.Fatalf("fetched %d, want 1", len(first))
+	}
+	// The first consumer stalls; its lease runs out and another takes it.
+	again := c.fetchN(1, time.Minute, c.tm.Lease*3+c.tm.Prompt*5)
+	if len(again) != 1 || again[0].ID != m.ID {
+		t.Fatalf("at-least-once promise broken: a message whose %v lease ran out was not delivered again (got %v)", c.tm.Lease, ids(again))
+	}
+	err := c.archiver().Archive(c.ctx, first[0], driver.ArchiveEntry{Message: first[0].Message, Reason: "test", Error: "test", Attempts: 1, At: time.Now()}, driver.Retention{})
+	if !h.Caps.DetectsLostLease {
+		t.Logf("broker declares it cannot detect a lost lease; the stalled consumer's late Archive returned %v", err)
+		return
+	}
+	switch {
+	case err == nil:
+		t.Errorf("%s promise broken: the stalled consumer's late Archive succeeded although another consumer holds the message; want errand.ErrLeaseLost", promise)
+	case !errors.Is(err, errand.ErrLeaseLost):
+		t.Errorf("%s promise broken: late Archive error %v does not satisfy errors.Is(err, errand.ErrLeaseLost)", promise, err)
+	}
+	if got := c.archived(); len(got) != 0 {
+		t.Errorf("%s promise broken: a late Archive that lost its lease archived %v; want nothing archived", promise, entryIDs(got))
+	}
+	if err := c.b.Extend(c.ctx, again[0], time.Minute); err != nil {
+		t.Errorf("%s promise broken: after a late Archive by a stalled consumer, the consumer holding the message cannot extend it: %v", promise, err)
+	}
+	c.ack(again[0])
+}
+
+// pageBounds: Archived and List refuse an offset below 0 and a limit
+// below 1 with an error (never an empty page, never every entry).
+func pageBounds(t testing.TB, h BrokerHarness) {
+	if !h.Caps.Archive && !h.Caps.List {
+		t.Logf("broker declares neither Archive nor List")
+		return
+	}
+	const promise = "page bounds (Archived and List: an offset below 0 or a limit below 1 is an error)"
+	c := newBCase(t, h)
+	m := c.msg("pb", time.Time{})
+	c.publish(m)
+	if h.Caps.Archive {
+		c.archive(m, "test", "test", 1, time.Now(), driver.Retention{})
+	} else {
+		c.publish(c.msg("pb2", time.Time{}))
+	}
+	for _, pg := range [][2]int{{0, 0}, {0, -1}, {-1, 1}} {
+		if h.Caps.Archive {
+			if es, err := c.archiver().Archived(c.ctx, c.q, pg[0], pg[1]); err == nil {
+				t.Errorf("%s promise broken: Archived(offset %d, limit %d) = %v, nil; want an error", promise, pg[0], pg[1], entryIDs(es))
+			}
+		}
+		if h.Caps.List {
+			if ls, err := c.drv.(driver.Lister).List(c.ctx, c.q, driver.ListPending, pg[0], pg[1]); err == nil {
+				t.Errorf("%s promise broken: List(pending, offset %d, limit %d) = %v, nil; want an error", promise, pg[0], pg[1], listedIDs(ls))
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -166,6 +167,34 @@ var brokenOperators = map[string]BrokerHarness{
 		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
 			e.Body = []byte{}
 			return b.Broker.Archive(ctx, d, e, keep)
+		}
+	}),
+	// Archives a delivery whatever its lease: a stalled consumer's late
+	// Archive succeeds (here: pretends to) while another holds the message.
+	"archive-ignores-lease": brokenBrokerHarness(func(b *brokenBroker) {
+		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
+			if err := b.Broker.Archive(ctx, d, e, keep); !errors.Is(err, errand.ErrLeaseLost) {
+				return err
+			}
+			return nil
+		}
+	}),
+	// An entry with no message keeps d's ID but no body.
+	"archive-empty-message-loses-body": brokenBrokerHarness(func(b *brokenBroker) {
+		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
+			if e.ID == "" {
+				e.ID, e.Queue = d.ID, d.Queue
+			}
+			return b.Broker.Archive(ctx, d, e, keep)
+		}
+	}),
+	// A page with limit 0 (or below) is empty instead of an error.
+	"page-limit-zero-accepted": brokenBrokerHarness(func(b *brokenBroker) {
+		b.list = func(b *brokenBroker, ctx context.Context, q string, s driver.ListState, offset, limit int) ([]driver.Listed, error) {
+			if limit < 1 {
+				return nil, nil
+			}
+			return b.Broker.List(ctx, q, s, offset, limit)
 		}
 	}),
 	// Implements the archive but does not declare it.

@@ -43,7 +43,8 @@ type Retention struct {
 type Archiver interface {
 	// Archive removes the delivery d from its queue for good, like Reject,
 	// and keeps e in the archive of d's queue (e.Message is the message to
-	// keep: d's, unless errand passes another; e.At is set by errand). In
+	// keep; when e.ID is empty, d's message is kept, whatever else
+	// e.Message holds; e.At is set by errand, now when zero). In
 	// the same step it drops that archive's entries beyond keep: the oldest
 	// past keep.MaxCount and every one archived more than keep.MaxAge ago.
 	// ErrLeaseLost as Ack. Archiving an ID already archived replaces the
@@ -51,7 +52,8 @@ type Archiver interface {
 	Archive(ctx context.Context, d *Delivery, e ArchiveEntry, keep Retention) error
 
 	// Archived returns up to limit entries of queue's archive, newest
-	// first, skipping the first offset.
+	// first, skipping the first offset. An offset below 0 or a limit
+	// below 1 is an error.
 	Archived(ctx context.Context, queue string, offset, limit int) ([]ArchiveEntry, error)
 
 	// ArchivedEntry returns the archived entry of queue whose Message.ID is
@@ -95,7 +97,8 @@ type Listed struct {
 type Lister interface {
 	// List returns up to limit messages of queue in state, skipping the
 	// first offset: pending and in flight in delivery order, scheduled by
-	// due time, completed newest first. An unknown state is an error.
+	// due time, completed newest first. An unknown state, an offset below
+	// 0 or a limit below 1 is an error.
 	List(ctx context.Context, queue string, state ListState, offset, limit int) ([]Listed, error)
 }
 

@@ -53,7 +53,7 @@ func (q *queue) keep(e driver.ArchiveEntry, keep driver.Retention, now time.Time
 }
 
 // Archive removes the delivery from its queue and keeps e in the queue's
-// archive (e.Message, or the delivered message when e carries none), then
+// archive (e.Message, or the delivered message when e.ID is empty), then
 // drops the entries beyond keep. ErrLeaseLost as Ack.
 func (b *Broker) Archive(_ context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
 	b.mu.Lock()
@@ -63,7 +63,7 @@ func (b *Broker) Archive(_ context.Context, d *driver.Delivery, e driver.Archive
 		return err
 	}
 	delete(q.inflight, le.seq)
-	if e.ID == "" && e.Body == nil {
+	if e.ID == "" {
 		e.Message = le.msg
 	}
 	q.keep(e, keep, time.Now())
@@ -192,8 +192,8 @@ func cmpBy(less func(a, b *entry) bool, a, b *entry) int {
 }
 
 func checkPage(offset, limit int) error {
-	if offset < 0 || limit < 0 {
-		return fmt.Errorf("memory broker: offset %d, limit %d: want both >= 0", offset, limit)
+	if offset < 0 || limit < 1 {
+		return fmt.Errorf("memory broker: offset %d, limit %d: want offset >= 0 and limit >= 1", offset, limit)
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 		e.At = time.Now()
 	}
 	if e.ID == "" {
-		e.ID = d.ID
+		e.Message = d.Message // the contract: no message given keeps d's
 	}
 	if strings.ContainsRune(e.ID, '\n') {
 		return fmt.Errorf("redis broker: archive: message ID %q contains a newline", e.ID)
@@ -90,9 +90,18 @@ func (b *Broker) migrate(ctx context.Context, queue string) error {
 	return nil
 }
 
-// Archived returns a page of queue's archive, newest first (limit < 0:
-// all from offset on), in one script.
+// Archived returns a page of queue's archive, newest first, in one
+// script. An offset below 0 or a limit below 1 is an error.
 func (b *Broker) Archived(ctx context.Context, queue string, offset, limit int) ([]driver.ArchiveEntry, error) {
+	if offset < 0 || limit < 1 {
+		return nil, fmt.Errorf("redis broker: Archived: offset %d, limit %d: want offset >= 0 and limit >= 1", offset, limit)
+	}
+	return b.archivedPage(ctx, queue, offset, limit)
+}
+
+// archivedPage is Archived with limit < 0 meaning every entry from offset
+// on.
+func (b *Broker) archivedPage(ctx context.Context, queue string, offset, limit int) ([]driver.ArchiveEntry, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	if limit == 0 {

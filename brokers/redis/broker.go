@@ -529,7 +529,7 @@ func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, 
 // messages), oldest first. A dead letter's Reason is the entry's Reason,
 // followed by its Error when that says more.
 func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLetter, error) {
-	es, err := b.Archived(ctx, queue, 0, -1)
+	es, err := b.archivedPage(ctx, queue, 0, -1)
 	if err != nil {
 		return nil, err
 	}
