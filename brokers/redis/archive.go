@@ -77,16 +77,14 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 }
 
 // migrate moves the dead letters an older version kept (K:dead) into the
-// archive of queue, once per queue and Broker.
+// archive of queue. It runs before every read of the archive (and Stats),
+// not once: during a rolling upgrade the older workers still write K:dead.
+// Where K:dead does not exist the script returns at once (one EXISTS).
 func (b *Broker) migrate(ctx context.Context, queue string) error {
-	if _, ok := b.migrated.Load(queue); ok {
-		return nil
-	}
 	k := b.keys(queue)
 	if err := migrateScript.Run(ctx, b.rdb, []string{k.dead, k.reasons, k.msgs, k.archive, k.archived}).Err(); err != nil {
 		return b.err(ctx, err)
 	}
-	b.migrated.Store(queue, true)
 	return nil
 }
 

@@ -90,9 +90,11 @@ type Broker struct {
 	rdb    goredis.UniversalClient
 	opts   Options
 	closed atomic.Bool
-	// migrated holds the queues whose pre-archive dead letters this
-	// broker has moved into the archive (see migrateScript).
-	migrated sync.Map
+	// registered holds the queues this broker has added to P:queues on
+	// Fetch (see Queues).
+	registered sync.Map
+	// discovered: Queues has scanned for the queues of older versions.
+	discovered atomic.Bool
 }
 
 var (
@@ -284,6 +286,7 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
 	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq}
+	b.register(ctx, queue)
 	for {
 		if b.closed.Load() {
 			return nil, fmt.Errorf("redis broker: %w", driver.ErrClosed)

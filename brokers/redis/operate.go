@@ -2,7 +2,11 @@ package redisbroker
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // The calls below return when ctx is cancelled even while Redis is silent
@@ -10,12 +14,91 @@ import (
 // background, and its Shutdown must not wait for them.
 
 // Queues returns every queue published to: the set P:queues, which
-// Publish adds to in its own round trip.
+// Publish and Requeue add to in their own round trip, and Fetch once per
+// queue and Broker value. So that the queues of an older version (which
+// kept no P:queues) are listed too, the first call on a Broker value also
+// scans the keyspace (every master of a cluster) for the keys of queues —
+// K:pending, K:ppending, K:delayed, K:inflight, K:dead, K:archive — and
+// adds what it finds to P:queues.
 func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	if !b.discovered.Load() {
+		if _, err := honourCancel(ctx, func() (struct{}, error) { return struct{}{}, b.discover(ctx) }); err != nil {
+			return nil, b.err(ctx, err)
+		}
+		b.discovered.Store(true)
+	}
 	qs, err := honourCancel(ctx, func() ([]string, error) { return b.rdb.SMembers(ctx, b.global("queues")).Result() })
 	return qs, b.err(ctx, err)
+}
+
+// queueSuffixes end the keys by which discover recognises a queue.
+var queueSuffixes = []string{":pending", ":ppending", ":delayed", ":inflight", ":dead", ":archive"}
+
+// discover scans for the keys of queues under the prefix and adds their
+// queues to P:queues.
+func (b *Broker) discover(ctx context.Context) error {
+	start := "{" + b.opts.Prefix + ":"
+	pattern := "{" + globEscape(b.opts.Prefix) + ":*}:*"
+	var mu sync.Mutex
+	found := map[string]bool{}
+	scan := func(ctx context.Context, c goredis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			key := it.Val()
+			for _, suf := range queueSuffixes {
+				if q, ok := strings.CutSuffix(key, suf); ok && strings.HasPrefix(q, start) && strings.HasSuffix(q, "}") {
+					mu.Lock()
+					found[q[len(start):len(q)-1]] = true
+					mu.Unlock()
+					break
+				}
+			}
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := b.rdb.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, b.rdb)
+	}
+	if err != nil || len(found) == 0 {
+		return err
+	}
+	qs := make([]any, 0, len(found))
+	for q := range found {
+		qs = append(qs, q)
+	}
+	return b.rdb.SAdd(ctx, b.global("queues"), qs...).Err()
+}
+
+// globEscape escapes the characters special to SCAN's MATCH pattern.
+func globEscape(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// register adds queue to P:queues, once per queue and Broker value (a
+// queue fed only by an older version's producers is then listed once a
+// worker of this version reads it). A failure is tried again on the next
+// Fetch.
+func (b *Broker) register(ctx context.Context, queue string) {
+	if _, ok := b.registered.Load(queue); ok {
+		return
+	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	if b.rdb.SAdd(ctx, b.global("queues"), queue).Err() == nil {
+		b.registered.Store(queue, true)
+	}
 }
 
 // Pause adds queue to the set of paused queues (P:paused), which lasts

@@ -42,10 +42,17 @@ import goredis "github.com/redis/go-redis/v9"
 //	P:paused    set   paused queues (Paused)
 //	P:workers   hash  worker ID -> heartbeat data
 //	P:beats     zset  worker ID -> expiry (ms); Beats drops the expired
+//	P:schedules hash  schedule ID -> definition (schedule.go)
+//	P:ticks     hash  schedule ID -> latest claimed tick (Unix ms)
+//	P:unique:KEY string  the task UUID holding unique key KEY (unique.go)
+//	P:rate:task:NAME hash  task NAME's token bucket (ratelimit.go)
 //
 // Older versions kept rejected messages in K:dead (list of message IDs)
-// and K:reasons (message ID -> "ms reason"); the first read of a queue's
-// archive by a broker moves such entries into K:archive (migrateScript).
+// and K:reasons (message ID -> "ms reason"); every read of a queue's
+// archive or stats moves such entries into K:archive (migrateScript,
+// which returns at once when K:dead does not exist), since older workers
+// may still write K:dead during a rolling upgrade. They kept no P:queues:
+// Queues scans for the keys of queues once per Broker value.
 //
 // An entry of K:pending or K:delayed with no envelope in K:msgs was put
 // there by something other than errand (an LPUSH by hand, another
@@ -310,7 +317,9 @@ return n
 // migrate: KEYS dead, reasons, msgs, archive, archived. Moves the rejected
 // messages an older version kept in K:dead into the archive (attempts
 // unknown: 0). Returns how many it moved.
-var migrateScript = goredis.NewScript(luaNow + luaArchive + `
+var migrateScript = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+` + luaNow + luaArchive + `
 local ids = redis.call('LRANGE', KEYS[1], 0, -1)
 local n = 0
 for _, mid in ipairs(ids) do
