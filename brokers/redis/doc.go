@@ -88,7 +88,8 @@
 //     DeadLetters lists it. Requeue removes the entry and enqueues the
 //     message in one script, or does nothing (driver.ErrNotArchived).
 //     Dead letters kept by an older version (K:dead) move into the archive
-//     on the first read of a queue's archive or stats.
+//     on every read of a queue's archive or stats (older workers may still
+//     write them during a rolling upgrade).
 //   - the recently completed messages of each queue: the ack script pushes
 //     the acked message (ID, body, ack time) onto K:done, trimmed to
 //     Options.CompletedMax (default [DefaultCompletedMax], 1000), and
