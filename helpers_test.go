@@ -28,6 +28,36 @@ func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
 	return r.Backend.SetState(ctx, st)
 }
 
+// Start records RECEIVED and STARTED for each request the backend wrote,
+// so the tests drive the one-call path errand takes on a driver.Starter.
+func (r *recorder) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	res, err := r.Backend.(driver.Starter).Start(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, x := range res {
+		if x.Written {
+			id := reqs[i].Started.TaskUUID
+			r.paths[id] = append(r.paths[id], reqs[i].Received.State, reqs[i].Started.State)
+		}
+	}
+	return res, nil
+}
+
+// SetPendingIfAbsent records PENDING first in each task's path: a PENDING
+// the backend drops (a worker recorded the task first) still came before
+// every state of the task.
+func (r *recorder) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+	r.mu.Lock()
+	for _, st := range sts {
+		r.paths[st.TaskUUID] = append([]errand.State{st.State}, r.paths[st.TaskUUID]...)
+	}
+	r.mu.Unlock()
+	return r.Backend.(driver.PendingWriter).SetPendingIfAbsent(ctx, sts)
+}
+
 func (r *recorder) path(id string) []errand.State {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -160,8 +160,10 @@ func (b *broker) Close() error {
 // backend is the portable wrapper of a driver.Backend.
 type backend struct {
 	drv     driver.Backend
-	batcher driver.StateBatcher // nil unless drv batches writes
-	waiter  driver.StateWaiter  // nil unless drv wakes waiters
+	batcher driver.StateBatcher  // nil unless drv batches writes
+	waiter  driver.StateWaiter   // nil unless drv wakes waiters
+	starter driver.Starter       // nil unless drv begins attempts in one call (start.go)
+	pending driver.PendingWriter // nil unless drv writes PENDING only where absent
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -181,6 +183,8 @@ func asBackend(b driver.Backend) *backend {
 	pb := &backend{drv: b}
 	pb.batcher, _ = b.(driver.StateBatcher)
 	pb.waiter, _ = b.(driver.StateWaiter)
+	pb.starter, _ = b.(driver.Starter)
+	pb.pending, _ = b.(driver.PendingWriter)
 	return pb
 }
 

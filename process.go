@@ -23,48 +23,35 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 	be := w.srv.backend
 	ctx, cancel := w.call()
 	defer cancel()
-	prev, err := be.GetState(ctx, sig.UUID)
-	switch {
-	case errors.Is(err, ErrTaskNotFound):
-		prev = nil
-	case err != nil:
-		return requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
-	}
-	if prev != nil {
-		if err := uuidConflict(sig, prev, d); err != nil {
-			return setAside, err
-		}
-		// A redelivery of work already recorded: finish what the crashed
-		// or stale attempt left (callbacks are idempotent by UUID), never
-		// run the function again.
-		switch {
-		case prev.State == StateSuccess:
-			return w.afterSuccess(ctx, sig, prev.Results)
-		case prev.State == StateFailure:
-			// Failed for good before: finish its callbacks and archive it
-			// (a crash came between its FAILURE and its archiving).
-			outcome, err := w.afterFailure(ctx, sig, prev.Error)
-			if outcome == ack {
-				return archive, recordedFailure(prev)
-			}
-			return outcome, err
-		case prev.State == StateRetry && prev.Attempt > sig.attempt():
-			outcome, _, err := w.scheduleRetry(ctx, sig, errors.New(prev.Error), nil, prev)
-			return outcome, err
-		case prev.Attempt > sig.attempt():
-			return ack, nil // a later attempt owns the task
-		}
-	}
-	st := &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
-	if prev != nil {
-		st.CreatedAt = prev.CreatedAt
-	}
-
 	// Find the function and decode the arguments before writing anything,
-	// so a task that can run records RECEIVED and STARTED in one round trip.
-	var cannotRun error
+	// so a task that can run records RECEIVED and STARTED in one round
+	// trip. On a backend that begins attempts in one call (driver.Starter)
+	// such a task reads its previous state in that same call (begin, in
+	// start.go); every other task reads it first.
 	tk := w.srv.task(sig.Name)
 	var args []reflect.Value
+	var cannotRun error
+	if tk != nil {
+		args, cannotRun = tk.decodeArgs(sig.Args)
+	}
+	oneCall := tk != nil && cannotRun == nil && be.starter != nil
+	st := &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
+	if !oneCall {
+		prev, err := be.GetState(ctx, sig.UUID)
+		switch {
+		case errors.Is(err, ErrTaskNotFound):
+			prev = nil
+		case err != nil:
+			return requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
+		}
+		if prev != nil {
+			if done, outcome, err := w.resume(ctx, sig, prev, d); done {
+				return outcome, err
+			}
+			st.CreatedAt = prev.CreatedAt
+		}
+	}
+
 	if tk == nil {
 		if d.Attempt >= 1 && d.Attempt < w.cfg.UnknownTaskAttempts {
 			// Perhaps another worker on this queue has it (another
@@ -72,8 +59,6 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 			return passOn, nil
 		}
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
-	} else {
-		args, cannotRun = tk.decodeArgs(sig.Args)
 	}
 	if cannotRun != nil {
 		if err := be.SetState(ctx, st); err != nil {
@@ -105,11 +90,20 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 		ctx, cancel := w.call()
 		started := st.Copy()
 		started.State, started.StartedAt = StateStarted, time.Now().UTC()
-		err := be.SetStates(ctx, []*TaskState{st, started})
-		cancel()
-		if err != nil {
-			outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
-			return nil, outErr
+		if oneCall {
+			var begun bool
+			begun, outcome, outErr = w.begin(ctx, sig, d, st, started)
+			cancel()
+			if !begun {
+				return nil, notRun(sig, outErr)
+			}
+		} else {
+			err := be.SetStates(ctx, []*TaskState{st, started})
+			cancel()
+			if err != nil {
+				outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+				return nil, outErr
+			}
 		}
 		w.running.add(sig, sig.RoutingKey)
 		results, runErr := safeCall(tctx, tk, args)
@@ -149,6 +143,39 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 	}
 	wrapTask(w.mw, attempt)(tctx, sig)
 	return outcome, outErr
+}
+
+// resume decides what a delivery does when its task already has the state
+// prev: done is false when the attempt may run (prev is a state it may
+// follow), else outcome and err say how to settle d. driver.Starter's
+// table gives the same answer: a Starter writes exactly when done is
+// false.
+func (w *Worker) resume(ctx context.Context, sig *Signature, prev *TaskState, d *driver.Delivery) (done bool, outcome settle, err error) {
+	if err := uuidConflict(sig, prev, d); err != nil {
+		return true, setAside, err
+	}
+	// A redelivery of work already recorded: finish what the crashed
+	// or stale attempt left (callbacks are idempotent by UUID), never
+	// run the function again.
+	switch {
+	case prev.State == StateSuccess:
+		outcome, err = w.afterSuccess(ctx, sig, prev.Results)
+		return true, outcome, err
+	case prev.State == StateFailure:
+		// Failed for good before: finish its callbacks and archive it
+		// (a crash came between its FAILURE and its archiving).
+		outcome, err := w.afterFailure(ctx, sig, prev.Error)
+		if outcome == ack {
+			return true, archive, recordedFailure(prev)
+		}
+		return true, outcome, err
+	case prev.State == StateRetry && prev.Attempt > sig.attempt():
+		outcome, _, err := w.scheduleRetry(ctx, sig, errors.New(prev.Error), nil, prev)
+		return true, outcome, err
+	case prev.Attempt > sig.attempt():
+		return true, ack, nil // a later attempt owns the task
+	}
+	return false, ack, nil
 }
 
 // uuidConflict returns why d must not run as the task its UUID names

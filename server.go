@@ -168,6 +168,7 @@ func (s *Server) prepare(sig *Signature) {
 	if sig.UUID == "" {
 		sig.UUID = NewUUID()
 	}
+	sig.madeUUID = "" // sent: a state may exist under its UUID from now on
 	if sig.RoutingKey == "" {
 		sig.RoutingKey = s.cfg.DefaultQueue
 	}
@@ -248,9 +249,18 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 	return nil
 }
 
-// SendTask sends one task and returns a handle on its result. The task's
-// state is PENDING before it reaches the broker. An oversized payload is
-// refused before anything is written.
+// SendTask sends one task and returns a handle on its result. An oversized
+// payload is refused before anything is written. With a UUID the caller
+// chose, the task's state is PENDING before it reaches the broker. When
+// errand made the UUID (sig.UUID empty, or the one NewSignature made and
+// this is the signature's first send) and the backend can
+// record PENDING only where a task has no state (driver.PendingWriter: the
+// memory and Redis backends), the PENDING write and the publish go out
+// together, one round trip instead of two: a worker that takes the task
+// first records RECEIVED and the PENDING is dropped, and an error from the
+// PENDING write is returned although the task was published. Either way
+// PENDING is recorded when SendTask returns without error, and a failed
+// publish may leave it behind.
 func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, error) {
 	if sig == nil || sig.Name == "" {
 		return nil, errors.New("errand: SendTask: signature without a task name")
@@ -258,6 +268,7 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 	if err := checkUnique("SendTask", sig); err != nil {
 		return nil, err
 	}
+	fresh := sig.UUID == "" || sig.UUID == sig.madeUUID
 	s.prepare(sig)
 	err := s.send(ctx, []*Signature{sig}, func(ctx context.Context, sigs []*Signature) error {
 		m, err := s.message(sigs[0])
@@ -268,15 +279,12 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 		if err != nil {
 			return err
 		}
-		if err := s.setPending(ctx, sigs[0]); err != nil {
+		// A UUID send middleware changed is not the one made here.
+		published, err := s.setPendingAndPublish(ctx, sigs[0], m, fresh && sigs[0].UUID == sig.UUID)
+		if err != nil && !published {
 			unlock()
-			return fmt.Errorf("errand: send %s: set PENDING: %w", sigs[0].Name, err)
 		}
-		if err := s.broker.Publish(ctx, m); err != nil {
-			unlock()
-			return fmt.Errorf("errand: send %s: %w", sigs[0].Name, err)
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -50,6 +50,10 @@ type Signature struct {
 	// UniqueFor is how long UniqueKey may be held at most; required (> 0)
 	// with a UniqueKey.
 	UniqueFor time.Duration `json:"UniqueFor,omitempty"`
+
+	// madeUUID is the UUID NewSignature made, until the signature is
+	// first sent: no state can exist under it yet (see SendTask).
+	madeUUID string
 }
 
 // Headers carries free-form metadata with a task (trace IDs and the like).
@@ -95,6 +99,7 @@ func ArgOf(v any) Arg {
 // converted by ArgOf, and a fresh UUID.
 func NewSignature(name string, args ...any) *Signature {
 	s := &Signature{UUID: NewUUID(), Name: name}
+	s.madeUUID = s.UUID
 	for _, a := range args {
 		s.Args = append(s.Args, ArgOf(a))
 	}
@@ -129,6 +134,7 @@ func (s *Signature) Copy() *Signature {
 		return nil
 	}
 	c := *s
+	c.madeUUID = "" // two signatures under one UUID: neither is the first
 	c.Args = append([]Arg(nil), s.Args...)
 	if s.Headers != nil {
 		c.Headers = make(Headers, len(s.Headers))

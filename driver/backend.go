@@ -77,3 +77,102 @@ type StateBatcher interface {
 type Expirer interface {
 	ResultExpiry() time.Duration
 }
+
+// Starter is implemented by backends that can begin an attempt in one
+// round trip: read the task's previous state and, if the attempt may run,
+// write its RECEIVED and STARTED states, in one atomic step on the server
+// (a script, a compare-and-set), never a read then a write from Go. The
+// worker then needs no separate read for its redelivery check.
+//
+// Start handles a batch: errand may gather the requests of many worker
+// slots into one call. Requests are independent (each its own task; a
+// batch may hold the same UUID twice only if errand is broken), results
+// come back in request order, one per request, and each request is atomic
+// on its own: a batch need not be, so a backend may group a batch by
+// server, shard or slot, or run one script per request in one pipeline.
+// An error means nothing can be said about any request of the batch: each
+// may or may not have been written.
+//
+// Each request is decided from the task's previous state prev (nil when
+// the task has none, or its result has expired) by this table, top row
+// first; name and attempt are Started's TaskName and Attempt:
+//
+//	| prev                                                   | writes  | why                                   |
+//	|--------------------------------------------------------|---------|---------------------------------------|
+//	| nil                                                    | yes     | first attempt, no state yet           |
+//	| TaskName not empty and not name                        | no      | the UUID is another task's            |
+//	| SUCCESS or FAILURE                                     | no      | finished: the worker only settles it  |
+//	| Attempt > attempt                                      | no      | a later attempt owns the task         |
+//	| STARTED, and FirstDelivery                             | no      | a second message under a running UUID |
+//	| PENDING, RECEIVED, STARTED, RETRY (Attempt <= attempt) | yes     | sent, redelivered or retried          |
+//
+// ([StartRequest.Allows] is the table as code.) When it writes, Received
+// then Started are stored as the task's state, each with prev's CreatedAt
+// when prev exists (their own otherwise), restarting its result expiry as
+// SetState does; a backend that keeps only the current state may store
+// Started alone, since nobody can read RECEIVED between two writes of one
+// atomic step. When it does not write, nothing changes. Either way the
+// result carries prev as it was before the call, so the worker decides
+// what to do with a task it may not start from the state it would have
+// read with GetState.
+//
+// Because the read and the write are one step, two concurrent Starts of
+// one first attempt (the same request twice) cannot both see the task
+// without a state: at most one of them finds prev nil.
+type Starter interface {
+	Start(ctx context.Context, reqs []StartRequest) ([]StartResult, error)
+}
+
+// StartRequest asks a Starter to begin one attempt of a task.
+type StartRequest struct {
+	// Received and Started are the states to write, in that order, both
+	// for the same TaskUUID, TaskName and Attempt.
+	Received, Started *TaskState
+	// FirstDelivery: the broker delivers this message for the first time
+	// (its delivery count is 1). A first delivery that finds the task
+	// STARTED is a second message under the UUID of a running task, not a
+	// redelivery of the running one.
+	FirstDelivery bool
+}
+
+// StartResult is a Starter's answer to one StartRequest.
+type StartResult struct {
+	// Prev is the task's state before the call, nil when it had none.
+	Prev *TaskState
+	// Written: Received and Started were stored.
+	Written bool
+}
+
+// Allows reports whether r may write its states over prev (nil: no state),
+// by the table of [Starter].
+func (r StartRequest) Allows(prev *TaskState) bool {
+	if prev == nil {
+		return true
+	}
+	name, attempt := r.Started.TaskName, r.Started.Attempt
+	switch {
+	case prev.TaskName != "" && prev.TaskName != name:
+		return false
+	case prev.State.Terminal():
+		return false
+	case prev.Attempt > attempt:
+		return false
+	case prev.State == StateStarted && r.FirstDelivery:
+		return false
+	}
+	return true
+}
+
+// PendingWriter is implemented by backends that can record PENDING only
+// where a task has no state yet (SET NX). errand uses it when it sent a
+// task under a UUID it generated itself, so that the PENDING write and the
+// publish go out at the same time: a worker may then record RECEIVED or
+// STARTED before the PENDING lands, and the PENDING must not set it back.
+type PendingWriter interface {
+	// SetPendingIfAbsent writes each of sts (all PENDING) whose task has
+	// no state, restarting its result expiry as SetState does, and leaves
+	// every task that has one untouched. Each state is checked and written
+	// in one atomic step; the batch need not be one. A task whose state
+	// expired counts as having none.
+	SetPendingIfAbsent(ctx context.Context, sts []*TaskState) error
+}

@@ -36,10 +36,12 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend      = (*Backend)(nil)
-	_ driver.StateWaiter  = (*Backend)(nil)
-	_ driver.Expirer      = (*Backend)(nil)
-	_ driver.StateBatcher = (*Backend)(nil)
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.StateWaiter   = (*Backend)(nil)
+	_ driver.Expirer       = (*Backend)(nil)
+	_ driver.StateBatcher  = (*Backend)(nil)
+	_ driver.Starter       = (*Backend)(nil)
+	_ driver.PendingWriter = (*Backend)(nil)
 )
 
 type stateEntry struct {
@@ -75,12 +77,64 @@ func (b *Backend) SetState(_ context.Context, st *driver.TaskState) error {
 	if b.closed {
 		return driver.ErrClosed
 	}
-	now := time.Now()
+	b.set(st, time.Now())
+	return nil
+}
+
+// set stores a copy of st and wakes waiters; b.mu must be held.
+func (b *Backend) set(st *driver.TaskState, now time.Time) {
 	b.states[st.TaskUUID] = &stateEntry{st: st.Copy(), expires: now.Add(b.opts.ResultExpiry)}
 	close(b.changed)
 	b.changed = make(chan struct{})
 	if b.writes++; b.writes%4096 == 0 {
 		b.sweep(now)
+	}
+}
+
+// Start begins each request's attempt if its task's previous state allows
+// it (see driver.Starter), all under one lock.
+func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, driver.ErrClosed
+	}
+	now := time.Now()
+	out := make([]driver.StartResult, len(reqs))
+	for i, r := range reqs {
+		var prev *driver.TaskState
+		if e, err := b.get(r.Started.TaskUUID, now); err == nil {
+			prev = e.st.Copy()
+		}
+		out[i].Prev = prev
+		if !r.Allows(prev) {
+			continue
+		}
+		rec, started := r.Received.Copy(), r.Started.Copy()
+		if prev != nil {
+			rec.CreatedAt, started.CreatedAt = prev.CreatedAt, prev.CreatedAt
+		}
+		b.set(rec, now)
+		b.set(started, now)
+		out[i].Written = true
+	}
+	return out, nil
+}
+
+// SetPendingIfAbsent stores a copy of each state whose task has none (or
+// an expired one), under one lock.
+func (b *Backend) SetPendingIfAbsent(_ context.Context, sts []*driver.TaskState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return driver.ErrClosed
+	}
+	now := time.Now()
+	for _, st := range sts {
+		if _, err := b.get(st.TaskUUID, now); err == nil {
+			continue
+		}
+		b.set(st, now)
 	}
 	return nil
 }

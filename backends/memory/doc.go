@@ -19,7 +19,9 @@
 // every read; expired entries are swept as writes go on). Group metadata
 // expires GroupExpiry after the group's last activity, and never sooner
 // than ResultExpiry. Waiting for a result is woken by the write itself
-// ([driver.StateWaiter]), not by polling.
+// ([driver.StateWaiter]), not by polling. Beginning an attempt
+// ([driver.Starter]) and recording PENDING only where a task has no state
+// ([driver.PendingWriter]) each check and write under that mutex too.
 //
 // Nothing survives the process.
 package memorybackend

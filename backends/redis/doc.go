@@ -35,6 +35,14 @@
 //     claimer wins again after a crash).
 //   - GroupStates reads the member list, then every member's state in one
 //     pipeline.
+//   - Start ([driver.Starter]) is one Lua script per task: read the state,
+//     check the starter's table and SET ... PX the STARTED state (a key
+//     holds only the current state, so RECEIVED, overwritten in the same
+//     script, is not stored), keeping the previous created_at. A batch is
+//     one pipeline of scripts, each on its own task key (its own slot on a
+//     cluster).
+//   - SetPendingIfAbsent ([driver.PendingWriter]) is SET ... NX PX per
+//     task, in one pipeline.
 //
 // Group keys expire GroupExpiry (default 24h, never less than ResultExpiry)
 // after the group's last completion, so a live group never loses its

@@ -1,0 +1,151 @@
+package redisbackend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/driver"
+)
+
+var (
+	_ driver.Starter       = (*Backend)(nil)
+	_ driver.PendingWriter = (*Backend)(nil)
+)
+
+// startScript: KEYS task key; ARGV name, attempt, first delivery ("1" or
+// "0"), expiry ms, then the STARTED state's JSON cut around its created_at
+// value: head (up to and including `"created_at":`), own value (a JSON
+// string), tail. Returns {1, prev or false} when it wrote STARTED, {0,
+// prev} when the task's previous state forbids it (driver.Starter's
+// table; driver.StartRequest.Allows is the same rule in Go).
+//
+// Only STARTED is stored: a key holds the current state alone, and no
+// reader can see RECEIVED between two writes of one script. A written
+// state keeps prev's created_at, spliced in as a JSON string, so the rest
+// of the JSON is Go's own encoding, never re-encoded by cjson.
+var startScript = goredis.NewScript(`
+local raw = redis.call('GET', KEYS[1])
+local created = ARGV[6]
+if raw then
+  local p = cjson.decode(raw)
+  local name = p.task_name
+  if type(name) ~= 'string' then name = '' end
+  local st = p.state
+  local att = tonumber(p.attempt) or 0
+  if name ~= '' and name ~= ARGV[1] then return {0, raw} end
+  if st == 'SUCCESS' or st == 'FAILURE' then return {0, raw} end
+  if att > tonumber(ARGV[2]) then return {0, raw} end
+  if st == 'STARTED' and ARGV[3] == '1' then return {0, raw} end
+  if type(p.created_at) == 'string' then created = cjson.encode(p.created_at) end
+end
+redis.call('SET', KEYS[1], ARGV[5] .. created .. ARGV[7], 'PX', ARGV[4])
+return {1, raw or false}
+`)
+
+// createdKey is where encoding/json puts a TaskState's created_at: the
+// last occurrence in its encoding (only times follow it, and an earlier
+// occurrence inside a result's raw JSON comes before).
+var createdKey = []byte(`"created_at":`)
+
+// startArgs returns the script's ARGV for r.
+func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
+	st := r.Started
+	v, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
+	}
+	i := bytes.LastIndex(v, createdKey)
+	if i < 0 {
+		return nil, fmt.Errorf("redis backend: encode state of %s: no created_at in %s", st.TaskUUID, v)
+	}
+	head := v[:i+len(createdKey)]
+	rest := v[len(head):] // "…"<tail>: a JSON string with no escapes (RFC 3339)
+	j := -1
+	if len(rest) > 0 && rest[0] == '"' {
+		j = bytes.IndexByte(rest[1:], '"')
+	}
+	if j < 0 {
+		return nil, fmt.Errorf("redis backend: encode state of %s: created_at is not a string in %s", st.TaskUUID, v)
+	}
+	own, tail := rest[:j+2], rest[j+2:]
+	first := "0"
+	if r.FirstDelivery {
+		first = "1"
+	}
+	return []any{st.TaskName, st.Attempt, first, b.opts.ResultExpiry.Milliseconds(), head, own, tail}, nil
+}
+
+// Start begins each request's attempt with one script per request (the
+// read, the check of driver.Starter's table and the SET ... PX of STARTED,
+// atomically), all in one pipeline: one round trip on a single node, one
+// per node holding the batch's keys on a cluster (each task key is its own
+// slot). A script the server does not have yet is loaded and the requests
+// that missed it run again.
+func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	args := make([][]any, len(reqs))
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		a, err := b.startArgs(r)
+		if err != nil {
+			return nil, err
+		}
+		args[i], keys[i] = a, b.taskKey(r.Started.TaskUUID)
+	}
+	cmds := make([]*goredis.Cmd, len(reqs))
+	if len(reqs) == 1 {
+		cmds[0] = startScript.Run(ctx, b.rdb, keys[:1], args[0]...)
+	} else {
+		pipe := b.rdb.Pipeline()
+		for i := range reqs {
+			cmds[i] = startScript.EvalSha(ctx, pipe, keys[i:i+1], args[i]...)
+		}
+		pipe.Exec(ctx) // errors are read per command below
+		for i, c := range cmds {
+			if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				cmds[i] = startScript.Run(ctx, b.rdb, keys[i:i+1], args[i]...)
+			}
+		}
+	}
+	out := make([]driver.StartResult, len(reqs))
+	for i, c := range cmds {
+		r, err := c.Slice()
+		if err != nil {
+			return nil, b.err(ctx, err)
+		}
+		if len(r) != 2 {
+			return nil, fmt.Errorf("redis backend: start %s: unexpected reply %v", reqs[i].Started.TaskUUID, r)
+		}
+		written, _ := r[0].(int64)
+		out[i].Written = written == 1
+		if raw, ok := r[1].(string); ok {
+			if out[i].Prev, err = decodeState(reqs[i].Started.TaskUUID, raw); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// SetPendingIfAbsent writes each state with SET ... NX PX, all in one
+// pipeline (split per node on a cluster).
+func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	pipe := b.rdb.Pipeline()
+	for _, st := range sts {
+		v, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
+		}
+		pipe.SetNX(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+	}
+	_, err := pipe.Exec(ctx)
+	return b.err(ctx, err)
+}

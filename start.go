@@ -1,0 +1,137 @@
+package errand
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// Fewer round trips on the hot path, where the backend can:
+//
+//   - a worker begins an attempt with one driver.Starter call, which reads
+//     the task's previous state and writes RECEIVED and STARTED if that
+//     state allows it, instead of a GetState and then a SetStates;
+//   - SendTask, when it made the task's UUID itself, records PENDING with
+//     driver.PendingWriter (never over a state a worker already wrote) at
+//     the same time as it publishes, instead of before.
+//
+// Backends without these abilities take the two-call paths, with the same
+// outcome.
+
+// start begins the attempts of reqs (driver.Starter) and checks the
+// driver's answer: one result per request, each written exactly when the
+// starter's table allows it.
+func (b *backend) start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	if err := b.before(ctx); err != nil {
+		return nil, err
+	}
+	res, err := b.starter.Start(ctx, reqs)
+	if err = b.after(ctx, err); err != nil {
+		return nil, err
+	}
+	if len(res) != len(reqs) {
+		return nil, fmt.Errorf("errand: backend %T broke the driver.Starter contract: %d results for %d requests", b.drv, len(res), len(reqs))
+	}
+	for i, r := range res {
+		if want := reqs[i].Allows(r.Prev); r.Written != want {
+			return nil, fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
+				b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, want)
+		}
+	}
+	return res, nil
+}
+
+func stateName(st *TaskState) State {
+	if st == nil {
+		return "none"
+	}
+	return st.State
+}
+
+func attemptOf(st *TaskState) int {
+	if st == nil {
+		return 0
+	}
+	return st.Attempt
+}
+
+// setPendingIfAbsent records sts (PENDING) where their tasks have no state
+// (driver.PendingWriter).
+func (b *backend) setPendingIfAbsent(ctx context.Context, sts []*TaskState) error {
+	if err := b.before(ctx); err != nil {
+		return err
+	}
+	return b.after(ctx, b.pending.SetPendingIfAbsent(ctx, sts))
+}
+
+// begin records RECEIVED then STARTED for an attempt of sig in one
+// driver.Starter call, which also reads the task's previous state. begun
+// says the attempt may run; otherwise outcome and err say how to settle d,
+// exactly as process decides from a GetState (resume). st and started get
+// the previous state's CreatedAt.
+func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, st, started *TaskState) (begun bool, outcome settle, err error) {
+	req := driver.StartRequest{Received: st, Started: started, FirstDelivery: d.Attempt == 1}
+	res, err := w.srv.backend.start(ctx, []driver.StartRequest{req})
+	if err != nil {
+		return false, requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+	}
+	prev := res[0].Prev
+	if res[0].Written {
+		if prev != nil {
+			st.CreatedAt, started.CreatedAt = prev.CreatedAt, prev.CreatedAt
+		}
+		return true, ack, nil
+	}
+	done, outcome, err := w.resume(ctx, sig, prev, d)
+	if !done { // the wrapper checked the table: not reached
+		return false, requeue, fmt.Errorf("errand: task %s (%s): the backend did not start a task in state %s", sig.Name, sig.UUID, prev.State)
+	}
+	return false, outcome, err
+}
+
+// notRun is what the attempt handler returns to the worker's middleware
+// when begin found the task already recorded in a state it may not start
+// from (finished, owned by a later attempt, or another message's): err,
+// or an error saying why when settling it needed none.
+func notRun(sig *Signature, err error) error {
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("errand: task %s (%s): not run again: its recorded state is finished or a later attempt's", sig.Name, sig.UUID)
+}
+
+// setPendingAndPublish records sig's PENDING state and publishes m. With
+// fresh (SendTask made sig's UUID, so no state can exist yet) and a
+// backend that writes PENDING only where a task has none, the two calls go
+// out together; otherwise PENDING first, then the publish. published says
+// the broker took m (an error may still come from the PENDING write then).
+// After a failed publish PENDING may remain, as it does on the sequential
+// path.
+func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
+	if !fresh || s.backend.pending == nil {
+		if err := s.setPending(ctx, sig); err != nil {
+			return false, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
+		}
+		if err := s.broker.Publish(ctx, m); err != nil {
+			return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+		}
+		return true, nil
+	}
+	var pendErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		pendErr = s.backend.setPendingIfAbsent(ctx, []*TaskState{pendingState(sig, time.Now().UTC())})
+	})
+	pubErr := s.broker.Publish(ctx, m)
+	wg.Wait()
+	switch {
+	case pubErr != nil:
+		return false, fmt.Errorf("errand: send %s: %w", sig.Name, pubErr)
+	case pendErr != nil:
+		return true, fmt.Errorf("errand: send %s: set PENDING (the task was published): %w", sig.Name, pendErr)
+	}
+	return true, nil
+}
