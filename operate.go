@@ -273,7 +273,9 @@ const findLimit = 100_000
 
 // Task returns what errand knows about task id on queue: the message where
 // some list of the queue holds it (archived first, then in flight, pending,
-// scheduled and retrying, completed), and the backend's state. It returns
+// scheduled and retrying, completed), and the backend's state. On a broker
+// that finds a message by ID (driver.Finder) that is one call; otherwise
+// Task pages through each list (up to 100 000 messages per list). It returns
 // an error satisfying errors.Is(err, ErrTaskNotFound) when neither the
 // queue's lists nor the backend know id.
 func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error) {
@@ -286,7 +288,27 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 			return QueuedTask{}, err
 		}
 	}
-	if ls, ok := s.broker.drv.(driver.Lister); ok {
+	found := func(m driver.Listed, l driver.ListState) (QueuedTask, error) {
+		ti := s.describe(m.Message, ListState(l), m.At)
+		if l == driver.ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
+			ti.List = ListRetrying
+		}
+		ts := []QueuedTask{ti}
+		err := s.withStates(ctx, ts)
+		return ts[0], err
+	}
+	if f, ok := s.broker.drv.(driver.Finder); ok {
+		if err := s.broker.before(ctx); err != nil {
+			return QueuedTask{}, err
+		}
+		m, l, ok, err := f.Find(ctx, queue, id)
+		if err != nil {
+			return QueuedTask{}, s.broker.after(ctx, err)
+		}
+		if ok {
+			return found(m, l)
+		}
+	} else if ls, ok := s.broker.drv.(driver.Lister); ok {
 		for _, l := range []driver.ListState{driver.ListInFlight, driver.ListPending, driver.ListScheduled, driver.ListCompleted} {
 			for from := 0; from < findLimit; from += scanPage {
 				ms, err := ls.List(ctx, queue, l, from, scanPage)
@@ -294,16 +316,9 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 					return QueuedTask{}, s.broker.after(ctx, err)
 				}
 				for _, m := range ms {
-					if m.ID != id {
-						continue
+					if m.ID == id {
+						return found(m, l)
 					}
-					ti := s.describe(m.Message, ListState(l), m.At)
-					if l == driver.ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
-						ti.List = ListRetrying
-					}
-					ts := []QueuedTask{ti}
-					err := s.withStates(ctx, ts)
-					return ts[0], err
 				}
 				if len(ms) < scanPage {
 					break

@@ -52,6 +52,7 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Archive/LeaseLost", archiveLeaseLost, parallel},
 	{"Archive/PageBounds", pageBounds, parallel},
 	{"List/ByState", listByState, parallel},
+	{"List/Find", listFind, parallel},
 	{"Queues/Lists", queuesList, parallel},
 	{"Pause/Flag", pauseFlag, parallel},
 	{"Heartbeat/TTL", heartbeatTTL, parallel},
@@ -166,6 +167,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
 	checkAbility(t, b, caps.Pause, reflect.TypeFor[driver.Pauser](), "Pause")
 	checkAbility(t, b, caps.Heartbeat, reflect.TypeFor[driver.Heartbeater](), "Heartbeat")
+	checkAbility(t, b, caps.Find, reflect.TypeFor[driver.Finder](), "Find")
 	checkAbility(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
 	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")

@@ -82,6 +82,7 @@ type BrokerCaps struct {
 	Queues      bool // driver.QueueLister
 	Pause       bool // driver.Pauser
 	Heartbeat   bool // driver.Heartbeater
+	Find        bool // driver.Finder
 	Unique      bool // driver.Uniquer
 	RateLimit   bool // driver.RateLimiter
 	Schedules   bool // driver.ScheduleStore
@@ -121,6 +122,12 @@ type BackendCaps struct {
 	Durable bool
 	// Waiter: the backend implements driver.StateWaiter.
 	Waiter bool
+	// Start: the backend implements driver.Starter (checked by the
+	// Backend/Start cases, row by row of its table).
+	Start bool
+	// PendingIfAbsent: the backend implements driver.PendingWriter
+	// (checked by Backend/State/PendingIfAbsent).
+	PendingIfAbsent bool
 }
 
 // Timing tunes the kit's waits. Every duration is multiplied by

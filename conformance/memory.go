@@ -24,7 +24,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 		Caps: BrokerCaps{
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true, Priority: true,
 			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
 			Unique: true, RateLimit: true,
 		},
 		Timing:  Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
@@ -53,7 +53,7 @@ func MemoryBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: BackendCaps{Expiry: true, Waiter: true, MinExpiry: 50 * time.Millisecond},
+		Caps: BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, MinExpiry: 50 * time.Millisecond},
 	}
 }
 

@@ -651,3 +651,53 @@ func heartbeatTTL(t testing.TB, h BrokerHarness) {
 		t.Errorf("%s promise broken: %v after a Beat with ttl %v, Beats = %q; a worker that stopped beating must disappear", promise, short+c.tm.DelayBound, short, got)
 	}
 }
+
+// listFind: Find returns a message by its ID with the list it is on — in
+// flight, pending, scheduled (At its due time), completed — and reports
+// an unknown ID as not found.
+func listFind(t testing.TB, h BrokerHarness) {
+	if !h.Caps.Find {
+		t.Logf("broker does not declare Find; errand's Server.Task pages through the lists")
+		return
+	}
+	const promise = "find (Find returns one message by ID with its list)"
+	c := newBCase(t, h)
+	f, ok := c.drv.(driver.Finder)
+	if !ok {
+		t.Fatalf("harness declares Find but %T is not a driver.Finder", c.drv)
+	}
+	due := time.Now().Add(time.Hour)
+	fl, pe, sc, co := c.msg("f-flight", time.Time{}), c.msg("f-pend", time.Time{}), c.msg("f-sched", due), c.msg("f-done", time.Time{})
+	c.publish(fl)
+	held := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(held) != 1 || held[0].ID != fl.ID {
+		t.Fatalf("fetched %v, want %s", ids(held), fl.ID)
+	}
+	c.publish(co)
+	done := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(done) != 1 || done[0].ID != co.ID {
+		t.Fatalf("fetched %v, want %s", ids(done), co.ID)
+	}
+	c.ack(done[0])
+	c.publish(pe, sc)
+	for _, w := range []struct {
+		m     errand.Message
+		state driver.ListState
+	}{{fl, driver.ListInFlight}, {pe, driver.ListPending}, {sc, driver.ListScheduled}, {co, driver.ListCompleted}} {
+		l, s, ok, err := f.Find(c.ctx, c.q, w.m.ID)
+		switch {
+		case err != nil:
+			t.Errorf("%s promise broken: Find(%s): %v", promise, w.m.ID, err)
+		case !ok:
+			t.Errorf("%s promise broken: Find(%s) found nothing; the message is %s", promise, w.m.ID, w.state)
+		case s != w.state || l.ID != w.m.ID || !bytes.Equal(l.Body, w.m.Body):
+			t.Errorf("%s promise broken: Find(%s) = {ID %q, Body %q} on %q; want the message on %q", promise, w.m.ID, l.ID, l.Body, s, w.state)
+		case w.state == driver.ListScheduled && !near(l.At, due):
+			t.Errorf("%s promise broken: Find(%s) of a scheduled message has At %v, want its due time %v", promise, w.m.ID, l.At, due)
+		}
+	}
+	if _, s, ok, err := f.Find(c.ctx, c.q, runID+"-never-sent"); err != nil || ok {
+		t.Errorf("%s promise broken: Find of an ID never sent = %q, found %v, %v; want not found, nil", promise, s, ok, err)
+	}
+	c.ack(held[0])
+}

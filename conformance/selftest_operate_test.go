@@ -64,6 +64,13 @@ func (b *brokenBroker) Unbeat(ctx context.Context, id string) error {
 	return b.Broker.Unbeat(ctx, id)
 }
 
+func (b *brokenBroker) Find(ctx context.Context, q, id string) (driver.Listed, driver.ListState, bool, error) {
+	if b.find != nil {
+		return b.find(b, ctx, q, id)
+	}
+	return b.Broker.Find(ctx, q, id)
+}
+
 // brokenOperators join brokenBrokers (see init there).
 var brokenOperators = map[string]BrokerHarness{
 	// Keeps the entry without its last error.
@@ -195,6 +202,16 @@ var brokenOperators = map[string]BrokerHarness{
 				return nil, nil
 			}
 			return b.Broker.List(ctx, q, s, offset, limit)
+		}
+	}),
+	// Find does not look at the messages in flight.
+	"find-misses-in-flight": brokenBrokerHarness(func(b *brokenBroker) {
+		b.find = func(b *brokenBroker, ctx context.Context, q, id string) (driver.Listed, driver.ListState, bool, error) {
+			l, s, ok, err := b.Broker.Find(ctx, q, id)
+			if s == driver.ListInFlight {
+				return driver.Listed{}, "", false, err
+			}
+			return l, s, ok, err
 		}
 	}),
 	// Implements the archive but does not declare it.

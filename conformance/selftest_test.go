@@ -96,6 +96,7 @@ type brokenBroker struct {
 	pause          func(b *brokenBroker, ctx context.Context, q string) error
 	beat           func(b *brokenBroker, ctx context.Context, id string, data []byte, ttl time.Duration) error
 	unbeat         func(b *brokenBroker, ctx context.Context, id string) error
+	find           func(b *brokenBroker, ctx context.Context, q, id string) (driver.Listed, driver.ListState, bool, error)
 	// The schedule store (selftest_schedule_test.go).
 	schedules brokenSchedules
 }
@@ -185,7 +186,7 @@ func healthyBroker() BrokerHarness {
 			return b
 		},
 		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
 			Unique: true, RateLimit: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
@@ -516,7 +517,7 @@ func healthyBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BackendCaps{Expiry: true, Waiter: true, MinExpiry: 80 * time.Millisecond},
+		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, MinExpiry: 80 * time.Millisecond},
 		Timing: selfTiming,
 	}
 }
@@ -741,6 +742,7 @@ var brokerTargets = map[string]string{
 	"Archive/LeaseLost":            "archive-ignores-lease",
 	"Archive/PageBounds":           "page-limit-zero-accepted",
 	"List/ByState":                 "list-wrong-state",
+	"List/Find":                    "find-misses-in-flight",
 	"Queues/Lists":                 "queues-from-contents",
 	"Pause/Flag":                   "pause-flag-lost",
 	"Heartbeat/TTL":                "heartbeat-never-expires",

@@ -130,3 +130,15 @@ type Heartbeater interface {
 	// Unbeat removes worker id at once (a clean shutdown).
 	Unbeat(ctx context.Context, id string) error
 }
+
+// Finder is implemented by brokers that find one message of a queue by its
+// ID without paging through the lists (errand's Server.Task uses it, and
+// pages through Lister otherwise).
+type Finder interface {
+	// Find returns the message of queue whose ID is id, as List would list
+	// it, with the list it is on, looking in flight, then pending, then
+	// scheduled, then among the completed ones List keeps; found is false
+	// (and err nil) when none holds it. The archive is not searched
+	// (Archiver.ArchivedEntry).
+	Find(ctx context.Context, queue, id string) (l Listed, state ListState, found bool, err error)
+}

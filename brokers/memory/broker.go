@@ -52,6 +52,7 @@ var (
 	_ driver.BatchAcker          = (*Broker)(nil)
 	_ driver.Archiver            = (*Broker)(nil)
 	_ driver.Lister              = (*Broker)(nil)
+	_ driver.Finder              = (*Broker)(nil)
 	_ driver.QueueLister         = (*Broker)(nil)
 	_ driver.Pauser              = (*Broker)(nil)
 	_ driver.Heartbeater         = (*Broker)(nil)

@@ -59,6 +59,8 @@
 //     the process that opens the name).
 //   - [driver.Heartbeater]: each worker's last heartbeat, until Unbeat or
 //     its ttl runs out (checked as they are read).
+//   - [driver.Finder]: one message by ID, in flight, pending, scheduled
+//     or among the completed, under the broker's lock.
 //
 // # Limits
 //

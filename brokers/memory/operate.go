@@ -181,6 +181,41 @@ func (b *Broker) List(_ context.Context, queueName string, state driver.ListStat
 	return out, err
 }
 
+// Find returns the message id of queue with its list: in flight, pending,
+// scheduled or completed (the last MaxCompleted acks), looked for in that
+// order.
+func (b *Broker) Find(_ context.Context, queueName, id string) (l driver.Listed, state driver.ListState, found bool, err error) {
+	err = b.inspect(queueName, func(q *queue) error {
+		for _, e := range q.inflight {
+			if e.msg.ID == id {
+				l, state, found = driver.Listed{Message: e.msg}, driver.ListInFlight, true
+				return nil
+			}
+		}
+		for _, e := range q.ready.es {
+			if e.msg.ID == id {
+				l, state, found = driver.Listed{Message: e.msg}, driver.ListPending, true
+				return nil
+			}
+		}
+		for _, e := range q.delayed.es {
+			if e.msg.ID == id {
+				l, state, found = driver.Listed{Message: e.msg, At: e.due}, driver.ListScheduled, true
+				return nil
+			}
+		}
+		for i := len(q.completed) - 1; i >= 0; i-- {
+			if q.completed[i].ID == id {
+				l, state, found = q.completed[i], driver.ListCompleted, true
+				return nil
+			}
+		}
+		return nil
+	})
+	l.Body = slices.Clone(l.Body)
+	return l, state, found, err
+}
+
 func cmpBy(less func(a, b *entry) bool, a, b *entry) int {
 	switch {
 	case less(a, b):

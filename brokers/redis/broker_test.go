@@ -53,7 +53,7 @@ func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 			return b
 		},
 		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Schedules: true,
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
 			Unique: true, RateLimit: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		// Foreign bytes go where another program would put them: LPUSH

@@ -471,3 +471,36 @@ for _, id in ipairs(ids) do
 end
 return out
 `)
+
+// find: KEYS msgs, inflight, ppending, pending, delayed, done; ARGV task
+// ID. Returns {list, envelope, at ms or ”} for the first message whose
+// envelope names the task ID (in flight, pending, scheduled, completed),
+// or false.
+var findScript = goredis.NewScript(`
+local prefix = ARGV[1] .. '\n'
+local function named(env)
+  return env and string.sub(env, 1, #prefix) == prefix
+end
+for _, mid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local env = redis.call('HGET', KEYS[1], mid)
+  if named(env) then return {'inflight', env, ''} end
+end
+for _, mid in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  local env = redis.call('HGET', KEYS[1], mid)
+  if named(env) then return {'pending', env, ''} end
+end
+for _, mid in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
+  local env = redis.call('HGET', KEYS[1], mid)
+  if named(env) then return {'pending', env, ''} end
+end
+local d = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
+for i = 1, #d, 2 do
+  local env = redis.call('HGET', KEYS[1], d[i])
+  if named(env) then return {'scheduled', env, d[i + 1]} end
+end
+for _, e in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
+  local nl = string.find(e, '\n', 1, true)
+  if nl and named(string.sub(e, nl + 1)) then return {'completed', string.sub(e, nl + 1), string.sub(e, 1, nl - 1)} end
+end
+return false
+`)
