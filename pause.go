@@ -103,7 +103,10 @@ func (w *Worker) pollPause() {
 }
 
 // giveBack releases deliveries fetched while their queue was being paused
-// (or held when fetching stopped), untouched. The caller frees their slots.
+// (or held when fetching stopped), unrun. The caller frees their slots.
+// Release is all the driver contract offers: on a broker that counts
+// deliveries the fetch counted (Attempt runs one ahead), and Redis puts
+// the message at the tail of its queue (see docs/operations.md, Pause).
 func (w *Worker) giveBack(ds []*driver.Delivery) {
 	ctx, cancel := w.call()
 	defer cancel()
