@@ -37,6 +37,10 @@ var backendCases = []kase[BackendHarness]{
 	{"Group/OutlivesResultExpiry", groupOutlivesExpiry, alone},
 	{"Group/NonMemberNotCounted", groupNonMember, parallel},
 	{"Chord/ClaimOnce", chordClaimOnce, parallel},
+	{"Start/Table", startTable, parallel},
+	{"Start/Batch", startBatch, parallel},
+	{"Start/Concurrent", startConcurrent, parallel},
+	{"State/PendingIfAbsent", pendingIfAbsent, parallel},
 }
 
 type becase struct {
@@ -61,6 +65,8 @@ func backendCapabilities(t testing.TB, h BackendHarness) {
 	b := h.New(t, 0)
 	checkAbility(t, b, h.Caps.Waiter, reflect.TypeFor[driver.StateWaiter](), "Waiter")
 	checkAbility(t, b, h.Caps.Expiry, reflect.TypeFor[driver.Expirer](), "Expiry")
+	checkAbility(t, b, h.Caps.Start, reflect.TypeFor[driver.Starter](), "Start")
+	checkAbility(t, b, h.Caps.PendingIfAbsent, reflect.TypeFor[driver.PendingWriter](), "PendingIfAbsent")
 	if h.Caps.Durable && h.Caps.Lossy {
 		t.Errorf("capabilities promise broken: harness declares both Durable and Lossy; a backend that may lose entries cannot promise to keep them across a restart")
 	}

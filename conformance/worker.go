@@ -120,13 +120,6 @@ func (r *recorder) path(id string) []errand.State {
 	return append([]errand.State(nil), r.paths[id]...)
 }
 
-// WaitState passes through to the wrapped backend's notifications.
-type waitingRecorder struct{ *recorder }
-
-func (r waitingRecorder) WaitState(ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error) {
-	return r.Backend.(driver.StateWaiter).WaitState(ctx, id, done)
-}
-
 type wcase struct {
 	t      testing.TB
 	tm     Timing
@@ -142,10 +135,7 @@ type wcase struct {
 func newWCase(t testing.TB, p workerPair) *wcase {
 	tm := p.broker.Timing
 	rec := &recorder{Backend: p.backend.New(t, 0), paths: map[string][]errand.State{}}
-	var be errand.Backend = rec
-	if _, ok := rec.Backend.(driver.StateWaiter); ok {
-		be = waitingRecorder{rec}
-	}
+	be := rec.backend() // with the wrapped backend's optional abilities
 	c := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: p.broker.New(t), rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
 	srv, err := errand.NewServer(errand.Config{Broker: c.broker, Backend: be, DefaultQueue: c.queue})
 	if err != nil {

@@ -1,0 +1,117 @@
+package conformance
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/driver"
+)
+
+// brokenStart is the memory backend with a broken driver.Starter or
+// driver.PendingWriter.
+type brokenStart struct {
+	*memorybackend.Backend
+	start   func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error)
+	pending func(b *brokenStart, ctx context.Context, sts []*errand.TaskState) error
+}
+
+func (b *brokenStart) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	if b.start != nil {
+		return b.start(b, ctx, reqs)
+	}
+	return b.Backend.Start(ctx, reqs)
+}
+
+func (b *brokenStart) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+	if b.pending != nil {
+		return b.pending(b, ctx, sts)
+	}
+	return b.Backend.SetPendingIfAbsent(ctx, sts)
+}
+
+func brokenStartHarness(mod func(b *brokenStart)) BackendHarness {
+	h := healthyBackend()
+	h.New = func(t testing.TB, expiry time.Duration) errand.Backend {
+		b := &brokenStart{Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})}
+		mod(b)
+		t.Cleanup(func() { b.Backend.Close() })
+		return b
+	}
+	return h
+}
+
+// readThenWrite is Start as a read and then a write from Go, with a pause
+// between them; keepCreated: the written states keep prev's CreatedAt.
+func readThenWrite(b *brokenStart, ctx context.Context, reqs []driver.StartRequest, pause time.Duration, ignore, keepCreated bool) ([]driver.StartResult, error) {
+	out := make([]driver.StartResult, len(reqs))
+	for i, r := range reqs {
+		prev, err := b.Backend.GetState(ctx, r.Started.TaskUUID)
+		if err != nil {
+			prev = nil
+		}
+		out[i].Prev = prev
+		time.Sleep(pause)
+		if !ignore && !r.Allows(prev) {
+			continue
+		}
+		rec, st := r.Received.Copy(), r.Started.Copy()
+		if prev != nil && keepCreated {
+			rec.CreatedAt, st.CreatedAt = prev.CreatedAt, prev.CreatedAt
+		}
+		if err := b.Backend.SetStates(ctx, []*errand.TaskState{rec, st}); err != nil {
+			return nil, err
+		}
+		out[i].Written = true
+	}
+	return out, nil
+}
+
+var brokenStarts = map[string]BackendHarness{
+	// Writes STARTED whatever the previous state (a plain SET).
+	"start-ignores-condition": brokenStartHarness(func(b *brokenStart) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+			return readThenWrite(b, ctx, reqs, 0, true, true)
+		}
+	}),
+	// Reads, then writes in a second step: racing Starts all find no state.
+	"start-not-atomic": brokenStartHarness(func(b *brokenStart) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+			return readThenWrite(b, ctx, reqs, 2*time.Millisecond, false, true)
+		}
+	}),
+	// Writes the request's own CreatedAt over the previous state's.
+	"start-resets-created-at": brokenStartHarness(func(b *brokenStart) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+			return readThenWrite(b, ctx, reqs, 0, false, false)
+		}
+	}),
+	// Answers a batch in reverse order (a pipeline read back wrongly).
+	"start-batch-reversed": brokenStartHarness(func(b *brokenStart) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+			res, err := b.Backend.Start(ctx, reqs)
+			slices.Reverse(res)
+			return res, err
+		}
+	}),
+	// A plain SET: PENDING overwrites whatever a worker recorded.
+	"pending-overwrites": brokenStartHarness(func(b *brokenStart) {
+		b.pending = func(b *brokenStart, ctx context.Context, sts []*errand.TaskState) error {
+			return b.Backend.SetStates(ctx, sts)
+		}
+	}),
+}
+
+func init() {
+	for name, h := range brokenStarts {
+		brokenBackends[name] = h
+	}
+	backendTargets["Start/Table"] = "start-ignores-condition"
+	backendTargets["Start/Batch"] = "start-batch-reversed"
+	backendTargets["Start/Concurrent"] = "start-not-atomic"
+	backendTargets["State/PendingIfAbsent"] = "pending-overwrites"
+	moreBackendTargets["Start/Table"] = "start-resets-created-at"
+}
