@@ -1,0 +1,46 @@
+package redisbackend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	redisbackend "github.com/errand-go/errand/backends/redis"
+	"github.com/errand-go/errand/driver"
+)
+
+// TestStartBatchAfterScriptFlush: a batch sent as a pipeline of EVALSHA
+// to a server that lost its scripts (a restart, SCRIPT FLUSH) loads the
+// script and still answers every request.
+func TestStartBatchAfterScriptFlush(t *testing.T) {
+	for name, rdb := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b := redisbackend.New(rdb, &redisbackend.Options{Prefix: "errand-test-flush"})
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var reqs []driver.StartRequest
+			for range 8 {
+				st := &errand.TaskState{TaskUUID: errand.NewUUID(), TaskName: "t", State: errand.StateReceived, Attempt: 1, CreatedAt: time.Now()}
+				started := st.Copy()
+				started.State = errand.StateStarted
+				reqs = append(reqs, driver.StartRequest{Received: st, Started: started, FirstDelivery: true})
+			}
+			res, err := b.Start(ctx, reqs)
+			if err != nil {
+				t.Fatalf("Start after SCRIPT FLUSH: %v", err)
+			}
+			for i, r := range res {
+				if !r.Written || r.Prev != nil {
+					t.Fatalf("request %d: %+v; want written over no state", i, r)
+				}
+				if st, err := b.GetState(ctx, reqs[i].Started.TaskUUID); err != nil || st.State != errand.StateStarted {
+					t.Fatalf("request %d: state %+v, %v; want STARTED", i, st, err)
+				}
+			}
+		})
+	}
+}
