@@ -50,6 +50,62 @@ func (c *counting) GetState(ctx context.Context, id string) (*errand.TaskState, 
 	return c.Backend.GetState(ctx, id)
 }
 
+// Start counts one call, and the states each written request stored.
+func (c *counting) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	c.calls.Add(1)
+	res, err := c.Backend.(driver.Starter).Start(ctx, reqs)
+	for _, r := range res {
+		if r.Written {
+			c.states.Add(2)
+		}
+	}
+	return res, err
+}
+
+func (c *counting) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+	c.calls.Add(1)
+	c.states.Add(int64(len(sts)))
+	return c.Backend.(driver.PendingWriter).SetPendingIfAbsent(ctx, sts)
+}
+
+// countingBackend returns c as an errand.Backend that has the optional
+// abilities of c's backend that errand's hot path uses.
+func countingBackend(c *counting) errand.Backend {
+	_, s := c.Backend.(driver.Starter)
+	_, p := c.Backend.(driver.PendingWriter)
+	if s && p {
+		return c
+	}
+	return plainCounting{c}
+}
+
+// plainCounting hides Start and SetPendingIfAbsent of a counting wrapper
+// whose backend has neither.
+type plainCounting struct{ c *counting }
+
+func (p plainCounting) SetState(ctx context.Context, st *errand.TaskState) error {
+	return p.c.SetState(ctx, st)
+}
+func (p plainCounting) SetStates(ctx context.Context, sts []*errand.TaskState) error {
+	return p.c.SetStates(ctx, sts)
+}
+func (p plainCounting) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
+	return p.c.GetState(ctx, id)
+}
+func (p plainCounting) InitGroup(ctx context.Context, g string, ids []string) error {
+	return p.c.InitGroup(ctx, g, ids)
+}
+func (p plainCounting) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
+	return p.c.CompleteGroupMember(ctx, g, id)
+}
+func (p plainCounting) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
+	return p.c.ClaimChord(ctx, g, claimer)
+}
+func (p plainCounting) GroupStates(ctx context.Context, g string) ([]*errand.TaskState, error) {
+	return p.c.GroupStates(ctx, g)
+}
+func (p plainCounting) Close() error { return p.c.Close() }
+
 // backendDrains drains no-op tasks through the Redis broker with each result
 // backend, and counts what each task costs the backend.
 func backendDrains(r *report) error {
@@ -90,7 +146,7 @@ func backendDrains(r *report) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		cnt := &counting{Backend: be}
-		srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), Backend: cnt})
+		srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), Backend: countingBackend(cnt)})
 		d, err := errandDrain(ctx, srv, s.tasks, 10, func() {
 			cnt.calls.Store(0)
 			cnt.states.Store(0)
@@ -101,8 +157,9 @@ func backendDrains(r *report) error {
 		}
 		sc := fmt.Sprintf("drain %d no-op tasks, Redis broker, 10 workers, by result backend", s.tasks)
 		r.add(sc, s.name+": throughput", rate(s.tasks, d), "tasks/s")
-		// A first delivery: one read (redelivery dedupe), RECEIVED+STARTED in
-		// one batched write, SUCCESS.
+		// A first delivery: on a driver.Starter one Start (the redelivery
+		// check and RECEIVED+STARTED) then SUCCESS; elsewhere one read,
+		// RECEIVED+STARTED in one batched write, SUCCESS.
 		r.add(sc, s.name+": backend calls per task", float64(cnt.calls.Load())/float64(s.tasks), "calls")
 		r.add(sc, s.name+": states written per task", float64(cnt.states.Load())/float64(s.tasks), "states")
 	}
