@@ -17,7 +17,12 @@ type Middleware func(next TaskHandler) TaskHandler
 // or the worker is shutting down) and the function's error (nil on
 // success). A middleware that does not call next skips the attempt: the
 // worker then records nothing and gives the delivery back after
-// ErrorBackoff.
+// ErrorBackoff. On a backend that begins attempts in one call
+// (driver.Starter: memory, Redis), a redelivery of a task already
+// finished, owned by a later attempt or claimed by another message is
+// found inside the handler rather than before it: the handler then runs
+// nothing, settles the delivery as it would have, and returns a nil state
+// with an error saying why.
 type TaskHandler func(ctx context.Context, sig *Signature) (*TaskState, error)
 
 // SendMiddleware wraps sending on the producer side, and the worker's

@@ -20,7 +20,9 @@ import (
 // PENDING -> FAILURE and RECEIVED -> FAILURE are tasks that could not run
 // (unknown name, bad arguments, a chord whose member failed). SUCCESS and
 // FAILURE are terminal for the worker; FAILURE -> PENDING is an operator
-// requeueing an archived task as a fresh attempt.
+// requeueing an archived task as a fresh attempt. A PENDING written beside
+// the publish ([PendingWriter]) is dropped when a worker recorded the task
+// first: the backend then never holds it, though the task was sent first.
 type State string
 
 // The task states, with machinery's and Celery's names.
