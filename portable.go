@@ -21,7 +21,8 @@ import (
 //     errors.Is(err, ctx.Err()) whatever the driver wrapped;
 //   - payload limits, checked against the driver's Limits before anything
 //     of a batch is sent;
-//   - ack batching for drivers that declare driver.BatchAcker;
+//   - batching of concurrent acks, attempt starts and state writes where
+//     the driver takes batches (batch.go);
 //   - redaction of URL secrets in open errors (url.go).
 
 // broker is the portable wrapper of a driver.Broker. It implements
@@ -29,7 +30,7 @@ import (
 type broker struct {
 	drv    driver.Broker
 	limits driver.Limits
-	acks   *ackBatcher // nil unless drv is a driver.BatchAcker
+	acks   *coalescer[*driver.Delivery, struct{}] // nil unless drv is a driver.BatchAcker
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -54,7 +55,7 @@ func asBroker(b driver.Broker) *broker {
 	if ba, ok := b.(driver.BatchAcker); ok {
 		var ctx context.Context
 		ctx, pb.stop = context.WithCancel(context.Background())
-		pb.acks = newAckBatcher(ctx, ba, pb.limits.MaxAckBatch)
+		pb.acks = newAckCoalescer(ctx, ba, pb.limits.MaxAckBatch)
 	}
 	return pb
 }
@@ -119,7 +120,8 @@ func (b *broker) Ack(ctx context.Context, d *driver.Delivery) error {
 		return err
 	}
 	if b.acks != nil {
-		return b.after(ctx, b.acks.ack(ctx, d))
+		_, err := b.acks.do(ctx, d.Queue, d)
+		return b.after(ctx, err)
 	}
 	return b.after(ctx, b.drv.Ack(ctx, d))
 }
@@ -165,9 +167,14 @@ type backend struct {
 	starter driver.Starter       // nil unless drv begins attempts in one call (start.go)
 	pending driver.PendingWriter // nil unless drv writes PENDING only where absent
 
+	// Concurrent calls joined into batch calls (batch.go).
+	states *coalescer[*TaskState, struct{}]                    // nil unless batcher
+	starts *coalescer[driver.StartRequest, driver.StartResult] // nil unless starter
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+	stop      context.CancelFunc // ends batch calls in flight on Close
 }
 
 var (
@@ -185,6 +192,14 @@ func asBackend(b driver.Backend) *backend {
 	pb.waiter, _ = b.(driver.StateWaiter)
 	pb.starter, _ = b.(driver.Starter)
 	pb.pending, _ = b.(driver.PendingWriter)
+	var ctx context.Context
+	ctx, pb.stop = context.WithCancel(context.Background())
+	if pb.batcher != nil {
+		pb.states = newStateCoalescer(ctx, b, pb.batcher)
+	}
+	if pb.starter != nil {
+		pb.starts = pb.newStartCoalescer(ctx)
+	}
 	return pb
 }
 
@@ -197,9 +212,15 @@ func (b *backend) before(ctx context.Context) error {
 
 func (b *backend) after(ctx context.Context, err error) error { return mapErr(ctx, &b.closed, err) }
 
+// SetState writes st; where the driver batches, in one SetStates call
+// with the states concurrent callers write (batch.go).
 func (b *backend) SetState(ctx context.Context, st *TaskState) error {
 	if err := b.before(ctx); err != nil {
 		return err
+	}
+	if b.states != nil {
+		_, err := b.states.do(ctx, "", st)
+		return b.after(ctx, err)
 	}
 	return b.after(ctx, b.drv.SetState(ctx, st))
 }
@@ -297,6 +318,7 @@ func (b *backend) waitState(ctx context.Context, id string, done func(*TaskState
 func (b *backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		b.stop()
 		b.closeErr = b.drv.Close()
 	})
 	return b.closeErr

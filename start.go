@@ -19,29 +19,46 @@ import (
 //     the same time as it publishes, instead of before.
 //
 // Backends without these abilities take the two-call paths, with the same
-// outcome.
+// outcome. Concurrent starts of many worker slots share Start calls
+// (batch.go).
 
-// start begins the attempts of reqs (driver.Starter) and checks the
-// driver's answer: one result per request, each written exactly when the
-// starter's table allows it.
-func (b *backend) start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+// start begins the attempt of req (driver.Starter), in one Start call
+// with the requests of concurrent callers (batch.go), and checks the
+// driver's answer.
+func (b *backend) start(ctx context.Context, req driver.StartRequest) (driver.StartResult, error) {
 	if err := b.before(ctx); err != nil {
-		return nil, err
+		return driver.StartResult{}, err
 	}
-	res, err := b.starter.Start(ctx, reqs)
-	if err = b.after(ctx, err); err != nil {
-		return nil, err
-	}
-	if len(res) != len(reqs) {
-		return nil, fmt.Errorf("errand: backend %T broke the driver.Starter contract: %d results for %d requests", b.drv, len(res), len(reqs))
-	}
-	for i, r := range res {
-		if want := reqs[i].Allows(r.Prev); r.Written != want {
-			return nil, fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
-				b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, want)
+	res, err := b.starts.do(ctx, "", req)
+	return res, b.after(ctx, err)
+}
+
+// newStartCoalescer batches attempt starts into Start calls, checking each
+// answer against the starter's contract: one result per request, each
+// written exactly when the starter's table allows it. A failed call fails
+// every request of it (the contract says nothing of any); a result that
+// breaks the table fails its own request.
+func (b *backend) newStartCoalescer(base context.Context) *coalescer[driver.StartRequest, driver.StartResult] {
+	return newCoalescer(base, maxBackendBatch, func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
+		res, err := b.starter.Start(ctx, reqs)
+		if err == nil && len(res) != len(reqs) {
+			err = fmt.Errorf("errand: backend %T broke the driver.Starter contract: %d results for %d requests", b.drv, len(res), len(reqs))
 		}
-	}
-	return res, nil
+		if err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return
+		}
+		for i, r := range res {
+			if want := reqs[i].Allows(r.Prev); r.Written != want {
+				errs[i] = fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
+					b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, want)
+				continue
+			}
+			out[i] = r
+		}
+	})
 }
 
 func stateName(st *TaskState) State {
@@ -74,12 +91,12 @@ func (b *backend) setPendingIfAbsent(ctx context.Context, sts []*TaskState) erro
 // the previous state's CreatedAt.
 func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, st, started *TaskState) (begun bool, outcome settle, err error) {
 	req := driver.StartRequest{Received: st, Started: started, FirstDelivery: d.Attempt == 1}
-	res, err := w.srv.backend.start(ctx, []driver.StartRequest{req})
+	res, err := w.srv.backend.start(ctx, req)
 	if err != nil {
 		return false, requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 	}
-	prev := res[0].Prev
-	if res[0].Written {
+	prev := res.Prev
+	if res.Written {
 		if prev != nil {
 			st.CreatedAt, started.CreatedAt = prev.CreatedAt, prev.CreatedAt
 		}

@@ -180,8 +180,10 @@ func (b *Broker) global(name string) string { return "{" + b.opts.Prefix + "}:" 
 type handle struct{ mid, token string }
 
 // Limits reports the maximum payload (0 when Options.MaxPayload is
-// negative: no limit); Redis has no maximum delay.
-func (b *Broker) Limits() driver.Limits { return driver.Limits{MaxPayload: max(b.opts.MaxPayload, 0)} }
+// negative: no limit) and MaxAckBatch; Redis has no maximum delay.
+func (b *Broker) Limits() driver.Limits {
+	return driver.Limits{MaxPayload: max(b.opts.MaxPayload, 0), MaxAckBatch: MaxAckBatch}
+}
 
 func (b *Broker) err(ctx context.Context, err error) error {
 	switch {
@@ -394,8 +396,62 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 // among the queue's recently completed (Options.CompletedMax) and counts
 // the ack (Stats.Completed).
 func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
-	k := b.keys(d.Queue)
-	return b.settle(ctx, d, ackScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio}, b.opts.CompletedMax)
+	return b.AckBatch(ctx, []*driver.Delivery{d})[0]
+}
+
+// MaxAckBatch is the most deliveries one AckBatch call takes
+// (Limits().MaxAckBatch): the ack script runs them all in one step, which
+// holds the Redis server that long.
+const MaxAckBatch = 128
+
+var _ driver.BatchAcker = (*Broker)(nil)
+
+// AckBatch acks ds as Ack does, every delivery of one queue in one script
+// run (one round trip; on a cluster a queue's keys share one slot), and
+// returns one error per delivery: ErrLeaseLost where its lease ran out.
+// Deliveries of several queues (errand never mixes them) take one run per
+// queue. It may be called concurrently.
+func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	errs := make([]error, len(ds))
+	byQueue := map[string][]int{}
+	var order []string
+	for i, d := range ds {
+		if _, ok := d.Handle.(handle); !ok {
+			errs[i] = fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
+			continue
+		}
+		if _, ok := byQueue[d.Queue]; !ok {
+			order = append(order, d.Queue)
+		}
+		byQueue[d.Queue] = append(byQueue[d.Queue], i)
+	}
+	for _, q := range order {
+		idx := byQueue[q]
+		k := b.keys(q)
+		args := make([]any, 0, 1+2*len(idx))
+		args = append(args, b.opts.CompletedMax)
+		for _, i := range idx {
+			h := ds[i].Handle.(handle)
+			args = append(args, h.mid, h.token)
+		}
+		acked, err := honourCancel(ctx, func() ([]int64, error) {
+			return ackScript.Run(ctx, b.rdb, []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio}, args...).Int64Slice()
+		})
+		if err == nil && len(acked) != len(idx) {
+			err = fmt.Errorf("redis broker: ack script answered %d results for %d deliveries", len(acked), len(idx))
+		}
+		for j, i := range idx {
+			switch {
+			case err != nil:
+				errs[i] = b.err(ctx, err)
+			case acked[j] == 0:
+				errs[i] = fmt.Errorf("redis broker: message %q: %w", ds[i].ID, driver.ErrLeaseLost)
+			}
+		}
+	}
+	return errs
 }
 
 // Release requeues the delivered message, due at notBefore.

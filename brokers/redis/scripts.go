@@ -191,23 +191,37 @@ const luaOwns = `
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
 `
 
-// ack: KEYS inflight, tokens, msgs, count, done, acked, prio; ARGV id,
-// token, completed cap (0: keep none). Keeps the envelope in K:done and
-// counts the ack in K:acked in the same step.
-var ackScript = goredis.NewScript(luaOwns + luaNow + `
-local env = redis.call('HGET', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[7], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-local cap = tonumber(ARGV[3])
-if env and cap > 0 then
-  redis.call('LPUSH', KEYS[5], now .. '\n' .. env)
-  redis.call('LTRIM', KEYS[5], 0, cap - 1)
+// ack: KEYS inflight, tokens, msgs, count, done, acked, prio; ARGV
+// completed cap (0: keep none), then one id and lease token per delivery
+// (AckBatch: any number; Ack: one). Acks each delivery whose token is
+// current, keeping its envelope in K:done and counting it in K:acked in
+// the same step; returns one 1 (acked) or 0 (lease lost) per delivery.
+var ackScript = goredis.NewScript(luaNow + `
+local cap = tonumber(ARGV[1])
+local out, acked = {}, 0
+for i = 2, #ARGV - 1, 2 do
+  local id = ARGV[i]
+  if redis.call('HGET', KEYS[2], id) ~= ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    local env = redis.call('HGET', KEYS[3], id)
+    redis.call('HDEL', KEYS[7], id)
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    if env and cap > 0 then
+      redis.call('LPUSH', KEYS[5], now .. '\n' .. env)
+    end
+    acked = acked + 1
+    out[#out + 1] = 1
+  end
 end
-redis.call('INCR', KEYS[6])
-return 1
+if acked > 0 then
+  if cap > 0 then redis.call('LTRIM', KEYS[5], 0, cap - 1) end
+  redis.call('INCRBY', KEYS[6], acked)
+end
+return out
 `)
 
 // release: KEYS inflight, tokens, pending, delayed, notify, prio,
