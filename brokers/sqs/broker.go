@@ -60,6 +60,11 @@ type Options struct {
 	// deadline that comes sooner wins. The receive is bounded by WaitTime
 	// plus 10s instead. Default: 10s.
 	CallTimeout time.Duration
+	// Pollers is the most ReceiveMessage calls (10 messages each) one queue
+	// has in flight at once on this Broker. Every Fetch of the queue shares
+	// them and their buffer: Fetch calls waiting for n messages in all keep
+	// up to ceil(n/10) receives going. Default: 8.
+	Pollers int
 }
 
 // Broker is a driver.Broker on Amazon SQS (standard queues). It is safe for
@@ -73,6 +78,10 @@ type Broker struct {
 	urls  map[string]string // queue name → URL, as last looked up
 	known map[string]bool   // queue names ever found or created
 	names map[string]string // queue name → the errand queue last given for it
+
+	done    chan struct{} // closed by Close
+	pmu     sync.Mutex
+	pollers map[pollerKey]*poller
 }
 
 var (
@@ -94,7 +103,7 @@ const (
 
 // New returns a broker on client. opts may be nil.
 func New(client *sqs.Client, opts *Options) *Broker {
-	b := &Broker{client: client, urls: map[string]string{}, known: map[string]bool{}, names: map[string]string{}}
+	b := &Broker{client: client, urls: map[string]string{}, known: map[string]bool{}, names: map[string]string{}, done: make(chan struct{})}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -109,6 +118,9 @@ func New(client *sqs.Client, opts *Options) *Broker {
 	}
 	if b.opts.CallTimeout <= 0 {
 		b.opts.CallTimeout = 10 * time.Second
+	}
+	if b.opts.Pollers <= 0 {
+		b.opts.Pollers = 8
 	}
 	return b
 }
@@ -233,14 +245,18 @@ type handle struct {
 	msg          driver.Message
 }
 
-// Fetch long-polls for up to limit messages (10 per receive). The receive is
-// never cancelled mid-flight (an emulator can lose a message that way):
-// when ctx ends, Fetch returns after the current poll and gives back
-// whatever it received. Messages that arrive before their not-before time
-// (a hop of a long delay) are sent on again, not returned.
+// Fetch returns up to limit messages, waiting for at least one. The
+// queue's receives (10 messages each, several in flight) are shared by
+// every Fetch of the queue on this Broker (see poller.go): a Fetch takes
+// what is buffered, or waits for the receives its demand starts. A receive
+// is never cancelled mid-flight (an emulator can lose a message that way):
+// when ctx ends, Fetch returns at once; what the receives still bring is
+// handed to the next Fetch or, if none comes within a tenth of the lease,
+// given back. Messages that arrive before their not-before time (a hop of
+// a long delay) are sent on again, not returned.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	name := b.queueName(queue)
-	vis := int32(max1(math.Ceil(lease.Seconds())))
+	p := b.poller(queue, name, lease)
 	for {
 		if b.closed.Load() {
 			return nil, fmt.Errorf("sqs broker: %w", driver.ErrClosed)
@@ -248,42 +264,11 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		var (
-			out *sqs.ReceiveMessageOutput
-			u   string
-		)
-		// A queue deleted under the broker is found again (created again
-		// unless NoCreate) by withQueue, so a worker's loop recovers.
-		err := b.withQueue(ctx, name, func(url string) error {
-			u = url
-			return b.receive(ctx, url, limit, vis, &out)
-		})
-		if err != nil {
-			if b.closed.Load() {
-				return nil, fmt.Errorf("sqs broker: %w", driver.ErrClosed)
-			}
-			return nil, err
+		ds, err := p.fetch(ctx, max(limit, 1))
+		if err != nil || len(ds) > 0 {
+			return ds, err
 		}
-		var ds []*driver.Delivery
-		for _, m := range out.Messages {
-			d, due := b.delivery(queue, u, m)
-			if !due {
-				if err := b.deferUntilDue(ctx, d.Handle.(handle)); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			ds = append(ds, d)
-		}
-		if ctx.Err() != nil && len(ds) > 0 {
-			for _, d := range ds {
-				b.Release(context.WithoutCancel(ctx), d, time.Time{})
-			}
-			return nil, ctx.Err()
-		}
-		if len(ds) > 0 {
-			return ds, nil
-		}
+		// Every message taken had gone stale in the buffer: wait again.
 	}
 }
 
@@ -483,10 +468,27 @@ func validBody(s string) bool {
 	return true
 }
 
-// Close makes later calls return driver.ErrClosed; blocked fetches return
-// after their current poll.
+// Close makes later calls return driver.ErrClosed, makes blocked fetches
+// return at once, and gives back (visibility 1 s) the buffered messages and
+// those that receives still in flight bring.
 func (b *Broker) Close() error {
-	b.closed.Store(true)
+	if b.closed.Swap(true) {
+		return nil
+	}
+	close(b.done)
+	b.pmu.Lock()
+	ps := make([]*poller, 0, len(b.pollers))
+	for _, p := range b.pollers {
+		ps = append(ps, p)
+	}
+	b.pmu.Unlock()
+	var ds []*driver.Delivery
+	for _, p := range ps {
+		ds = append(ds, p.drain()...)
+	}
+	if len(ds) > 0 {
+		b.giveBack(ds)
+	}
 	return nil
 }
 

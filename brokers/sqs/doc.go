@@ -41,9 +41,16 @@
 //
 // At-least-once. The lease is the visibility timeout (whole seconds, at
 // least one), extended with ChangeMessageVisibility while a task runs. A
-// receive long-polls for Options.WaitTime and is never cancelled mid-flight:
-// when the caller's ctx ends, Fetch returns after the poll and gives back
-// what it received. Release and shutdown give a message back with
+// queue's Fetch calls share its receives: up to Options.Pollers
+// ReceiveMessage calls of 10 messages run at once while Fetch calls wait,
+// and what a Fetch does not take is buffered for the next one. A buffered
+// message is handed out only while at most a tenth of its lease has gone
+// by (its visibility is renewed first otherwise), and given back when no
+// Fetch takes it within that time. A receive long-polls for
+// Options.WaitTime and is never cancelled mid-flight: when the caller's ctx
+// ends, Fetch returns at once and what the poll still brings is buffered,
+// then given back (Close gives back the buffer and late polls at once).
+// Release and shutdown give a message back with
 // ChangeMessageVisibility — at least one second, because aws-sdk-go-v2 drops
 // a zero visibility timeout from the request. SQS cannot tell a stale
 // receipt handle from a current one: a consumer whose lease ran out may still
