@@ -12,8 +12,8 @@ import (
 
 // Settlement batching: the portable layer joins the concurrent calls of
 // many worker slots into batch calls of the driver, without a waiting
-// window. A call that finds fewer than batchFlights calls of its kind (and
-// key) in flight is sent at once, alone, on its caller's goroutine; one
+// window. A call that finds fewer than n calls of its kind (and key) in
+// flight is sent at once, alone, on its caller's goroutine; one
 // that finds them all busy waits for the next call, which carries every
 // request queued meanwhile (up to a limit) and is sent by the first flight
 // to come back. A lone task never waits for a timer; under load, batches
@@ -21,29 +21,40 @@ import (
 //
 // It carries, where the driver can take a batch:
 //
-//   - acks, per queue (driver.BatchAcker; Limits().MaxAckBatch a call);
-//   - attempt starts (driver.Starter; maxBackendBatch a call);
-//   - single state writes, SUCCESS, FAILURE, RETRY and PENDING among them
-//     (driver.StateBatcher: one SetStates of many tasks' states;
-//     maxBackendBatch a call).
+//   - acks, per queue (driver.BatchAcker: ackFlights in flight,
+//     Limits().MaxAckBatch a call);
+//   - attempt starts (driver.Starter) and single state writes, SUCCESS,
+//     FAILURE, RETRY and PENDING among them (driver.StateBatcher: one
+//     SetStates of many tasks' states): backendFlights in flight of each,
+//     maxBackendBatch a call.
 //
 // Every caller waits for its own request's outcome, so a caller's next
 // step (a task's ack after its SUCCESS, its SUCCESS after its STARTED)
 // still follows it, and the states of one task stay in order.
 
-// batchFlights is how many batch calls of one kind and key may be in
-// flight at once.
-const batchFlights = 4
-
-// maxBackendBatch is the most requests one backend batch call carries.
-const maxBackendBatch = 64
+const (
+	// ackFlights is how many AckBatch calls of one queue may be in flight
+	// (driver.BatchAcker documents four).
+	ackFlights = 4
+	// backendFlights is how many Start calls, and how many state writes,
+	// may be in flight. Two, not four: with ten worker slots, four
+	// flights of each of the three settling calls (start, state, ack)
+	// leave almost every call alone; with two, the Redis drain of ten
+	// slots made 2.8 server reads a task instead of 3.4 at the same
+	// throughput (docs/benchmarks.md's machine; with fifty slots both
+	// coalesce well).
+	backendFlights = 2
+	// maxBackendBatch is the most requests one backend batch call carries.
+	maxBackendBatch = 64
+)
 
 // coalescer joins concurrent calls of one kind into batch calls, per key.
 // run makes one batch call: it answers reqs[i] in res[i] and errs[i].
 type coalescer[Req, Res any] struct {
-	base  context.Context // cancelled when the driver closes
-	limit int             // most requests a call (0: no limit)
-	run   func(ctx context.Context, key string, reqs []Req, res []Res, errs []error)
+	base    context.Context // cancelled when the driver closes
+	flights int             // most calls of one key in flight
+	limit   int             // most requests a call (0: no limit)
+	run     func(ctx context.Context, key string, reqs []Req, res []Res, errs []error)
 
 	mu     sync.Mutex
 	groups map[string]*flights[Req, Res]
@@ -67,8 +78,8 @@ type reply[Res any] struct {
 	err error
 }
 
-func newCoalescer[Req, Res any](base context.Context, limit int, run func(ctx context.Context, key string, reqs []Req, res []Res, errs []error)) *coalescer[Req, Res] {
-	return &coalescer[Req, Res]{base: base, limit: limit, run: run, groups: map[string]*flights[Req, Res]{}}
+func newCoalescer[Req, Res any](base context.Context, n, limit int, run func(ctx context.Context, key string, reqs []Req, res []Res, errs []error)) *coalescer[Req, Res] {
+	return &coalescer[Req, Res]{base: base, flights: n, limit: limit, run: run, groups: map[string]*flights[Req, Res]{}}
 }
 
 // do sends req in the next batch call of key and waits for its own
@@ -82,7 +93,7 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, key string, req Req) (Res,
 		c.groups[key] = g
 	}
 	g.pending = append(g.pending, w)
-	if g.flying < batchFlights {
+	if g.flying < c.flights {
 		// Nothing waits while a flight is free: this call goes alone, on
 		// this goroutine. What queues up meanwhile goes on another, so
 		// the caller returns as soon as its own call is done.
@@ -197,7 +208,7 @@ func (c *coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 
 // newAckCoalescer batches acks per queue into AckBatch calls of drv.
 func newAckCoalescer(base context.Context, drv driver.BatchAcker, limit int) *coalescer[*driver.Delivery, struct{}] {
-	return newCoalescer(base, limit, func(ctx context.Context, _ string, ds []*driver.Delivery, _ []struct{}, errs []error) {
+	return newCoalescer(base, ackFlights, limit, func(ctx context.Context, _ string, ds []*driver.Delivery, _ []struct{}, errs []error) {
 		got := drv.AckBatch(ctx, ds)
 		for i := range errs {
 			if i < len(got) {
@@ -216,7 +227,7 @@ var errShortAckBatch = errors.New("errand: the broker's AckBatch returned fewer 
 // each of its states is written again alone, so that one state the
 // backend refuses (a result it cannot encode) fails only its own task.
 func newStateCoalescer(base context.Context, drv driver.Backend, sb driver.StateBatcher) *coalescer[*TaskState, struct{}] {
-	return newCoalescer(base, maxBackendBatch, func(ctx context.Context, _ string, sts []*TaskState, _ []struct{}, errs []error) {
+	return newCoalescer(base, backendFlights, maxBackendBatch, func(ctx context.Context, _ string, sts []*TaskState, _ []struct{}, errs []error) {
 		if len(sts) == 1 {
 			errs[0] = drv.SetState(ctx, sts[0])
 			return

@@ -39,7 +39,7 @@ func (b *backend) start(ctx context.Context, req driver.StartRequest) (driver.St
 // every request of it (the contract says nothing of any); a result that
 // breaks the table fails its own request.
 func (b *backend) newStartCoalescer(base context.Context) *coalescer[driver.StartRequest, driver.StartResult] {
-	return newCoalescer(base, maxBackendBatch, func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
+	return newCoalescer(base, backendFlights, maxBackendBatch, func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
 		res, err := b.starter.Start(ctx, reqs)
 		if err == nil && len(res) != len(reqs) {
 			err = fmt.Errorf("errand: backend %T broke the driver.Starter contract: %d results for %d requests", b.drv, len(res), len(reqs))

@@ -101,7 +101,9 @@ func TestStartOneCallPerAttempt(t *testing.T) {
 	be.mu.Lock()
 	be.byMethod = map[string]int{}
 	be.mu.Unlock()
-	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4})
+	// One slot: concurrent slots share Start and SetStates calls
+	// (TestSettlementBatching), which would blur the count per task.
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 1})
 	w.Start()
 	t.Cleanup(func() { w.Shutdown(context.Background()) })
 	for i, r := range rs {
