@@ -27,12 +27,16 @@ type Backend struct {
 	opts Options
 	name string
 
-	mu      sync.Mutex
-	states  map[string]*stateEntry
-	groups  map[string]*group
-	changed chan struct{} // closed and replaced on every state write
-	writes  int
-	closed  bool
+	mu     sync.Mutex
+	states map[string]*stateEntry
+	groups map[string]*group
+	// waiters holds, per task UUID, a channel that the next write of that
+	// task's state closes (WaitState); a write with no waiter costs nothing.
+	waiters map[string]chan struct{}
+	// nextSweep: the first write after it drops expired entries (at most
+	// one sweep per tenth of ResultExpiry, never per write).
+	nextSweep time.Time
+	closed    bool
 }
 
 var (
@@ -59,11 +63,12 @@ type group struct {
 
 // New returns an empty backend. opts may be nil.
 func New(opts *Options) *Backend {
-	b := &Backend{states: map[string]*stateEntry{}, groups: map[string]*group{}, changed: make(chan struct{})}
+	b := &Backend{states: map[string]*stateEntry{}, groups: map[string]*group{}, waiters: map[string]chan struct{}{}}
 	if opts != nil {
 		b.opts = *opts
 	}
 	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
+	b.nextSweep = time.Now().Add(b.sweepEvery())
 	return b
 }
 
@@ -81,14 +86,34 @@ func (b *Backend) SetState(_ context.Context, st *driver.TaskState) error {
 	return nil
 }
 
-// set stores a copy of st and wakes waiters; b.mu must be held.
+// set stores a copy of st and wakes the task's waiters; b.mu must be held.
 func (b *Backend) set(st *driver.TaskState, now time.Time) {
-	b.states[st.TaskUUID] = &stateEntry{st: st.Copy(), expires: now.Add(b.opts.ResultExpiry)}
-	close(b.changed)
-	b.changed = make(chan struct{})
-	if b.writes++; b.writes%4096 == 0 {
-		b.sweep(now)
+	b.keep(st.Copy(), now)
+}
+
+// keep stores st itself (a copy the caller no longer touches) and wakes
+// the task's waiters; b.mu must be held.
+func (b *Backend) keep(st *driver.TaskState, now time.Time) {
+	if e := b.states[st.TaskUUID]; e != nil {
+		e.st, e.expires = st, now.Add(b.opts.ResultExpiry)
+	} else {
+		b.states[st.TaskUUID] = &stateEntry{st: st, expires: now.Add(b.opts.ResultExpiry)}
 	}
+	if ch, ok := b.waiters[st.TaskUUID]; ok {
+		close(ch)
+		delete(b.waiters, st.TaskUUID)
+	}
+	if now.After(b.nextSweep) {
+		b.sweep(now)
+		b.nextSweep = now.Add(b.sweepEvery())
+	}
+}
+
+// sweepEvery is the least time between two sweeps: a tenth of the result
+// expiry (an expired entry is never returned: reads check expiry), at
+// most a minute.
+func (b *Backend) sweepEvery() time.Duration {
+	return min(b.opts.ResultExpiry/10, time.Minute)
 }
 
 // Start begins each request's attempt if its task's previous state allows
@@ -104,18 +129,19 @@ func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) ([]driver
 	for i, r := range reqs {
 		var prev *driver.TaskState
 		if e, err := b.get(r.Started.TaskUUID, now); err == nil {
-			prev = e.st.Copy()
+			prev = e.st.Copy() // the caller may keep it; e.st is replaced, never changed
 		}
 		out[i].Prev = prev
 		if !r.Allows(prev) {
 			continue
 		}
-		rec, started := r.Received.Copy(), r.Started.Copy()
+		// RECEIVED is overwritten by STARTED under this same lock: no reader
+		// sees it, and a waiter woken by it would find STARTED anyway.
+		started := r.Started.Copy()
 		if prev != nil {
-			rec.CreatedAt, started.CreatedAt = prev.CreatedAt, prev.CreatedAt
+			started.CreatedAt = prev.CreatedAt
 		}
-		b.set(rec, now)
-		b.set(started, now)
+		b.keep(started, now)
 		out[i].Written = true
 	}
 	return out, nil
@@ -140,11 +166,15 @@ func (b *Backend) SetPendingIfAbsent(_ context.Context, sts []*driver.TaskState)
 }
 
 // SetStates stores copies of sts under one lock.
-func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
+func (b *Backend) SetStates(_ context.Context, sts []*driver.TaskState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return driver.ErrClosed
+	}
+	now := time.Now()
 	for _, st := range sts {
-		if err := b.SetState(ctx, st); err != nil {
-			return err
-		}
+		b.set(st, now)
 	}
 	return nil
 }
@@ -154,6 +184,10 @@ func (b *Backend) sweep(now time.Time) {
 	for id, e := range b.states {
 		if !e.expires.After(now) {
 			delete(b.states, id)
+			if ch, ok := b.waiters[id]; ok { // they wake to report it gone
+				close(ch)
+				delete(b.waiters, id)
+			}
 		}
 	}
 	for id, g := range b.groups {
@@ -206,13 +240,18 @@ func (b *Backend) WaitState(ctx context.Context, id string, done func(*driver.Ta
 			b.mu.Unlock()
 			return st, nil
 		}
-		changed := b.changed
+		changed, ok := b.waiters[id]
+		if !ok {
+			changed = make(chan struct{})
+			b.waiters[id] = changed
+		}
+		left := e.expires.Sub(now) // read under b.mu: writes renew it in place
 		b.mu.Unlock()
 		// Wake at the entry's expiry too, to report it as not found.
 		if timer == nil {
-			timer = time.NewTimer(e.expires.Sub(now))
+			timer = time.NewTimer(left)
 		} else {
-			timer.Reset(e.expires.Sub(now))
+			timer.Reset(left)
 		}
 		select {
 		case <-ctx.Done():
@@ -312,8 +351,10 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	b.states, b.groups = nil, nil
-	close(b.changed)
-	b.changed = make(chan struct{})
+	for id, ch := range b.waiters {
+		close(ch)
+		delete(b.waiters, id)
+	}
 	b.mu.Unlock()
 	if b.name != "" {
 		instances.Forget(b.name, b)

@@ -80,6 +80,10 @@ type queue struct {
 	ready    entryHeap // due: by priority, due time, publish order
 	delayed  entryHeap // not due: by due time, publish order
 	inflight map[uint64]*entry
+	// leaseCheck is no later than the earliest lease end in inflight (zero:
+	// scan): promote scans inflight only once it has come, not on every
+	// Fetch.
+	leaseCheck time.Time
 	// published: a message was published to the queue (QueueLister).
 	published bool
 	// archive holds the entries set aside for good (Archive and Reject),
@@ -147,15 +151,19 @@ func (q *queue) promote(now time.Time) time.Time {
 	for len(q.delayed.es) > 0 && !q.delayed.es[0].due.After(now) {
 		heap.Push(&q.ready, heap.Pop(&q.delayed))
 	}
-	var next time.Time
-	for seq, e := range q.inflight {
-		if !e.leaseUntil.After(now) {
-			delete(q.inflight, seq)
-			e.token = 0
-			heap.Push(&q.ready, e)
-		} else if next.IsZero() || e.leaseUntil.Before(next) {
-			next = e.leaseUntil
+	next := q.leaseCheck
+	if !q.leaseCheck.After(now) {
+		next = time.Time{}
+		for seq, e := range q.inflight {
+			if !e.leaseUntil.After(now) {
+				delete(q.inflight, seq)
+				e.token = 0
+				heap.Push(&q.ready, e)
+			} else if next.IsZero() || e.leaseUntil.Before(next) {
+				next = e.leaseUntil
+			}
 		}
+		q.leaseCheck = next
 	}
 	if len(q.delayed.es) > 0 && (next.IsZero() || q.delayed.es[0].due.Before(next)) {
 		next = q.delayed.es[0].due
@@ -187,6 +195,9 @@ func (b *Broker) Fetch(ctx context.Context, queueName string, limit int, lease t
 				e := heap.Pop(&q.ready).(*entry)
 				b.seq++
 				e.token, e.leaseUntil = b.seq, now.Add(lease)
+				if q.leaseCheck.IsZero() || e.leaseUntil.Before(q.leaseCheck) {
+					q.leaseCheck = e.leaseUntil
+				}
 				e.deliveries++
 				q.inflight[e.seq] = e
 				m := e.msg
@@ -303,11 +314,14 @@ func (b *Broker) Release(_ context.Context, d *driver.Delivery, notBefore time.T
 func (b *Broker) Extend(_ context.Context, d *driver.Delivery, lease time.Duration) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, e, err := b.leased(d)
+	q, e, err := b.leased(d)
 	if err != nil {
 		return err
 	}
 	e.leaseUntil = time.Now().Add(lease)
+	if e.leaseUntil.Before(q.leaseCheck) {
+		q.leaseCheck = e.leaseUntil
+	}
 	return nil
 }
 
