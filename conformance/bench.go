@@ -67,3 +67,91 @@ func BenchmarkBroker(b *testing.B, h BrokerHarness) {
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
+
+// BenchmarkWorker measures what errand costs a pair of drivers per task:
+// b.N no-op tasks sent as one group (SendGroup, 4 batches in flight), then
+// drained by a Worker of 10 slots on a Server over the two drivers, each
+// wrapped to count the calls errand makes to it (see countBroker and
+// countBackend: the wrappers keep the optional interfaces that shape the
+// per-task path, such as driver.BatchAcker, driver.Starter and
+// driver.PendingWriter). It reports:
+//
+//   - tasks/s: the drain, from the worker's start to the last success;
+//   - broker-calls/task, backend-calls/task: driver calls made from the
+//     worker's start until it has shut down (fetches, acks, lease renewals;
+//     state reads and writes), per task;
+//   - send-broker-calls/task, send-backend-calls/task: the same for the
+//     group send (publishes; PENDING states).
+//
+// A call is one method call on the driver: on a network driver, usually
+// one round trip (a batch call counts once). It fails unless every task ran
+// exactly once and succeeded.
+func BenchmarkWorker(b *testing.B, bh BrokerHarness, beh BackendHarness) {
+	b.StopTimer()
+	var brokerCalls, backendCalls atomic.Int64
+	br := countBroker(bh.New(b), &brokerCalls)
+	be := countBackend(beh.New(b, 0), &backendCalls)
+	q := name(b, "bench-worker")
+	srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be, DefaultQueue: q})
+	if err != nil {
+		b.Fatalf("NewServer: %v", err)
+	}
+	n := b.N
+	runs := make([]atomic.Int32, n)
+	if err := srv.Register("noop", func(i int) error { runs[i].Add(1); return nil }); err != nil {
+		b.Fatalf("Register: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sigs := make([]*errand.Signature, n)
+	for i := range sigs {
+		sigs[i] = errand.NewSignature("noop", i)
+	}
+	g, err := errand.NewGroup(sigs...)
+	if err != nil {
+		b.Fatalf("NewGroup: %v", err)
+	}
+	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+		b.Fatalf("SendGroup of %d tasks: %v", n, err)
+	}
+	sendBroker, sendBackend := brokerCalls.Swap(0), backendCalls.Swap(0)
+
+	var succeeded atomic.Int64
+	all := make(chan struct{})
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10, PostTaskHook: func(_ context.Context, _ *errand.Signature, st *errand.TaskState) {
+		if st.State == errand.StateSuccess && succeeded.Add(1) == int64(n) {
+			close(all)
+		}
+	}})
+	b.StartTimer()
+	start := time.Now()
+	wk.Start()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		b.Fatalf("worker benchmark: %d of %d tasks succeeded before the deadline (at-least-once promise: every task runs)", succeeded.Load(), n)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := wk.Shutdown(ctx); err != nil {
+		b.Errorf("worker shutdown: %v", err)
+	}
+	var never, twice int
+	for i := range runs {
+		switch r := runs[i].Load(); {
+		case r == 0:
+			never++
+		case r > 1:
+			twice++
+		}
+	}
+	if never > 0 || twice > 0 {
+		b.Fatalf("worker benchmark: of %d tasks, %d never ran and %d ran more than once (a drain without failures must run each task exactly once)", n, never, twice)
+	}
+	per := func(c int64) float64 { return float64(c) / float64(n) }
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "tasks/s")
+	b.ReportMetric(per(brokerCalls.Load()), "broker-calls/task")
+	b.ReportMetric(per(backendCalls.Load()), "backend-calls/task")
+	b.ReportMetric(per(sendBroker), "send-broker-calls/task")
+	b.ReportMetric(per(sendBackend), "send-backend-calls/task")
+}

@@ -30,3 +30,7 @@ func TestMemoryWorker(t *testing.T) {
 func BenchmarkMemoryBroker(b *testing.B) {
 	conformance.BenchmarkBroker(b, conformance.MemoryBroker(memorybroker.Options{}))
 }
+
+func BenchmarkMemoryWorker(b *testing.B) {
+	conformance.BenchmarkWorker(b, conformance.MemoryBroker(memorybroker.Options{}), conformance.MemoryBackend())
+}
