@@ -67,7 +67,11 @@ type StateWaiter interface {
 
 // StateBatcher is implemented by backends that can write many states in
 // one round trip (a pipeline). The server uses it for the PENDING states of a
-// group or chord.
+// group or chord, and to write the states of concurrent callers (the
+// SUCCESS of many worker slots) in one call: a batch may hold states of
+// many tasks, each to be stored as SetState would. An error fails the
+// batch; errand then writes its states again one by one, to tell whose
+// write failed.
 type StateBatcher interface {
 	SetStates(ctx context.Context, sts []*TaskState) error
 }

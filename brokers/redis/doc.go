@@ -26,7 +26,11 @@
 // limit IDs and leases them — so a message is never removed when it is fetched,
 // only when it is acked. Each delivery carries a lease token; ack, release,
 // extend and reject check it, so a consumer whose lease ran out cannot settle
-// a message another consumer now holds ([driver.ErrLeaseLost]).
+// a message another consumer now holds ([driver.ErrLeaseLost]). The ack
+// script takes many deliveries of one queue (a [driver.BatchAcker],
+// Limits().MaxAckBatch [MaxAckBatch]): errand's portable layer joins the
+// acks of concurrent tasks into one script run, checking each delivery's
+// token on its own.
 //
 // Redis Streams with consumer groups were the alternative. They give blocking
 // reads and pending-entry lists, but idle-time based reclaiming (XAUTOCLAIM)
