@@ -85,28 +85,29 @@ func newCoalescer[Req, Res any](base context.Context, n, limit int, run func(ctx
 // do sends req in the next batch call of key and waits for its own
 // answer, or for ctx.
 func (c *coalescer[Req, Res]) do(ctx context.Context, key string, req Req) (Res, error) {
-	w := &waiter[Req, Res]{ctx: ctx, req: req, done: make(chan reply[Res], 1)}
 	c.mu.Lock()
 	g := c.groups[key]
 	if g == nil {
 		g = &flights[Req, Res]{}
 		c.groups[key] = g
 	}
-	g.pending = append(g.pending, w)
 	if g.flying < c.flights {
-		// Nothing waits while a flight is free: this call goes alone, on
-		// this goroutine. What queues up meanwhile goes on another, so
-		// the caller returns as soon as its own call is done.
+		// Nothing waits while a flight is free (requests queue only when
+		// every flight is busy, and a flight ends only once none is
+		// queued): this call goes alone, at once, on this goroutine.
+		// What queues up meanwhile goes on another, so the caller returns
+		// as soon as its own call is done.
 		g.flying++
-		batch := c.take(g)
 		c.mu.Unlock()
-		c.send(key, batch)
-		if next := c.next(key, g); next != nil {
+		res, err := c.one(ctx, key, req)
+		if next := c.next(g); next != nil {
 			go c.fly(key, g, next)
 		}
-	} else {
-		c.mu.Unlock()
+		return res, err
 	}
+	w := &waiter[Req, Res]{ctx: ctx, req: req, done: make(chan reply[Res], 1)}
+	g.pending = append(g.pending, w)
+	c.mu.Unlock()
 	select {
 	case r := <-w.done:
 		return r.res, r.err
@@ -114,6 +115,13 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, key string, req Req) (Res,
 		var zero Res
 		return zero, ctx.Err()
 	}
+}
+
+// one makes a call of req alone, under its caller's ctx.
+func (c *coalescer[Req, Res]) one(ctx context.Context, key string, req Req) (Res, error) {
+	reqs, res, errs := []Req{req}, make([]Res, 1), make([]error, 1)
+	c.run(ctx, key, reqs, res, errs)
+	return res[0], errs[0]
 }
 
 // take removes the next batch from g; c.mu must be held.
@@ -135,20 +143,18 @@ func (c *coalescer[Req, Res]) take(g *flights[Req, Res]) []*waiter[Req, Res] {
 func (c *coalescer[Req, Res]) fly(key string, g *flights[Req, Res], batch []*waiter[Req, Res]) {
 	for batch != nil {
 		c.send(key, batch)
-		batch = c.next(key, g)
+		batch = c.next(g)
 	}
 }
 
-// next takes g's next batch after a send or, when nothing is pending,
-// ends that flight and returns nil.
-func (c *coalescer[Req, Res]) next(key string, g *flights[Req, Res]) []*waiter[Req, Res] {
+// next takes g's next batch after a call or, when nothing is pending,
+// ends that flight and returns nil. (g stays in c.groups: keys are the
+// queues a worker serves, a bounded set.)
+func (c *coalescer[Req, Res]) next(g *flights[Req, Res]) []*waiter[Req, Res] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(g.pending) == 0 {
 		g.flying--
-		if g.flying == 0 {
-			delete(c.groups, key)
-		}
 		return nil
 	}
 	return c.take(g)
@@ -159,7 +165,8 @@ func (c *coalescer[Req, Res]) next(key string, g *flights[Req, Res]) []*waiter[R
 // sent), under a ctx that ends when the driver closes or every waiter of
 // the call has given up, and has the latest of their deadlines when they
 // all have one (for drivers that honour deadlines, not cancellation). The
-// call sees the values of its first waiter's ctx (a trace span).
+// call sees the values of its first waiter's ctx (a trace span). (A call
+// sent alone at once, by one, runs under its caller's ctx.)
 func (c *coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 	live := batch[:0]
 	var latest time.Time

@@ -86,11 +86,17 @@ func TestCoalescerLoneCallGoesAtOnce(t *testing.T) {
 	})
 }
 
-// tracked is how many keys c has calls of.
+// tracked is how many keys c has calls of, in flight or queued.
 func (c *coalescer[Req, Res]) tracked() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.groups)
+	n := 0
+	for _, g := range c.groups {
+		if g.flying != 0 || len(g.pending) != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // TestCoalescerConcurrentCallsCoalesce: while testFlights calls are in
@@ -274,18 +280,39 @@ func TestCoalescerBatchCtxEndsWhenAllGaveUp(t *testing.T) {
 }
 
 // TestCoalescerBaseEndsCalls: closing the driver (the base ctx) ends the
-// calls in flight.
+// batch calls in flight; a call sent alone at once runs under its
+// caller's ctx.
 func TestCoalescerBaseEndsCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base, stop := context.WithCancel(t.Context())
-		l := batchLog{gate: make(chan struct{})}
-		c := newCoalescer(base, testFlights, 0, l.run)
-		errs := make(chan error, 1)
-		go func() { _, err := c.do(t.Context(), "held", 1); errs <- err }()
+		gate := make(chan struct{})
+		c := newCoalescer(base, testFlights, 0, func(ctx context.Context, _ string, reqs []int, _ []int, errs []error) {
+			if reqs[0] < 100 { // the lone calls holding every flight
+				<-gate
+				return
+			}
+			<-ctx.Done()
+			for i := range errs {
+				errs[i] = ctx.Err()
+			}
+		})
+		lone := make(chan error, testFlights)
+		for i := range testFlights {
+			go func() { _, err := c.do(t.Context(), "k", i); lone <- err }()
+		}
+		synctest.Wait()
+		batched := make(chan error, 1)
+		go func() { _, err := c.do(t.Context(), "k", 100); batched <- err }()
 		synctest.Wait()
 		stop()
-		if err := <-errs; !errors.Is(err, context.Canceled) {
-			t.Fatalf("a call in flight when the driver closed returned %v; want its batch ctx's end (context.Canceled)", err)
+		close(gate)
+		for range testFlights {
+			if err := <-lone; err != nil {
+				t.Fatalf("a lone call under its caller's live ctx returned %v after the driver closed; want its own outcome", err)
+			}
+		}
+		if err := <-batched; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a batch call sent after the driver closed returned %v; want its batch ctx's end (context.Canceled)", err)
 		}
 	})
 }
