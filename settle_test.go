@@ -13,93 +13,34 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// roundTrip is the time each call of the slow drivers below takes: a
-// network driver's round trip, on the synctest bubble's clock.
+// roundTrip is the time each backend call takes in TestSettlementBatching:
+// a network driver's round trip, on the synctest bubble's clock.
 const roundTrip = time.Millisecond
 
-// calls counts a driver's calls by method.
-type calls struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *calls) add(method string) { c.addSlow(method, roundTrip) }
-
-// addSlow counts a call of method, which takes d.
-func (c *calls) addSlow(method string, d time.Duration) {
-	c.mu.Lock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[method]++
-	c.mu.Unlock()
-	time.Sleep(d)
-}
-
-func (c *calls) get() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range c.n {
-		out[k] = v
-	}
-	return out
-}
-
-func (c *calls) reset() {
-	c.mu.Lock()
-	c.n = nil
-	c.mu.Unlock()
-}
-
-// slowBackend is the memory backend (a driver.Starter, StateBatcher and
-// PendingWriter) whose every call takes roundTrip and is counted.
-type slowBackend struct {
-	*memorybackend.Backend
-	calls
-}
-
-func (b *slowBackend) SetState(ctx context.Context, st *errand.TaskState) error {
-	b.add("SetState")
-	return b.Backend.SetState(ctx, st)
-}
-
-func (b *slowBackend) SetStates(ctx context.Context, sts []*errand.TaskState) error {
-	b.add("SetStates")
-	return b.Backend.SetStates(ctx, sts)
-}
-
-func (b *slowBackend) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
-	b.add("GetState")
-	return b.Backend.GetState(ctx, id)
-}
-
-func (b *slowBackend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
-	b.add("Start")
-	return b.Backend.Start(ctx, reqs)
-}
-
-func (b *slowBackend) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
-	b.add("SetPendingIfAbsent")
-	return b.Backend.SetPendingIfAbsent(ctx, sts)
-}
-
-// slowBroker is the memory broker (a driver.BatchAcker) whose acks take
-// three round trips (a heavier call than the backend's: with four ack
-// flights, ten slots then keep more acks than flights in the air) and are
-// counted.
+// slowBroker is the memory broker (a driver.BatchAcker) whose acks are
+// counted and take three round trips (a heavier call than the backend's:
+// with four ack flights, ten slots then keep more acks than flights in
+// the air).
 type slowBroker struct {
 	*memorybroker.Broker
-	calls
+	mu   sync.Mutex
+	acks map[string]int
+}
+
+func (b *slowBroker) count(method string) {
+	b.mu.Lock()
+	b.acks[method]++
+	b.mu.Unlock()
+	time.Sleep(3 * roundTrip)
 }
 
 func (b *slowBroker) Ack(ctx context.Context, d *driver.Delivery) error {
-	b.addSlow("Ack", 3*roundTrip)
+	b.count("Ack")
 	return b.Broker.Ack(ctx, d)
 }
 
 func (b *slowBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
-	b.addSlow("AckBatch", 3*roundTrip)
+	b.count("AckBatch")
 	return b.Broker.AckBatch(ctx, ds)
 }
 
@@ -109,8 +50,8 @@ func (b *slowBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []erro
 // once and recorded SUCCESS.
 func TestSettlementBatching(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &slowBackend{Backend: memorybackend.New(nil)}
-		br := &slowBroker{Broker: memorybroker.New(nil)}
+		be := &callCounter{Backend: memorybackend.New(nil), byMethod: map[string]int{}, delay: roundTrip}
+		br := &slowBroker{Broker: memorybroker.New(nil), acks: map[string]int{}}
 		srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +75,9 @@ func TestSettlementBatching(t *testing.T) {
 			}
 			rs = append(rs, r)
 		}
-		be.reset()
+		be.mu.Lock()
+		be.byMethod = map[string]int{}
+		be.mu.Unlock()
 		w := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})
 		w.Start()
 		for i, r := range rs {
@@ -151,7 +94,10 @@ func TestSettlementBatching(t *testing.T) {
 				t.Fatalf("task %d ran %d times; want once", i, ran[i])
 			}
 		}
-		bc, kc := be.get(), br.get()
+		bc := be.counts()
+		br.mu.Lock()
+		kc := br.acks
+		br.mu.Unlock()
 		t.Logf("%d tasks, 10 slots: backend calls %v, broker acks %v", n, bc, kc)
 		if bc["Start"] >= n || bc["Start"] == 0 {
 			t.Errorf("%d tasks on 10 slots made %d Start calls; want their starts to share calls (fewer than tasks)", n, bc["Start"])

@@ -16,13 +16,16 @@ import (
 
 // callCounter wraps the memory backend, keeping its driver.Starter and
 // driver.PendingWriter, and counts the calls a task costs it. beforePending,
-// if set, runs inside SetPendingIfAbsent before it writes.
+// if set, runs inside SetPendingIfAbsent before it writes. Each call takes
+// delay (a network driver's round trip; the tests using it run in a
+// synctest bubble).
 type callCounter struct {
 	*memorybackend.Backend
 	calls         atomic.Int64
 	mu            sync.Mutex
 	byMethod      map[string]int
 	beforePending func()
+	delay         time.Duration
 }
 
 func (c *callCounter) count(method string) {
@@ -30,6 +33,9 @@ func (c *callCounter) count(method string) {
 	c.mu.Lock()
 	c.byMethod[method]++
 	c.mu.Unlock()
+	if c.delay > 0 {
+		time.Sleep(c.delay)
+	}
 }
 
 func (c *callCounter) counts() map[string]int {
