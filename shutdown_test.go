@@ -149,3 +149,25 @@ func TestShutdownKeepsHeartbeatUntilDrained(t *testing.T) {
 		t.Errorf("after Shutdown returned, Server.Workers still lists the worker: %+v", wi)
 	}
 }
+
+// Shutdown may be called again: after a worker ran, and after a worker
+// never started.
+func TestShutdownTwice(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	w := e.srv.NewWorker(errand.WorkerConfig{})
+	w.Start()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+	idle := e.srv.NewWorker(errand.WorkerConfig{})
+	if err := idle.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.Shutdown(ctx); err != nil {
+		t.Fatalf("second Shutdown of a worker never started: %v", err)
+	}
+}

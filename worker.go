@@ -193,6 +193,7 @@ type Worker struct {
 	loopDone  chan struct{}
 	tasks     sync.WaitGroup
 	drained   chan struct{} // closed once fetching has stopped and every task has returned
+	drainOnce sync.Once
 }
 
 // NewWorker returns a worker for cfg. It does nothing until Start or Run.
@@ -338,8 +339,9 @@ const shutdownGrace = 500 * time.Millisecond
 // a short grace (half a second) it cancels every broker and backend call
 // still in progress, so a server that stopped answering cannot hold it, and
 // returns ctx.Err() once the tasks have all returned. Task functions must
-// honour their ctx for this to be prompt. Like http.Server.Shutdown, it may
-// be called once; a worker never started shuts down at once.
+// honour their ctx for this to be prompt. A worker never started shuts
+// down at once. Calling Shutdown again (a deferred call after Run, a test
+// cleanup) waits for the same shutdown and never starts the worker.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.stopFetch()
 	w.startOnce.Do(func() {
@@ -352,7 +354,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	go func() {
 		<-w.loopDone
 		w.tasks.Wait()
-		close(w.drained) // the heartbeat, which beat until now, removes the worker's entry
+		w.drainOnce.Do(func() { close(w.drained) }) // the heartbeat, which beat until now, removes the worker's entry
 		w.bg.Wait()
 		close(done)
 	}()
