@@ -60,8 +60,8 @@ type Options struct {
 	// deadline that comes sooner wins. The receive is bounded by WaitTime
 	// plus 10s instead. Default: 10s.
 	CallTimeout time.Duration
-	// Pollers is the most ReceiveMessage calls (10 messages each) one queue
-	// has in flight at once on this Broker. Every Fetch of the queue shares
+	// Pollers is the most ReceiveMessage calls (up to 10 messages each) one
+	// queue has in flight at once on this Broker. Every Fetch of the queue shares
 	// them and their buffer: Fetch calls waiting for n messages in all keep
 	// up to ceil(n/10) receives going. Default: 8.
 	Pollers int
@@ -246,7 +246,7 @@ type handle struct {
 }
 
 // Fetch returns up to limit messages, waiting for at least one. The
-// queue's receives (10 messages each, several in flight) are shared by
+// queue's receives (up to 10 messages each, several in flight) are shared by
 // every Fetch of the queue on this Broker (see poller.go): a Fetch takes
 // what is buffered, or waits for the receives its demand starts. A receive
 // is never cancelled mid-flight (an emulator can lose a message that way):

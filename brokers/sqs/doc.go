@@ -41,9 +41,10 @@
 //
 // At-least-once. The lease is the visibility timeout (whole seconds, at
 // least one), extended with ChangeMessageVisibility while a task runs. A
-// queue's Fetch calls share its receives: up to Options.Pollers
-// ReceiveMessage calls of 10 messages run at once while Fetch calls wait,
-// and what a Fetch does not take is buffered for the next one. A buffered
+// queue's Fetch calls share its receives: while Fetch calls wait, up to
+// Options.Pollers ReceiveMessage calls (of up to 10 messages, as many as
+// the waiting calls still want) run at once, and what a Fetch does not
+// take is buffered for the next one. A buffered
 // message is handed out only while at most a tenth of its lease has gone
 // by (its visibility is renewed first otherwise), and given back when no
 // Fetch takes it within that time. A receive long-polls for

@@ -21,11 +21,16 @@ import (
 // of concurrent ReceiveMessage calls and one buffer.
 //
 // Demand drives it: receives start, at most Options.Pollers at once, while
-// the waiting Fetch calls want more than is buffered and asked for. Each
-// asks for 10 (SQS's maximum): a worker fetches for the slots free at the
-// moment, often one or two, and asking for exactly that would make one
-// receive per task; the rest is buffered for the next Fetch, which comes as
-// soon as a slot frees. A receive is never cancelled while a Fetch waits for it; once none
+// the waiting Fetch calls want more than is buffered and asked for, each
+// asking for what is still wanted (at most 10, SQS's maximum). Nothing is
+// received for slots that are not free: a worker's Fetch of 50 runs five
+// receives side by side, its Fetch of 1 one receive of 1. (Asking for 10
+// whatever the demand saves receives, but parks messages in the buffer
+// beyond the free slots: a worker with several queues then sees one
+// queue's fetches answered from the buffer in microseconds and the next
+// one take a round trip, and strict priority let a lower queue in.) The
+// buffer holds what a Fetch did not take: a receive that landed after its
+// Fetch left (ctx ended) or was served by another receive. A receive is never cancelled while a Fetch waits for it; once none
 // waits, it is cut after its long-poll wait plus a second (a silent
 // endpoint cannot hold a shut-down worker), like a single Fetch's receive.
 //
@@ -149,10 +154,7 @@ func (p *poller) fetch(ctx context.Context, limit int) ([]*driver.Delivery, erro
 // waiting Fetch calls want no more than is buffered and asked for); p.mu
 // held.
 func (p *poller) need() int {
-	if p.want-len(p.buf)-p.asked <= 0 {
-		return 0
-	}
-	return 10
+	return min(p.want-len(p.buf)-p.asked, 10)
 }
 
 // spawn starts receives while the waiting Fetch calls want more than is
