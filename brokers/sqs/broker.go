@@ -101,7 +101,10 @@ const (
 	attrReason    = "errand-reason"
 )
 
-// New returns a broker on client. opts may be nil.
+// New returns a broker on client. opts may be nil. Build client with
+// RequestBodyWorkaround among its options (Open does): without it, a
+// ReceiveMessage now and then fails after a 200 with "use of closed network
+// connection", and the messages it received stay invisible for their lease.
 func New(client *sqs.Client, opts *Options) *Broker {
 	b := &Broker{client: client, urls: map[string]string{}, known: map[string]bool{}, names: map[string]string{}, done: make(chan struct{})}
 	if opts != nil {

@@ -36,7 +36,7 @@ func newClient(endpoint string) *awssqs.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	}, sqsbroker.RequestBodyWorkaround)
 }
 
 const hop = 2 * time.Second

@@ -9,7 +9,7 @@
 // Import the package (github.com/errand-go/errand/brokers/sqs) for its side
 // effect to register the scheme with errand.OpenBroker. Credentials come from
 // the AWS default chain, never from the URL. New takes an injected
-// *sqs.Client instead.
+// *sqs.Client instead; build it with [RequestBodyWorkaround] (Open does).
 //
 // # Timeouts
 //

@@ -44,6 +44,8 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	if err := driver.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime, "timeout": &opts.CallTimeout}); err != nil {
 		return nil, fmt.Errorf("sqs broker: %w", err)
 	}
+	// Last, so it wraps whatever HTTPClient the config chose.
+	clientOpts = append(clientOpts, RequestBodyWorkaround)
 	b := New(sqs.NewFromConfig(cfg, clientOpts...), opts)
 	if err := b.Ping(ctx); err != nil {
 		return nil, err
