@@ -33,7 +33,7 @@ func sqsClient(t testing.TB) *awssqs.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(ep),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	}, sqsbroker.RequestBodyWorkaround)
 }
 
 func redisClient(t testing.TB) goredis.UniversalClient {
