@@ -26,7 +26,7 @@ type Options struct {
 	// QueuePrefix starts every queue name. Default: "errand-".
 	QueuePrefix string
 	// NoCreate: missing queues are an error. Default: false, queues (and
-	// their NAME-dead dead-letter queues) are created on first use, and
+	// their NAME-dead or NAME-dead.fifo dead-letter queues) are created on first use, and
 	// created again, with the same attributes, when SQS says one no longer
 	// exists (deleted, or a server that restarted empty); the call that
 	// found it missing then runs once more. With NoCreate such a call fails
@@ -427,9 +427,10 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	return b.leaseErr(err, h)
 }
 
-// Reject moves the message to the queue's dead-letter queue (NAME-dead,
-// created at the first reject and again if deleted, unless NoCreate) with
-// the reason as an attribute, then deletes it.
+// Reject moves the message to the queue's dead-letter queue (NAME-dead;
+// NAME-dead.fifo, a FIFO queue, for the FIFO queue NAME.fifo; created at
+// the first reject and again if deleted, unless NoCreate) with the reason
+// as an attribute, then deletes it.
 func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
 	h, err := b.handle(d)
 	if err != nil {
@@ -449,7 +450,20 @@ func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) 
 	err = b.withQueue(ctx, dead, func(u string) error {
 		cctx, cancel := b.bound(ctx)
 		defer cancel()
-		if _, err := b.client.SendMessage(cctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(body), MessageAttributes: a}); err != nil {
+		in := &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(body), MessageAttributes: a}
+		if b.opts.FIFO {
+			// NAME-dead.fifo is a FIFO queue: it needs a group and a
+			// deduplication ID (a second Reject of one message, after a
+			// failed delete, is dropped as a duplicate).
+			sum := sha256.Sum256([]byte(h.msg.ID + "\x00" + body))
+			group := b.opts.MessageGroupID
+			if group == "" {
+				group = "dead-" + hex.EncodeToString(sum[:8])
+			}
+			in.MessageGroupId = aws.String(group)
+			in.MessageDeduplicationId = aws.String(hex.EncodeToString(sum[:]))
+		}
+		if _, err := b.client.SendMessage(cctx, in); err != nil {
 			return fmt.Errorf("sqs broker: dead-letter %s to %s: %w", d.ID, dead, err)
 		}
 		return nil

@@ -246,11 +246,10 @@ func TestQueueDeletedNoCreate(t *testing.T) {
 // queueNames returns the SQS names the broker gives routing key key and its
 // dead-letter queue.
 func queueNames(prefix, key string, fifo bool) (queue, dead string) {
-	queue = prefix + key
 	if fifo {
-		queue += ".fifo"
+		return prefix + key + ".fifo", prefix + key + "-dead.fifo"
 	}
-	return queue, queue + "-dead"
+	return prefix + key, prefix + key + "-dead"
 }
 
 func echo(ctx context.Context, t *testing.T, srv *errand.Server, s string) {

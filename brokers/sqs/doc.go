@@ -23,12 +23,14 @@
 //
 // One queue per routing key, named PREFIX+key (characters outside
 // [A-Za-z0-9_-] become '-', long names keep a hash), created on first use
-// unless Options.NoCreate; rejected messages go to PREFIX+key+"-dead".
+// unless Options.NoCreate; rejected messages go to PREFIX+key+"-dead", or,
+// from a FIFO queue, to the FIFO queue PREFIX+key+"-dead.fifo" (earlier
+// versions used NAME.fifo-dead, a name only emulators accept).
 //
 // Queue URLs are cached. When a call finds its queue gone — deleted by an
 // operator, or an SQS endpoint that restarted empty — the broker drops the
 // cached URL, creates the queue again as at its first use (a FIFO queue
-// stays FIFO; NAME-dead comes back at the next reject) and runs the call once
+// stays FIFO; NAME-dead or NAME-dead.fifo comes back at the next reject) and runs the call once
 // more: sends go through and a worker's receive loop picks up where it was.
 // Messages held by the deleted queue are gone with it; settling one of them
 // returns [driver.ErrLeaseLost]. With Options.NoCreate nothing is created:

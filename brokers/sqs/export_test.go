@@ -8,3 +8,7 @@ import "context"
 func (b *Broker) QueueURL(ctx context.Context, queue string) (string, error) {
 	return b.url(ctx, b.queueName(queue))
 }
+
+// ValidQueueName is validName (names_internal_test.go) for the external
+// tests.
+var ValidQueueName = validName

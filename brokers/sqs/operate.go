@@ -38,7 +38,7 @@ func (b *Broker) remember(name, queue string) {
 // from ListQueues, a page of 1000 at a time. A queue exists from its first
 // use (publish, fetch, stats, ...) until an operator deletes it; deleting it
 // on real SQS takes up to 60 seconds to show. The dead-letter queues the
-// broker creates (NAME-dead) are not listed, so a routing key ending in
+// broker creates (NAME-dead, NAME-dead.fifo) are not listed, so a routing key ending in
 // "-dead" is not listed either (its SQS queue would be the dead-letter queue
 // of the key without the suffix: do not use such keys).
 //
@@ -87,7 +87,9 @@ func (b *Broker) errandQueue(prefix, name string) (string, bool) {
 		}
 	}
 	if !plainName.MatchString(plain) || strings.HasSuffix(plain, "-dead") {
-		return "", false // another broker's FIFO queue or dead letters (x.fifo-dead), or dead letters
+		// Dead letters (x-dead, x-dead.fifo), or another broker's FIFO
+		// queue or an earlier version's FIFO dead letters (x.fifo-dead).
+		return "", false
 	}
 	key, ok := strings.CutPrefix(plain, prefix)
 	if !ok || key == "" {

@@ -59,9 +59,9 @@ func TestQueuesListsQueuesNotDeadLetters(t *testing.T) {
 	publish(std, long, 1)
 	reject(std, "alpha") // alpha-dead exists from here
 	publish(fifo, "beta", 2)
-	reject(fifo, "beta") // beta.fifo-dead
+	reject(fifo, "beta") // beta-dead.fifo
 
-	for _, dead := range []string{prefix + "alpha-dead", prefix + "beta.fifo-dead"} {
+	for _, dead := range []string{prefix + "alpha-dead", prefix + "beta-dead.fifo"} {
 		if _, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(dead)}); err != nil {
 			t.Fatalf("dead-letter queue %s missing after Reject (the test needs it): %v", dead, err)
 		}

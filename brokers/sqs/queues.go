@@ -17,8 +17,10 @@ import (
 
 var badChars = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
 
-// queueName maps a routing key to a valid SQS name (80 characters of
-// [a-zA-Z0-9_-]); long keys keep a hash so they stay distinct.
+// queueName maps a routing key to a valid SQS name (at most 80 characters
+// of [a-zA-Z0-9_-], and ".fifo" for a FIFO queue); long keys keep a hash so
+// they stay distinct. The base is at most 70 characters, which leaves room
+// for "-dead" and ".fifo" (deadName) within SQS's 80.
 func (b *Broker) queueName(queue string) string {
 	n := badChars.ReplaceAllString(b.opts.QueuePrefix+queue, "-")
 	if len(n) > 70 {
@@ -32,8 +34,17 @@ func (b *Broker) queueName(queue string) string {
 	return n
 }
 
-// deadName is the name of the dead-letter queue of the queue named name.
-func deadName(name string) string { return name + "-dead" }
+// deadName is the name of the dead-letter queue of the queue named name:
+// NAME-dead for a standard queue, NAME-dead.fifo for the FIFO queue
+// NAME.fifo (SQS allows a dot only in the ".fifo" suffix, and a FIFO
+// queue's dead-letter queue must be FIFO too). Versions before this one
+// named it NAME.fifo-dead, a name only emulators accept.
+func deadName(name string) string {
+	if base, ok := strings.CutSuffix(name, ".fifo"); ok {
+		return base + "-dead.fifo"
+	}
+	return name + "-dead"
+}
 
 // url returns the queue's URL, from the cache or by GetQueueUrl, creating
 // the queue where allowed. It may be called concurrently; concurrent
