@@ -317,14 +317,38 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*driver.Delivery, b
 	return &driver.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
 }
 
+// hopBackoff is how long a message whose hop could not be sent on stays
+// invisible before it is received (and sent on) again.
+const hopBackoff = 5 * time.Second
+
 // deferUntilDue puts back a message that arrived before its not-before time: sent
 // on again (standard queues), or made invisible until then (FIFO, where a
 // re-send would be deduplicated away).
+//
+// The received copy is deleted only after the copy sent on is accepted. If
+// the send fails, the received copy is released instead: invisible for
+// hopBackoff (or until its not-before time, if sooner), so it is received
+// again and sent on then, or delivered if due; it is never left invisible
+// for the whole lease, nor lost. The error is returned either way.
 func (b *Broker) deferUntilDue(ctx context.Context, h handle) error {
-	if !b.opts.FIFO {
-		return b.resend(ctx, h.url, h)
+	if b.opts.FIFO {
+		return b.hide(ctx, h, h.msg.NotBefore)
 	}
-	return b.hide(ctx, h, h.msg.NotBefore)
+	err := b.Publish(ctx, h.msg)
+	if err == nil {
+		return b.del(ctx, h)
+	}
+	err = fmt.Errorf("sqs broker: message %q arrived before its time (%s) and could not be sent on: %w", h.msg.ID, h.msg.NotBefore.UTC().Format(time.RFC3339), err)
+	back := time.Now().Add(hopBackoff)
+	if h.msg.NotBefore.Before(back) {
+		back = h.msg.NotBefore
+	}
+	if herr := b.hide(ctx, h, back); herr != nil {
+		// Not released: it comes back when the receive's visibility
+		// timeout ends.
+		return errors.Join(err, fmt.Errorf("sqs broker: release it for another hop: %w", herr))
+	}
+	return err
 }
 
 // hide sets the message's visibility timeout to reach notBefore (whole

@@ -76,7 +76,10 @@
 // Longer ETAs hop: the message carries its absolute not-before time, is sent
 // with the longest delay, and when it arrives early is sent on again with
 // what remains — never early, and late by at most a second plus one receive
-// per hop. Standard queues do not order messages.
+// per hop. The received copy is deleted only after the copy sent on is
+// accepted: if the send fails it is released for a few seconds instead and
+// hops again when it comes back, and that Fetch returns the error.
+// Standard queues do not order messages.
 //
 // # Limits
 //
