@@ -75,7 +75,9 @@
 //
 // [Server.NewWorker] returns a [Worker] for one queue; [WorkerConfig]
 // documents every field with its default. A worker runs Concurrency tasks at
-// once and never fetches more deliveries than it has free slots. Delivery is
+// once and never fetches more deliveries than it has free slots; a task's
+// slot is freed when its function returns, and up to Concurrency more
+// deliveries settle (outcome, callbacks, ack) beside the slots. Delivery is
 // at least once: each delivery is leased, the lease is extended every
 // ExtendEvery while its task runs, and a worker that dies loses nothing —
 // its tasks come back when their leases run out. A redelivered task whose

@@ -18,8 +18,10 @@ import (
 // process runs one decoded task through its states and returns how to
 // settle its delivery d. Each step that calls the broker or backend runs
 // under its own bounded ctx (Worker.call); the task itself runs under the
-// task's ctx. With setAside, the error is the reason.
-func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
+// task's ctx. With setAside, the error is the reason. ran is called once the
+// task's function has returned, before its outcome is recorded: the
+// delivery's slot is freed for the next fetch while it settles.
+func (w *Worker) process(sig *Signature, d *driver.Delivery, ran func()) (settle, error) {
 	be := w.srv.backend
 	ctx, cancel := w.call()
 	defer cancel()
@@ -108,6 +110,7 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery) (settle, error) {
 		w.running.add(sig, sig.RoutingKey)
 		results, runErr := safeCall(tctx, tk, args)
 		w.running.remove(sig)
+		ran()
 		if runErr != nil && w.hardCtx.Err() != nil {
 			// Shutdown gave up waiting and cancelled the task: give it
 			// back unrecorded so another worker runs it.

@@ -33,8 +33,16 @@ type WorkerConfig struct {
 	// once, within Concurrency (0 or absent: no cap but Concurrency). Each
 	// key must be a queue the worker consumes. Default: none.
 	QueueConcurrency map[string]int
-	// Concurrency is how many tasks run at once; the worker never fetches
-	// more than it has free slots for. Default: 10.
+	// Concurrency is how many tasks run at once: a slot is held from a
+	// delivery's fetch until its task's function returns, and the worker
+	// never fetches more than it has free slots for. What follows the
+	// function — recording SUCCESS, RETRY or FAILURE, sending callbacks,
+	// the ack, and the lease extension until the ack — no longer holds the
+	// slot: up to Concurrency more deliveries may be settling beside the
+	// running ones (a task whose function returned while that many are
+	// settling keeps its slot until one of them is done), so at most
+	// 2×Concurrency deliveries are in hand at once. QueueConcurrency caps
+	// and heartbeats count running functions only. Default: 10.
 	Concurrency int
 	// Lease is how long a fetched delivery stays invisible to other
 	// consumers. While a task runs its lease is extended every
@@ -178,10 +186,11 @@ type Worker struct {
 	running  *runningTasks   // nil without heartbeats
 	bg       sync.WaitGroup  // the pause poller and the heartbeat
 
-	mw      []Middleware // cfg.Middleware, then the hooks
-	slots   chan struct{}
+	mw      []Middleware   // cfg.Middleware, then the hooks
+	slots   chan struct{}  // one per delivery held before or while its function runs (Concurrency)
+	settles chan struct{}  // one per delivery settling after its function returned (Concurrency)
 	work    chan job       // fetched deliveries, to the runners
-	runners sync.WaitGroup // Concurrency long-lived goroutines running tasks
+	runners sync.WaitGroup // 2×Concurrency long-lived goroutines handling deliveries
 
 	startOnce sync.Once
 	stopFetch context.CancelFunc
@@ -262,7 +271,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		log = s.log
 	}
 	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
-		work: make(chan job, cfg.Concurrency), kick: make(chan struct{}, 1), loopDone: make(chan struct{}), drained: make(chan struct{})}
+		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), kick: make(chan struct{}, 1), loopDone: make(chan struct{}), drained: make(chan struct{})}
 	w.queues, w.multi = workerQueues(cfg)
 	if w.cfg.Queue == "" {
 		w.cfg.Queue = w.queues[0].name // where a delivery naming no queue came from, failing all else
@@ -282,8 +291,11 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 }
 
 // Start begins fetching in the background. Calling it again does nothing.
-// Tasks run on Concurrency long-lived goroutines (their stacks, once grown,
-// are kept across tasks).
+// Deliveries are handled on 2×Concurrency long-lived goroutines (their
+// stacks, once grown, are kept across tasks): Concurrency slots for
+// deliveries before and while their functions run, and as many for
+// deliveries settling after (WorkerConfig.Concurrency), so a delivery
+// holding a slot always finds a runner free.
 func (w *Worker) Start() {
 	w.startOnce.Do(func() {
 		if w.err != nil {
@@ -292,7 +304,7 @@ func (w *Worker) Start() {
 			close(w.loopDone)
 			return
 		}
-		for range w.cfg.Concurrency {
+		for range 2 * w.cfg.Concurrency {
 			w.runners.Go(func() {
 				for j := range w.work {
 					w.handle(j)
@@ -333,7 +345,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // broker and backend call still in progress is cancelled too.
 const shutdownGrace = 500 * time.Millisecond
 
-// Shutdown stops fetching, then waits for running tasks. If ctx is done
+// Shutdown stops fetching, then waits for running tasks and for the
+// deliveries still settling after their functions returned (recording
+// their outcome, sending their callbacks, acking). If ctx is done
 // first, it cancels the tasks' contexts and, as each returns, releases its
 // delivery back to the broker unrecorded so another worker runs it; after
 // a short grace (half a second) it cancels every broker and backend call
@@ -496,10 +510,29 @@ const (
 
 func (w *Worker) handle(j job) {
 	defer w.tasks.Done()
-	defer func() {
+	// The delivery holds its slot until its function returns (ran), then a
+	// settling place until it is settled; one that never runs its function
+	// holds its slot to the end.
+	settling := false
+	freeSlot := func() {
 		<-w.slots
 		if j.q != nil {
 			w.finished(j.q)
+		}
+	}
+	ran := func() {
+		if settling {
+			return // a middleware that ran the attempt twice
+		}
+		settling = true
+		w.settles <- struct{}{} // with Concurrency settling, keep the slot until one is done
+		freeSlot()
+	}
+	defer func() {
+		if settling {
+			<-w.settles
+		} else {
+			freeSlot()
 		}
 	}()
 	d := j.d
@@ -540,7 +573,7 @@ func (w *Worker) handle(j job) {
 	if stopExtend == nil {
 		stopExtend = w.extendLease(d)
 	}
-	outcome, err := w.process(sig, d)
+	outcome, err := w.process(sig, d, ran)
 	waitExtend := stopExtend()
 	if outcome != release {
 		waitExtend() // settle only once no extend can follow
