@@ -436,6 +436,8 @@ within one report, not across reports.
 
 ### What the hot-path work changed
 
+- **Settling beside the slots**: a worker slot bounds running functions; a
+  delivery whose function returned frees its slot and settles beside them.
 - **One call to begin an attempt** (driver.Starter, memory and Redis
   backends): the redelivery check and RECEIVED+STARTED are one conditional
   script, so a task costs the backend two calls (Start, SUCCESS), not three.
@@ -456,22 +458,24 @@ within one report, not across reports.
 ### Missed, and why
 
 - **Redis drain with states recorded (target ≥ 1.0× BLMOVE+LREM).** Two
-  limits, both measured on this run's 10-worker drain. (1) Each worker slot
-  runs a chain of dependent round trips — fetch (amortised), Start, the
-  function, SUCCESS, ack — and must: STARTED before the run, SUCCESS before
-  the ack (an ack before SUCCESS could lose the result on a crash). Batching
-  cut how many requests reach Redis, not the length of that chain, so ten
-  slots give about ten chains' worth of throughput; the floor's chain is two
-  plain commands with nothing recorded. The Go CPU profile is 41 % syscalls
-  and 53 % inside go-redis's call path. (2) Redis itself: errand's scripts
-  average 16 µs of Redis CPU per EVALSHA (INFO commandstats), about 40 µs of
-  Redis time per task against about 3 µs for BLMOVE+LREM, which caps the
-  single-threaded server near 20–25 k tasks/s however the client batches.
-  Closing it: settle beside the slots (free a slot when the function returns
-  and finish SUCCESS and the ack on another goroutine, bounded), and a
-  combined settle script when broker and backend share one Redis (SUCCESS
-  and ack in one round trip); then leaner scripts (the fetch script's due-set
-  move and sequence counter, JSON splicing in Start).
+  limits, measured on the 10-worker drain. (1) Each delivery runs a chain of
+  dependent round trips — fetch (amortised), Start, the function, SUCCESS,
+  ack — and must: STARTED before the run, SUCCESS before the ack (an ack
+  before SUCCESS could lose the result on a crash). A slot is now freed as
+  soon as the function returns, and the settlement (SUCCESS, callbacks, ack)
+  finishes beside the slots (up to Concurrency more deliveries settling), so
+  a slot's chain is fetch + Start + function: +15–25 % here. Batching cut how
+  many requests reach Redis, not the length of the chains; the floor's chain
+  is two plain commands with nothing recorded. The Go CPU profile is about
+  40 % syscalls and over half inside go-redis's call path. (2) Redis itself:
+  errand's scripts average about 16 µs of Redis CPU per EVALSHA (INFO
+  commandstats), about 40 µs of Redis time per task against about 3 µs for
+  BLMOVE+LREM, which caps the single-threaded server near 20–25 k tasks/s
+  however the client batches; and on two shared cores the Go process, Redis
+  and the floor's own load compete. Closing it: a combined settle script
+  when broker and backend share one Redis (SUCCESS and ack in one round
+  trip) and a combined fetch-and-start, then leaner scripts (the fetch
+  script's due-set move and sequence counter, JSON splicing in Start).
 - **Single-producer enqueue (target ≥ 1.0× raw LPUSH).** SendTask now
   overlaps the PENDING write with the publish, but a sequential producer
   still waits for both calls and spends Go CPU on encoding, the portable
