@@ -149,8 +149,11 @@ func runBackendOutage(t *testing.T, backend errand.Backend, stop, start func(tes
 	if len(more) > 0 {
 		t.Errorf("tasks %v ran more than twice: one outage may cost a task at most one extra run (documented window)", more)
 	}
-	if len(twice) > outageConcurrency {
-		t.Errorf("%d tasks ran twice, more than the %d worker slots: only a task whose run ended while the backend was down may run again (documented window)", len(twice), outageConcurrency)
+	// Running functions (Concurrency) plus deliveries settling beside the
+	// slots (up to Concurrency more) may each have a SUCCESS to record when
+	// the backend goes down.
+	if len(twice) > 2*outageConcurrency {
+		t.Errorf("%d tasks ran twice, more than twice the %d worker slots (running plus settling): only a task whose run ended while the backend was down may run again (documented window)", len(twice), outageConcurrency)
 	}
 	startsMu.Lock()
 	defer startsMu.Unlock()
