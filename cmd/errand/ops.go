@@ -16,14 +16,7 @@ import (
 // its queues) and prints a table, or JSON with -o json.
 
 func runQueues(c *cli, args []string) error {
-	pos, err := c.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageErrorf("takes no arguments, got %q", pos)
-	}
-	srv, err := c.server()
+	srv, err := c.serverNoArgs(args)
 	if err != nil {
 		return err
 	}
@@ -32,6 +25,19 @@ func runQueues(c *cli, args []string) error {
 		return err
 	}
 	return c.printQueues(qs)
+}
+
+// serverNoArgs parses the flags of a command that takes no arguments and
+// opens the server.
+func (c *cli) serverNoArgs(args []string) (*errand.Server, error) {
+	pos, err := c.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, usageErrorf("takes no arguments, got %q", pos)
+	}
+	return c.server()
 }
 
 func runStats(c *cli, args []string) error {
@@ -492,14 +498,7 @@ func (c *cli) pause(args []string, pause bool) error {
 }
 
 func runWorkers(c *cli, args []string) error {
-	pos, err := c.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageErrorf("takes no arguments, got %q", pos)
-	}
-	srv, err := c.server()
+	srv, err := c.serverNoArgs(args)
 	if err != nil {
 		return err
 	}
