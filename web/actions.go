@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -34,44 +35,46 @@ func withDone(rel, done string, n int) string {
 	return rel + "?" + q.Encode()
 }
 
-func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) {
-	queue := r.PathValue("queue")
-	ctx, cancel := d.call(r)
-	defer cancel()
+// knownQueue reports whether queue exists, answering with the error page
+// (linking to the overview) when it does not or cannot be read.
+func (d *Dashboard) knownQueue(ctx context.Context, w http.ResponseWriter, r *http.Request, queue string) bool {
 	if _, err := d.srv.Queue(ctx, queue); err != nil {
 		d.failWith(w, r, err, "", "")
-		return
+		return false
 	}
-	if err := d.srv.Pause(ctx, queue); err != nil {
-		d.failWith(w, r, err, "queues/"+pathEscape(queue), "queue "+queue)
-		return
-	}
-	d.log.Info("web: paused", "queue", queue)
-	seeOther(w, r, withDone(back(r, queue), "paused", -1))
+	return true
+}
+
+func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) {
+	d.setPaused(w, r, d.srv.Pause, "paused")
 }
 
 func (d *Dashboard) resume(w http.ResponseWriter, r *http.Request) {
+	d.setPaused(w, r, d.srv.Resume, "resumed")
+}
+
+// setPaused pauses or resumes the queue the path names with op; done is
+// the word for what happened, in the log and the ?done= of the next page.
+func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error, done string) {
 	queue := r.PathValue("queue")
 	ctx, cancel := d.call(r)
 	defer cancel()
-	if _, err := d.srv.Queue(ctx, queue); err != nil {
-		d.failWith(w, r, err, "", "")
+	if !d.knownQueue(ctx, w, r, queue) {
 		return
 	}
-	if err := d.srv.Resume(ctx, queue); err != nil {
+	if err := op(ctx, queue); err != nil {
 		d.failWith(w, r, err, "queues/"+pathEscape(queue), "queue "+queue)
 		return
 	}
-	d.log.Info("web: resumed", "queue", queue)
-	seeOther(w, r, withDone(back(r, queue), "resumed", -1))
+	d.log.Info("web: "+done, "queue", queue)
+	seeOther(w, r, withDone(back(r, queue), done, -1))
 }
 
 func (d *Dashboard) requeue(w http.ResponseWriter, r *http.Request) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	ctx, cancel := d.call(r)
 	defer cancel()
-	if _, err := d.srv.Queue(ctx, queue); err != nil {
-		d.failWith(w, r, err, "", "")
+	if !d.knownQueue(ctx, w, r, queue) {
 		return
 	}
 	taskPage := "queues/" + pathEscape(queue) + "/tasks/" + pathEscape(id)
@@ -87,8 +90,7 @@ func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	ctx, cancel := d.call(r)
 	defer cancel()
-	if _, err := d.srv.Queue(ctx, queue); err != nil {
-		d.failWith(w, r, err, "", "")
+	if !d.knownQueue(ctx, w, r, queue) {
 		return
 	}
 	n, err := d.srv.DeleteArchived(ctx, queue, id)
@@ -106,37 +108,30 @@ func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) requeueAll(w http.ResponseWriter, r *http.Request) {
-	queue := r.PathValue("queue")
-	ctx, cancel := d.call(r)
-	defer cancel()
-	if _, err := d.srv.Queue(ctx, queue); err != nil {
-		d.failWith(w, r, err, "", "")
-		return
-	}
-	n, err := d.srv.RequeueAll(ctx, queue, r.PostFormValue("name"))
-	if err != nil {
-		d.failWith(w, r, err, "queues/"+pathEscape(queue)+"/archived", "the archive of "+queue)
-		return
-	}
-	d.log.Info("web: requeued all archived tasks", "queue", queue, "n", n)
-	seeOther(w, r, withDone(back(r, queue), "requeued", n))
+	d.onArchive(w, r, d.srv.RequeueAll, "requeued all archived tasks", "requeued")
 }
 
 func (d *Dashboard) deleteAll(w http.ResponseWriter, r *http.Request) {
+	d.onArchive(w, r, d.srv.DeleteAllArchived, "deleted all archived tasks", "deleted")
+}
+
+// onArchive runs op on the archived tasks of the queue the path names (of
+// the form's name, or all), logging what and answering with done and the
+// count.
+func (d *Dashboard) onArchive(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, queue, name string) (int, error), what, done string) {
 	queue := r.PathValue("queue")
 	ctx, cancel := d.call(r)
 	defer cancel()
-	if _, err := d.srv.Queue(ctx, queue); err != nil {
-		d.failWith(w, r, err, "", "")
+	if !d.knownQueue(ctx, w, r, queue) {
 		return
 	}
-	n, err := d.srv.DeleteAllArchived(ctx, queue, r.PostFormValue("name"))
+	n, err := op(ctx, queue, r.PostFormValue("name"))
 	if err != nil {
 		d.failWith(w, r, err, "queues/"+pathEscape(queue)+"/archived", "the archive of "+queue)
 		return
 	}
-	d.log.Info("web: deleted all archived tasks", "queue", queue, "n", n)
-	seeOther(w, r, withDone(back(r, queue), "deleted", n))
+	d.log.Info("web: "+what, "queue", queue, "n", n)
+	seeOther(w, r, withDone(back(r, queue), done, n))
 }
 
 // flash turns ?done= into a sentence for the page's banner. Only known

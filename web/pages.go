@@ -210,8 +210,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	ctx, cancel := d.call(r)
 	defer cancel()
-	if _, err := d.srv.Queue(ctx, queue); err != nil {
-		d.failWith(w, r, err, "", "")
+	if !d.knownQueue(ctx, w, r, queue) {
 		return
 	}
 	t, err := d.srv.Task(ctx, queue, id)
