@@ -16,6 +16,17 @@ import (
 // AckBatch deletes ds with one DeleteMessageBatch call per queue URL (errand
 // sends at most Limits().MaxAckBatch, 10, at a time, all of one queue).
 func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+	return b.inBatches(ds, func(url string, hs []handle, idx []int, errs []error) {
+		b.deleteBatch(ctx, url, hs, idx, errs)
+	})
+}
+
+// inBatches groups ds by queue URL and calls batch for each run of at most
+// 10 of one URL (SQS's batch limit), with hs[i] the handle of ds[i] and idx
+// the indexes of the run; batch records each one's outcome in errs[i]. A
+// delivery not fetched from this broker gets its error without a call.
+// inBatches returns errs, one error per delivery.
+func (b *Broker) inBatches(ds []*driver.Delivery, batch func(url string, hs []handle, idx []int, errs []error)) []error {
 	errs := make([]error, len(ds))
 	byURL := map[string][]int{}
 	hs := make([]handle, len(ds))
@@ -31,7 +42,7 @@ func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
 	for url, idx := range byURL {
 		for len(idx) > 0 {
 			n := min(len(idx), 10)
-			b.deleteBatch(ctx, url, hs, idx[:n], errs)
+			batch(url, hs, idx[:n], errs)
 			idx = idx[n:]
 		}
 	}

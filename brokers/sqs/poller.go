@@ -312,45 +312,27 @@ func (b *Broker) giveBack(ds []*driver.Delivery) {
 // ChangeMessageVisibilityBatch, 10 per call, and returns one error per
 // delivery.
 func (b *Broker) changeVisibility(ctx context.Context, ds []*driver.Delivery, secs int32) []error {
-	errs := make([]error, len(ds))
-	byURL := map[string][]int{}
-	hs := make([]handle, len(ds))
-	for i, d := range ds {
-		h, err := b.handle(d)
-		if err != nil {
-			errs[i] = err
-			continue
+	return b.inBatches(ds, func(u string, hs []handle, part []int, errs []error) {
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(part))
+		for j, i := range part {
+			entries[j] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), ReceiptHandle: aws.String(hs[i].receipt), VisibilityTimeout: secs}
 		}
-		hs[i] = h
-		byURL[h.url] = append(byURL[h.url], i)
-	}
-	for u, idx := range byURL {
-		for len(idx) > 0 {
-			n := min(len(idx), 10)
-			part := idx[:n]
-			idx = idx[n:]
-			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(part))
-			for j, i := range part {
-				entries[j] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), ReceiptHandle: aws.String(hs[i].receipt), VisibilityTimeout: secs}
+		cctx, cancel := b.bound(ctx)
+		out, err := b.client.ChangeMessageVisibilityBatch(cctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u), Entries: entries})
+		cancel()
+		if err != nil {
+			for _, i := range part {
+				errs[i] = b.leaseErr(err, hs[i])
 			}
-			cctx, cancel := b.bound(ctx)
-			out, err := b.client.ChangeMessageVisibilityBatch(cctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u), Entries: entries})
-			cancel()
-			if err != nil {
-				for _, i := range part {
-					errs[i] = b.leaseErr(err, hs[i])
-				}
+			return
+		}
+		for _, f := range out.Failed {
+			j, convErr := strconv.Atoi(aws.ToString(f.Id))
+			if convErr != nil || j < 0 || j >= len(part) {
 				continue
 			}
-			for _, f := range out.Failed {
-				j, convErr := strconv.Atoi(aws.ToString(f.Id))
-				if convErr != nil || j < 0 || j >= len(part) {
-					continue
-				}
-				i := part[j]
-				errs[i] = b.leaseErr(&batchEntryError{code: aws.ToString(f.Code), msg: aws.ToString(f.Message)}, hs[i])
-			}
+			i := part[j]
+			errs[i] = b.leaseErr(&batchEntryError{code: aws.ToString(f.Code), msg: aws.ToString(f.Message)}, hs[i])
 		}
-	}
-	return errs
+	})
 }
