@@ -131,6 +131,12 @@ func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
 
 // SetStates writes many states in one pipeline.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
+	return b.setStates(ctx, sts, false)
+}
+
+// setStates writes sts in one pipeline, with SET ... PX, or with SET ... NX
+// PX (leaving a state already there) when nx.
+func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx bool) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	pipe := b.rdb.Pipeline()
@@ -139,7 +145,11 @@ func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error 
 		if err != nil {
 			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 		}
-		pipe.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+		if nx {
+			pipe.SetNX(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+		} else {
+			pipe.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+		}
 	}
 	_, err := pipe.Exec(ctx)
 	return b.err(ctx, err)

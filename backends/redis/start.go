@@ -136,16 +136,5 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driv
 // SetPendingIfAbsent writes each state with SET ... NX PX, all in one
 // pipeline (split per node on a cluster).
 func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	pipe := b.rdb.Pipeline()
-	for _, st := range sts {
-		v, err := json.Marshal(st)
-		if err != nil {
-			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
-		}
-		pipe.SetNX(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
-	}
-	_, err := pipe.Exec(ctx)
-	return b.err(ctx, err)
+	return b.setStates(ctx, sts, true)
 }
