@@ -150,23 +150,17 @@ func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) ([]driver
 // SetPendingIfAbsent stores a copy of each state whose task has none (or
 // an expired one), under one lock.
 func (b *Backend) SetPendingIfAbsent(_ context.Context, sts []*driver.TaskState) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return driver.ErrClosed
-	}
-	now := time.Now()
-	for _, st := range sts {
-		if _, err := b.get(st.TaskUUID, now); err == nil {
-			continue
-		}
-		b.set(st, now)
-	}
-	return nil
+	return b.setStates(sts, true)
 }
 
 // SetStates stores copies of sts under one lock.
 func (b *Backend) SetStates(_ context.Context, sts []*driver.TaskState) error {
+	return b.setStates(sts, false)
+}
+
+// setStates stores copies of sts under one lock; when ifAbsent, only those
+// whose task has no state (or an expired one).
+func (b *Backend) setStates(sts []*driver.TaskState, ifAbsent bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -174,6 +168,11 @@ func (b *Backend) SetStates(_ context.Context, sts []*driver.TaskState) error {
 	}
 	now := time.Now()
 	for _, st := range sts {
+		if ifAbsent {
+			if _, err := b.get(st.TaskUUID, now); err == nil {
+				continue
+			}
+		}
 		b.set(st, now)
 	}
 	return nil
