@@ -11,6 +11,7 @@ import (
 	errandotel "github.com/errand-go/errand/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // A task sent inside the caller's span runs in a consumer span, child of
@@ -49,10 +50,21 @@ func Example() {
 	for _, s := range spans.Ended() {
 		names[s.SpanContext().SpanID().String()] = s.Name()
 	}
+	// Spans end in any order (the send's ends once PENDING is recorded,
+	// which may be after the task ran): print the producer's first.
+	var lines []string
 	for _, s := range spans.Ended() {
 		if s.SpanContext().TraceID() == caller.SpanContext().TraceID() && s.Parent().IsValid() {
-			fmt.Printf("%s (%s), child of %s\n", s.Name(), s.SpanKind(), names[s.Parent().SpanID().String()])
+			line := fmt.Sprintf("%s (%s), child of %s", s.Name(), s.SpanKind(), names[s.Parent().SpanID().String()])
+			if s.SpanKind() == trace.SpanKindProducer {
+				lines = append([]string{line}, lines...)
+			} else {
+				lines = append(lines, line)
+			}
 		}
+	}
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 	fmt.Println("2 + 3 =", sum)
 	// Output:
