@@ -1,6 +1,7 @@
 package errand
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,7 +107,9 @@ type RunningTask struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// describe decodes m into a QueuedTask of list l.
+// describe decodes m into a QueuedTask of list l. The broker holds
+// scheduled tasks and retries in one delayed set: a scheduled message
+// whose signature's Attempt is above 1 is a retry (ListRetrying).
 func (s *Server) describe(m Message, l ListState, at time.Time) QueuedTask {
 	ti := QueuedTask{ID: m.ID, Queue: m.Queue, List: l, Message: m, At: at}
 	body, err := s.cfg.Signing.open(m.Body)
@@ -116,7 +119,17 @@ func (s *Server) describe(m Message, l ListState, at time.Time) QueuedTask {
 	if err != nil {
 		ti.Signature, ti.DecodeError = nil, err.Error()
 	}
+	if l == ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
+		ti.List = ListRetrying
+	}
 	return ti
+}
+
+// withState returns ti with the backend's state, where it has one.
+func (s *Server) withState(ctx context.Context, ti QueuedTask) (QueuedTask, error) {
+	ts := []QueuedTask{ti}
+	err := s.withStates(ctx, ts)
+	return ts[0], err
 }
 
 // withStates adds the backend's state to each of ts that has one.
@@ -229,8 +242,7 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 			out = append(out, s.describe(m.Message, l, m.At))
 		}
 	case ListScheduled, ListRetrying:
-		// The broker holds both in one delayed set; a retry is a message
-		// whose signature's Attempt is above 1.
+		// One delayed set holds both (see describe).
 		pb, ls, err := ability[driver.Lister](ctx, s.broker, "listing by state")
 		if err != nil {
 			return nil, err
@@ -242,9 +254,8 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 				return nil, pb.after(ctx, err)
 			}
 			for _, m := range ms {
-				ti := s.describe(m.Message, l, m.At)
-				retry := ti.Signature != nil && ti.Signature.Attempt > 1
-				if retry != (l == ListRetrying) {
+				ti := s.describe(m.Message, ListScheduled, m.At)
+				if ti.List != l {
 					continue
 				}
 				if skip > 0 {
@@ -289,13 +300,7 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 		}
 	}
 	found := func(m driver.Listed, l driver.ListState) (QueuedTask, error) {
-		ti := s.describe(m.Message, ListState(l), m.At)
-		if l == driver.ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
-			ti.List = ListRetrying
-		}
-		ts := []QueuedTask{ti}
-		err := s.withStates(ctx, ts)
-		return ts[0], err
+		return s.withState(ctx, s.describe(m.Message, ListState(l), m.At))
 	}
 	if f, ok := s.broker.drv.(driver.Finder); ok {
 		if err := s.broker.before(ctx); err != nil {
@@ -346,9 +351,7 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 	}
 	ti := s.describe(e.Message, ListArchived, e.At)
 	ti.Archive = &e
-	ts := []QueuedTask{ti}
-	err = s.withStates(ctx, ts)
-	return ts[0], err
+	return s.withState(ctx, ti)
 }
 
 // Requeue sends the archived task id of queue again as a fresh attempt
@@ -531,17 +534,7 @@ func (s *Server) Workers(ctx context.Context) ([]WorkerInfo, error) {
 		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
 			return c
 		}
-		return compareStrings(a.ID, b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
 	return out, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

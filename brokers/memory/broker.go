@@ -1,6 +1,7 @@
 package memorybroker
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -371,22 +372,12 @@ func (b *Broker) inspect(queueName string, f func(q *queue) error) error {
 
 func messages(es []*entry) []driver.Message {
 	sorted := slices.Clone(es)
-	slices.SortFunc(sorted, func(a, b *entry) int { return a.due.Compare(b.due)*2 + cmpU(a.seq, b.seq) })
+	slices.SortFunc(sorted, func(a, b *entry) int { return a.due.Compare(b.due)*2 + cmp.Compare(a.seq, b.seq) })
 	out := make([]driver.Message, len(sorted))
 	for i, e := range sorted {
 		out[i] = e.msg
 	}
 	return out
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Pending lists the due, undelivered messages of queue.

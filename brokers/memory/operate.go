@@ -1,6 +1,7 @@
 package memorybroker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -154,7 +155,7 @@ func (b *Broker) List(_ context.Context, queueName string, state driver.ListStat
 			slices.SortFunc(es, func(a, b *entry) int { return cmpBy(byDue, a, b) })
 		case driver.ListInFlight:
 			es = slices.Collect(maps.Values(q.inflight))
-			slices.SortFunc(es, func(a, b *entry) int { return cmpU(a.token, b.token) })
+			slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.token, b.token) })
 		case driver.ListCompleted:
 			for i := len(q.completed) - 1 - offset; i >= 0 && len(out) < limit; i-- {
 				l := q.completed[i]
