@@ -396,3 +396,14 @@ func TestAckCoalescerShortAnswer(t *testing.T) {
 		t.Fatalf("a broker answering one result for two deliveries: %v; want nil, then errShortAckBatch", errs)
 	}
 }
+
+// queued is how many requests wait for a call, over every key.
+func (c *coalescer[Req, Res]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, g := range c.groups {
+		n += len(g.pending)
+	}
+	return n
+}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/errand-go/errand/driver"
 )
 
 // DefaultQueue is the queue used when neither a signature's RoutingKey nor
@@ -50,6 +52,11 @@ type Server struct {
 	log     *slog.Logger
 	mu      sync.RWMutex
 	tasks   map[string]*task
+
+	// fresh joins SendTask's fresh sends into calls of the broker's
+	// carrier of the backend's writes, or of SetPendingIfAbsent beside
+	// Publish (send.go); nil when the drivers can do neither.
+	fresh *coalescer[freshSend, bool]
 }
 
 // NewServer returns a Server for cfg.
@@ -75,7 +82,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}, nil
+	s := &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}
+	var carry driver.PublishPendingFunc
+	if c, ok := s.broker.drv.(driver.PendingCarrier); ok {
+		carry = c.CarryPending(s.backend.drv)
+	}
+	s.fresh = s.newFreshSender(carry)
+	return s, nil
 }
 
 // Broker returns the server's broker, in errand's portable layer: closing
@@ -258,7 +271,10 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 // memory and Redis backends), the PENDING write and the publish go out
 // together, one round trip instead of two: a worker that takes the task
 // first records RECEIVED and the PENDING is dropped, and an error from the
-// PENDING write is returned although the task was published. Either way
+// PENDING write is returned although the task was published. Where the
+// broker carries the backend's writes (driver.PendingCarrier: the Redis
+// broker and Redis backend on one Redis) they go in one call, and
+// concurrent SendTask calls join calls, many sends in one. Either way
 // PENDING is recorded when SendTask returns without error, and a failed
 // publish may leave it behind.
 func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, error) {

@@ -3,8 +3,6 @@ package errand
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/errand-go/errand/driver"
 )
@@ -16,7 +14,9 @@ import (
 //     state allows it, instead of a GetState and then a SetStates;
 //   - SendTask, when it made the task's UUID itself, records PENDING with
 //     driver.PendingWriter (never over a state a worker already wrote) at
-//     the same time as it publishes, instead of before.
+//     the same time as it publishes, instead of before, or in the publish's
+//     own round trip where the broker carries the backend's writes
+//     (driver.PendingCarrier; send.go).
 //
 // Backends without these abilities take the two-call paths, with the same
 // outcome. Concurrent starts of many worker slots share Start calls
@@ -118,37 +118,4 @@ func notRun(sig *Signature, err error) error {
 		return err
 	}
 	return fmt.Errorf("errand: task %s (%s): not run again: its recorded state is finished or a later attempt's", sig.Name, sig.UUID)
-}
-
-// setPendingAndPublish records sig's PENDING state and publishes m. With
-// fresh (SendTask made sig's UUID, so no state can exist yet) and a
-// backend that writes PENDING only where a task has none, the two calls go
-// out together; otherwise PENDING first, then the publish. published says
-// the broker took m (an error may still come from the PENDING write then).
-// After a failed publish PENDING may remain, as it does on the sequential
-// path.
-func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
-	if !fresh || s.backend.pending == nil {
-		if err := s.setPending(ctx, sig); err != nil {
-			return false, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
-		}
-		if err := s.broker.Publish(ctx, m); err != nil {
-			return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
-		}
-		return true, nil
-	}
-	var pendErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		pendErr = s.backend.setPendingIfAbsent(ctx, []*TaskState{pendingState(sig, time.Now().UTC())})
-	})
-	pubErr := s.broker.Publish(ctx, m)
-	wg.Wait()
-	switch {
-	case pubErr != nil:
-		return false, fmt.Errorf("errand: send %s: %w", sig.Name, pubErr)
-	case pendErr != nil:
-		return true, fmt.Errorf("errand: send %s: set PENDING (the task was published): %w", sig.Name, pendErr)
-	}
-	return true, nil
 }

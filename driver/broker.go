@@ -155,3 +155,33 @@ type QueueStats struct {
 type StatsReporter interface {
 	Stats(ctx context.Context, queue string) (QueueStats, error)
 }
+
+// PendingCarrier is implemented by brokers that can record a result
+// backend's PENDING states in the round trip of a publish, because the
+// backend keeps them on the broker's own server (errand's Redis broker and
+// Redis backend on one Redis). errand asks once, when it builds a Server,
+// and then sends each task whose UUID it made itself (SendTask) with one
+// call of the returned function instead of a SetPendingIfAbsent and a
+// Publish side by side.
+type PendingCarrier interface {
+	// CarryPending returns a function that publishes and records PENDING
+	// for be in one round trip, or nil when the broker cannot carry be's
+	// writes: be is not a driver it knows, or keeps its states on another
+	// server. It must not block or do I/O.
+	CarryPending(be Backend) PublishPendingFunc
+}
+
+// PublishPendingFunc publishes msgs as Publish does and, in the same round
+// trip, writes sts (all PENDING) as the backend's
+// PendingWriter.SetPendingIfAbsent would: only where a task has no state,
+// since a worker may record RECEIVED or STARTED before the PENDING lands.
+// The states need not be written in the same atomic step as the messages.
+// It may be called concurrently: errand joins concurrent SendTask calls
+// into one call, and the messages and states of one call need not belong
+// to each other one to one.
+//
+// published reports that the broker accepted every message; an error then
+// comes from the states alone. With published false, some messages and
+// states may have been written, as after a failed Publish. errand has
+// already refused any message over Limits().MaxPayload.
+type PublishPendingFunc func(ctx context.Context, sts []*TaskState, msgs []Message) (published bool, err error)

@@ -1,0 +1,111 @@
+package errand
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// Fresh sends: SendTask under a UUID errand made itself, so that no state
+// can exist under it yet. PENDING is then written only where absent, and
+// needs not precede the publish:
+//
+//   - where the broker carries the backend's PENDING writes
+//     (driver.PendingCarrier: the Redis broker and backend on one Redis),
+//     the states and the messages go in one call, one round trip;
+//   - else, where the backend writes PENDING only where absent
+//     (driver.PendingWriter), a SetPendingIfAbsent and a Publish go side
+//     by side;
+//   - else PENDING is written first, then the message published (the path
+//     of every send under a UUID the caller chose).
+//
+// Concurrent fresh sends share calls (batch.go): a send finding
+// sendFlights calls in flight joins the next, which carries every send
+// queued meanwhile (up to Config.PublishBatch), so many producers'
+// SendTask calls make one pipeline.
+
+// sendFlights is how many fresh-send calls may be in flight before
+// concurrent SendTask calls join the next.
+const sendFlights = 4
+
+// freshSend is one SendTask's state and message.
+type freshSend struct {
+	st *TaskState
+	m  Message
+}
+
+// newFreshSender returns the coalescer of fresh sends, or nil when neither
+// the broker carries the backend's writes nor the backend writes PENDING
+// only where absent. carry is the broker's carrier for the backend, or nil.
+func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalescer[freshSend, bool] {
+	if carry == nil && s.backend.pending == nil {
+		return nil
+	}
+	return newCoalescer(context.Background(), sendFlights, s.cfg.PublishBatch, func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
+		sts := make([]*TaskState, len(reqs))
+		msgs := make([]Message, len(reqs))
+		for i, r := range reqs {
+			sts[i], msgs[i] = r.st, r.m
+		}
+		var ok bool
+		var err error
+		if carry != nil {
+			ok, err = carry(ctx, sts, msgs)
+			err = s.broker.after(ctx, err)
+		} else {
+			ok, err = s.pendingBesidePublish(ctx, sts, msgs)
+		}
+		for i := range reqs {
+			published[i], errs[i] = ok, err
+		}
+	})
+}
+
+// pendingBesidePublish writes sts with SetPendingIfAbsent while msgs are
+// published. published says the broker took msgs (an error may then still
+// come from the states).
+func (s *Server) pendingBesidePublish(ctx context.Context, sts []*TaskState, msgs []Message) (published bool, err error) {
+	var pendErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { pendErr = s.backend.setPendingIfAbsent(ctx, sts) })
+	pubErr := s.broker.Publish(ctx, msgs...)
+	wg.Wait()
+	switch {
+	case pubErr != nil:
+		return false, pubErr
+	case pendErr != nil:
+		return true, fmt.Errorf("set PENDING (the task was published): %w", pendErr)
+	}
+	return true, nil
+}
+
+// setPendingAndPublish records sig's PENDING state and publishes m: with
+// fresh (SendTask made sig's UUID) as a fresh send, above; otherwise
+// PENDING first, then the publish. published says the broker took m (an
+// error may still come from the PENDING write then). After a failed
+// publish PENDING may remain, as it does on the sequential path.
+func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
+	if !fresh || s.fresh == nil {
+		if err := s.setPending(ctx, sig); err != nil {
+			return false, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
+		}
+		if err := s.broker.Publish(ctx, m); err != nil {
+			return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+		}
+		return true, nil
+	}
+	if err := s.broker.before(ctx); err != nil {
+		return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+	}
+	if err := s.backend.before(ctx); err != nil {
+		return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+	}
+	published, err = s.fresh.do(ctx, "", freshSend{pendingState(sig, time.Now().UTC()), m})
+	if err != nil {
+		return published, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+	}
+	return published, nil
+}
