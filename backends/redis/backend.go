@@ -140,19 +140,33 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	pipe := b.rdb.Pipeline()
-	for _, st := range sts {
+	if err := b.queueStates(ctx, pipe, sts, nx); err != nil {
+		return err
+	}
+	_, err := pipe.Exec(ctx)
+	return b.err(ctx, err)
+}
+
+// queueStates queues on pipe one SET ... PX per state (SET ... NX PX when
+// nx). It encodes every state before it queues anything, so an encode
+// error leaves pipe as it was.
+func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState, nx bool) error {
+	vs := make([][]byte, len(sts))
+	for i, st := range sts {
 		v, err := json.Marshal(st)
 		if err != nil {
 			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 		}
+		vs[i] = v
+	}
+	for i, st := range sts {
 		if nx {
-			pipe.SetNX(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+			pipe.SetNX(ctx, b.taskKey(st.TaskUUID), vs[i], b.opts.ResultExpiry)
 		} else {
-			pipe.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry)
+			pipe.Set(ctx, b.taskKey(st.TaskUUID), vs[i], b.opts.ResultExpiry)
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	return b.err(ctx, err)
+	return nil
 }
 
 func decodeState(id string, v string) (*driver.TaskState, error) {

@@ -138,3 +138,20 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driv
 func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) error {
 	return b.setStates(ctx, sts, true)
 }
+
+// Client returns the client the backend writes through. It exists for
+// errand's Redis broker, which compares it with its own to tell whether
+// both keep their keys on the same server (see QueuePendingIfAbsent).
+func (b *Backend) Client() goredis.UniversalClient { return b.rdb }
+
+// QueuePendingIfAbsent queues on pipe exactly the commands
+// SetPendingIfAbsent sends for sts (one SET ... NX PX per state, under the
+// backend's prefix and ResultExpiry) without sending them. It exists for
+// errand's Redis broker on the same server (Client), which sends them in
+// the pipeline of a publish: one round trip for a task's PENDING state and
+// its message. The commands are safe to send twice (NX). If a state cannot
+// be encoded it returns that error before queueing anything. Reading the
+// commands' results is the caller's job.
+func (b *Backend) QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
+	return b.queueStates(ctx, pipe, sts, true)
+}
