@@ -210,33 +210,63 @@ func randomID() string {
 func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	batch, err := b.preparePublish(msgs)
+	if err != nil {
+		return err
+	}
+	_, err = b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+		batch.queue(ctx, pipe, eval)
+	})
+	return b.err(ctx, err)
+}
+
+// publishBatch is a publish checked and grouped by queue, its messages'
+// IDs in Redis drawn, ready to queue on a pipeline: the one code path of
+// Publish and of the carried publish of CarryPending.
+type publishBatch struct {
+	b       *Broker
+	order   []string         // queues in the order of their first message
+	byQueue map[string][]any // the publish script's ARGV per queue
+}
+
+// preparePublish refuses msgs if one has an ID with a newline or a body
+// over MaxPayload, else groups them by queue.
+func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 	for _, m := range msgs {
 		if strings.ContainsRune(m.ID, '\n') {
-			return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
+			return nil, fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
 		}
 		if lim := b.opts.MaxPayload; lim > 0 && len(m.Body) > lim {
-			return fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
+			return nil, fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
 		}
 	}
-	byQueue := map[string][]any{}
-	var order []string
+	p := &publishBatch{b: b, byQueue: map[string][]any{}}
 	for _, m := range msgs {
-		if _, ok := byQueue[m.Queue]; !ok {
-			order = append(order, m.Queue)
+		if _, ok := p.byQueue[m.Queue]; !ok {
+			p.order = append(p.order, m.Queue)
 		}
 		due := dueMillis(m.NotBefore)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		byQueue[m.Queue] = append(byQueue[m.Queue], randomID(), env, due, m.Priority)
+		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], randomID(), env, due, m.Priority)
 	}
-	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
-		pipe.SAdd(ctx, b.global("queues"), anys(order)...)
-		for _, q := range order {
-			k := b.keys(q)
-			eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}, byQueue[q]...)
-		}
-	})
-	return b.err(ctx, err)
+	return p, nil
+}
+
+// queue queues the batch on pipe: the SADD of its queues to the set Queues
+// reads, then one publish script per queue, whose commands it returns.
+// An empty batch queues nothing.
+func (p *publishBatch) queue(ctx context.Context, pipe goredis.Pipeliner, eval evalFunc) []*goredis.Cmd {
+	if len(p.order) == 0 {
+		return nil
+	}
+	pipe.SAdd(ctx, p.b.global("queues"), anys(p.order)...)
+	scripts := make([]*goredis.Cmd, len(p.order))
+	for i, q := range p.order {
+		k := p.b.keys(q)
+		scripts[i] = eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}, p.byQueue[q]...)
+	}
+	return scripts
 }
 
 func anys(ss []string) []any {
@@ -247,25 +277,57 @@ func anys(ss []string) []any {
 	return out
 }
 
-// evalFunc is (*goredis.Script).EvalSha or Eval.
+// evalFunc queues a script on a pipeline (see pipelined).
 type evalFunc func(*goredis.Script, context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd
 
 // pipelined sends what fill queues on a pipeline, in one round trip (one
-// per node on a cluster), and returns its commands. Scripts go by SHA; on
-// a server that does not have them cached yet (fresh or restarted) the
-// pipeline is sent once more with the scripts themselves, so what fill
-// queues must be safe to send twice when a script was refused.
+// per node on a cluster), and returns its commands. Scripts queued with
+// eval go by SHA. Those a server refuses NOSCRIPT (it does not have them
+// cached yet: fresh, restarted, or a cluster node that never ran them) are
+// sent again, alone, with their source in a second pipeline, and their
+// commands take the second answers: nothing else is sent twice, so a
+// script that ran on one node is not run again because another node
+// lacked it.
 func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, evalFunc)) ([]goredis.Cmder, error) {
-	send := func(eval evalFunc) ([]goredis.Cmder, error) {
-		pipe := b.rdb.Pipeline()
-		fill(pipe, eval)
-		return pipe.Exec(ctx)
+	type call struct {
+		cmd    *goredis.Cmd
+		script *goredis.Script
+		keys   []string
+		args   []any
 	}
-	cmds, err := send((*goredis.Script).EvalSha)
-	if isNoScript(err) {
-		cmds, err = send((*goredis.Script).Eval)
+	var calls []call
+	pipe := b.rdb.Pipeline()
+	fill(pipe, func(s *goredis.Script, ctx context.Context, c goredis.Scripter, keys []string, args ...any) *goredis.Cmd {
+		cmd := s.EvalSha(ctx, c, keys, args...)
+		calls = append(calls, call{cmd, s, keys, args})
+		return cmd
+	})
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return cmds, nil
 	}
-	return cmds, err
+	again := b.rdb.Pipeline()
+	type redo struct{ orig, eval *goredis.Cmd }
+	var redos []redo
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			redos = append(redos, redo{c.cmd, c.script.Eval(ctx, again, c.keys, c.args...)})
+		}
+	}
+	if len(redos) == 0 {
+		return cmds, err
+	}
+	again.Exec(ctx) // errors are read per command
+	for _, r := range redos {
+		r.orig.SetVal(r.eval.Val())
+		r.orig.SetErr(r.eval.Err())
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return cmds, err
+		}
+	}
+	return cmds, nil
 }
 
 // dueMillis is nb in ms, rounded up (never early); 0 for the zero time.

@@ -1,0 +1,451 @@
+package redisbroker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/driver"
+)
+
+// sameServerBackend stands in for errand's Redis backend, whose module
+// this one cannot import: it has the two methods the broker looks for
+// (Client, QueuePendingIfAbsent), writing each state with SET ... NX PX
+// under prefix:task:ID as the backend does. The rest of driver.Backend
+// comes from a memory backend and is not used.
+type sameServerBackend struct {
+	driver.Backend
+	rdb    goredis.UniversalClient
+	prefix string
+	// queue, when set, replaces the SET NX of each state (to make the
+	// states fail while the publish succeeds).
+	queue func(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error
+}
+
+func newSameServerBackend(t *testing.T, rdb goredis.UniversalClient, prefix string) *sameServerBackend {
+	mem := memorybackend.New(nil)
+	t.Cleanup(func() { mem.Close() })
+	return &sameServerBackend{Backend: mem, rdb: rdb, prefix: prefix}
+}
+
+func (s *sameServerBackend) Client() goredis.UniversalClient { return s.rdb }
+
+func (s *sameServerBackend) QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
+	if s.queue != nil {
+		return s.queue(ctx, pipe, sts)
+	}
+	for _, st := range sts {
+		v, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		pipe.SetNX(ctx, s.key(st.TaskUUID), v, time.Minute)
+	}
+	return nil
+}
+
+func (s *sameServerBackend) key(id string) string { return s.prefix + ":task:" + id }
+
+func (s *sameServerBackend) state(ctx context.Context, t *testing.T, id string) driver.State {
+	t.Helper()
+	v, err := s.rdb.Get(ctx, s.key(id)).Result()
+	if err == goredis.Nil {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st driver.TaskState
+	if err := json.Unmarshal([]byte(v), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.State
+}
+
+// tripCounter counts what a client sends: pipelines (and those that met a
+// NOSCRIPT, whose scripts the broker sends again) and single commands;
+// not the setup of new connections. On a
+// cluster client it also counts, per node, the pipelines go-redis sends.
+type tripCounter struct {
+	pipes, noscript, singles atomic.Int64
+	mu                       sync.Mutex
+	perNode                  map[string]int
+}
+
+func (c *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (c *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		c.singles.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if handshake(cmds) {
+			return next(ctx, cmds)
+		}
+		c.pipes.Add(1)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil && strings.HasPrefix(e.Error(), "NOSCRIPT") {
+				c.noscript.Add(1)
+				break
+			}
+		}
+		return err
+	}
+}
+
+// handshake reports whether cmds are a new connection's setup (HELLO,
+// CLIENT SETINFO), which go-redis sends as a pipeline through the hooks:
+// dialing is not a round trip of the call that needed the connection.
+func handshake(cmds []goredis.Cmder) bool {
+	return !slices.ContainsFunc(cmds, func(c goredis.Cmder) bool {
+		switch c.Name() {
+		case "hello", "client", "auth", "select":
+			return false
+		}
+		return true
+	})
+}
+
+// nodeHook counts the pipelines one cluster node receives.
+type nodeHook struct {
+	c    *tripCounter
+	addr string
+}
+
+func (h nodeHook) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (h nodeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (h nodeHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if !handshake(cmds) {
+			h.c.mu.Lock()
+			h.c.perNode[h.addr]++
+			h.c.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *tripCounter) reset() {
+	c.pipes.Store(0)
+	c.noscript.Store(0)
+	c.singles.Store(0)
+	c.mu.Lock()
+	clear(c.perNode)
+	c.mu.Unlock()
+}
+
+// check fails t unless what was sent since reset is one pipeline (and a
+// second when a server had not cached the scripts yet, which the broker
+// then sends again with their source) and no single command; on a
+// cluster, at most one pipeline per node for each of those.
+func (c *tripCounter) check(t *testing.T, what string) {
+	t.Helper()
+	pipes, noscript, singles := c.pipes.Load(), c.noscript.Load(), c.singles.Load()
+	if singles != 0 || pipes != 1+min(noscript, 1) {
+		t.Fatalf("round-trip promise broken: %s sent %d pipelines (%d refused NOSCRIPT) and %d single commands; want one pipeline (a second only after NOSCRIPT) and no single command", what, pipes, noscript, singles)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, n := range c.perNode {
+		if int64(n) > pipes {
+			t.Fatalf("round-trip promise broken: %s sent %d pipelines to cluster node %s; want one round trip per node (per pipeline)", what, n, addr)
+		}
+	}
+}
+
+// countedClient returns a client of its own to the deployment name names
+// ("Single" or "Cluster", as servers), with a tripCounter.
+func countedClient(t *testing.T, name string) (goredis.UniversalClient, *tripCounter) {
+	t.Helper()
+	c := &tripCounter{perNode: map[string]int{}}
+	var rdb goredis.UniversalClient
+	switch name {
+	case "Single":
+		o, err := goredis.ParseURL(os.Getenv("ERRAND_REDIS_URL"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb = goredis.NewClient(o)
+	case "Cluster":
+		cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"), ",")})
+		cc.OnNewNode(func(n *goredis.Client) { n.AddHook(nodeHook{c, n.Options().Addr}) })
+		rdb = cc
+	default:
+		t.Fatalf("unknown deployment %q", name)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(c)
+	return rdb, c
+}
+
+func pendingStates(ids ...string) []*driver.TaskState {
+	out := make([]*driver.TaskState, len(ids))
+	for i, id := range ids {
+		out[i] = &driver.TaskState{TaskUUID: id, TaskName: "t", State: driver.StatePending, CreatedAt: time.Now().UTC()}
+	}
+	return out
+}
+
+// TestCarryPending: with errand's Redis backend on its own server, the
+// broker publishes and records PENDING in one pipeline: PENDING where a
+// task has no state, the state already there left alone (a worker may
+// have recorded STARTED first), every message fetchable once.
+func TestCarryPending(t *testing.T) {
+	for name := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rdb, c := countedClient(t, name)
+			prefix := freshPrefix(t, rdb)
+			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+			be := newSameServerBackend(t, rdb, prefix)
+			carry := b.CarryPending(be)
+			if carry == nil {
+				t.Fatal("CarryPending = nil for a backend on the broker's own client; want a carrier")
+			}
+			// Warm up: the server caches the scripts.
+			if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "warm", Body: []byte("w")}); err != nil {
+				t.Fatal(err)
+			}
+
+			started := errand.NewUUID()
+			if err := rdb.Set(ctx, be.key(started), `{"task_uuid":"`+started+`","state":"STARTED"}`, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			ids := []string{errand.NewUUID(), errand.NewUUID(), started, errand.NewUUID()}
+			msgs := []driver.Message{
+				{ID: ids[0], Queue: "a", Body: []byte("0")},
+				{ID: ids[1], Queue: "b", Body: []byte("1")},
+				{ID: ids[2], Queue: "a", Body: []byte("2")},
+				{ID: ids[3], Queue: "a", Body: []byte("3"), Priority: 5},
+			}
+			for round := range 3 {
+				c.reset()
+				var sts []*driver.TaskState
+				var ms []driver.Message
+				if round == 0 {
+					sts, ms = pendingStates(ids...), msgs
+				} else { // a lone send, as a sequential SendTask makes
+					id := errand.NewUUID()
+					sts, ms = pendingStates(id), []driver.Message{{ID: id, Queue: "c", Body: []byte(id)}}
+				}
+				published, err := carry(ctx, sts, ms)
+				if !published || err != nil {
+					t.Fatalf("carried publish %d = %v, %v; want published, no error", round, published, err)
+				}
+				c.check(t, "a carried publish")
+				if round > 0 {
+					if st := be.state(ctx, t, sts[0].TaskUUID); st != driver.StatePending {
+						t.Fatalf("state after a carried publish: %q; want PENDING", st)
+					}
+					if d := fetchOne(ctx, t, b, "c"); d.ID != sts[0].TaskUUID {
+						t.Fatalf("fetched %q; want %q", d.ID, sts[0].TaskUUID)
+					}
+				}
+			}
+
+			for _, id := range []string{ids[0], ids[1], ids[3]} {
+				if st := be.state(ctx, t, id); st != driver.StatePending {
+					t.Fatalf("task %s with no state: %q after the carried publish; want PENDING", id, st)
+				}
+			}
+			if st := be.state(ctx, t, started); st != driver.StateStarted {
+				t.Fatalf("task already STARTED: %q after the carried publish; want STARTED left (PENDING only where absent)", st)
+			}
+			got := map[string]string{}
+			for _, q := range []string{"a", "a", "a", "b"} {
+				d := fetchOne(ctx, t, b, q)
+				got[d.ID] = string(d.Body)
+				if err := b.Ack(ctx, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, m := range msgs {
+				if got[m.ID] != string(m.Body) {
+					t.Fatalf("message %d (%s): fetched body %q; want %q (every carried message published)", i, m.ID, got[m.ID], m.Body)
+				}
+			}
+			for _, q := range []string{"a", "b"} {
+				if st, err := b.Stats(ctx, q); err != nil || st.Pending != 0 {
+					t.Fatalf("queue %s after fetching every message: %+v, %v; want nothing left (each published once)", q, st, err)
+				}
+			}
+		})
+	}
+}
+
+// TestCarryPendingAfterScriptFlush: on a server that lost the scripts,
+// the refused scripts are sent again with EVAL, alone; the states are
+// written once and each message is published once, also on a cluster
+// where only some nodes lost them (a script that ran on one node is not
+// run again because another lacked it).
+func TestCarryPendingAfterScriptFlush(t *testing.T) {
+	for name := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rdb, c := countedClient(t, name)
+			prefix := freshPrefix(t, rdb)
+			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+			be := newSameServerBackend(t, rdb, prefix)
+			carry := b.CarryPending(be)
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// On the cluster, one node has the publish script again.
+			if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "warm", Body: []byte("w")}); err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			var msgs []driver.Message
+			for i := range 12 { // queues on every node of the cluster
+				id := errand.NewUUID()
+				ids = append(ids, id)
+				msgs = append(msgs, driver.Message{ID: id, Queue: "q" + strconv.Itoa(i), Body: []byte(id)})
+			}
+			if name == "Single" {
+				rdb.ScriptFlush(ctx)
+			}
+			c.reset()
+			published, err := carry(ctx, pendingStates(ids...), msgs)
+			if !published || err != nil {
+				t.Fatalf("carried publish after SCRIPT FLUSH = %v, %v; want published, no error", published, err)
+			}
+			if p, n := c.pipes.Load(), c.noscript.Load(); p != 2 || n != 1 {
+				t.Fatalf("carried publish after SCRIPT FLUSH sent %d pipelines (%d refused NOSCRIPT); want two: EVALSHA refused, then EVAL of the refused scripts alone", p, n)
+			}
+			for _, id := range ids {
+				if st := be.state(ctx, t, id); st != driver.StatePending {
+					t.Fatalf("task %s: %q; want PENDING", id, st)
+				}
+			}
+			for _, m := range msgs {
+				if st, err := b.Stats(ctx, m.Queue); err != nil || st.Pending != 1 {
+					t.Fatalf("queue %s after a carried publish of one message: %+v, %v; want exactly one pending (published once, though some scripts went twice)", m.Queue, st, err)
+				}
+			}
+		})
+	}
+}
+
+// TestCarryPendingRefusals: no carrier where the broker cannot write the
+// backend's states (another server or DB, a backend it does not know), and
+// a carried publish checks messages as Publish does.
+func TestCarryPendingRefusals(t *testing.T) {
+	srv := servers(t)
+	rdb := srv["Single"]
+	o := rdb.(*goredis.Client).Options()
+	other := func(o goredis.Options) goredis.UniversalClient {
+		c := goredis.NewClient(&o)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	otherDB, otherAddr, equal := *o, *o, *o
+	otherDB.DB++
+	otherAddr.Addr = "127.0.0.1:1"
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-test-refusals"})
+	for what, be := range map[string]driver.Backend{
+		"another DB":      newSameServerBackend(t, other(otherDB), "errand-test-refusals"),
+		"another address": newSameServerBackend(t, other(otherAddr), "errand-test-refusals"),
+		"the cluster":     newSameServerBackend(t, srv["Cluster"], "errand-test-refusals"),
+		"a memory backend": func() driver.Backend {
+			m := memorybackend.New(nil)
+			t.Cleanup(func() { m.Close() })
+			return m
+		}(),
+	} {
+		if b.CarryPending(be) != nil {
+			t.Errorf("CarryPending with a backend on %s: a carrier; want nil (the broker cannot write its states)", what)
+		}
+	}
+	carry := b.CarryPending(newSameServerBackend(t, other(equal), "errand-test-refusals"))
+	if carry == nil {
+		t.Fatal("CarryPending with a backend on another client of the same server and DB: nil; want a carrier")
+	}
+	ctx := context.Background()
+	id := errand.NewUUID()
+	big := make([]byte, redisbroker.DefaultMaxPayload+1)
+	for what, m := range map[string]driver.Message{
+		"a body over MaxPayload": {ID: id, Queue: "q", Body: big},
+		"an ID with a newline":   {ID: id + "\nx", Queue: "q", Body: []byte("x")},
+	} {
+		published, err := carry(ctx, pendingStates(id), []driver.Message{m})
+		if published || err == nil {
+			t.Fatalf("carried publish of %s = %v, %v; want refused as Publish refuses it", what, published, err)
+		}
+		if what == "a body over MaxPayload" && !errors.Is(err, driver.ErrPayloadTooLarge) {
+			t.Fatalf("carried publish of %s: %v; want ErrPayloadTooLarge", what, err)
+		}
+		if n := rdb.Exists(ctx, "errand-test-refusals:task:"+id).Val(); n != 0 {
+			t.Fatalf("carried publish of %s wrote the state; want nothing sent", what)
+		}
+	}
+}
+
+// TestCarryPendingFailures: published reports whether the messages were
+// taken. A publish that fails (closed client) is not published; states
+// that fail beside a publish that succeeds are published, with the
+// states' error.
+func TestCarryPendingFailures(t *testing.T) {
+	for name := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rdb, _ := countedClient(t, name)
+			prefix := freshPrefix(t, rdb)
+			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+			be := newSameServerBackend(t, rdb, prefix)
+			carry := b.CarryPending(be)
+
+			// States that fail: a SET the server refuses, then one that
+			// cannot be encoded.
+			id := errand.NewUUID()
+			be.queue = func(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
+				pipe.Do(ctx, "SET", be.key(sts[0].TaskUUID)) // wrong number of arguments
+				return nil
+			}
+			published, err := carry(ctx, pendingStates(id), []driver.Message{{ID: id, Queue: "q", Body: []byte("x")}})
+			if !published || err == nil {
+				t.Fatalf("carried publish whose state the server refused = %v, %v; want published with the states' error", published, err)
+			}
+			be.queue = func(context.Context, goredis.Pipeliner, []*driver.TaskState) error {
+				return errors.New("cannot encode")
+			}
+			published, err = carry(ctx, pendingStates(id), []driver.Message{{ID: id + "-2", Queue: "q", Body: []byte("y")}})
+			if !published || err == nil || !strings.Contains(err.Error(), "cannot encode") {
+				t.Fatalf("carried publish whose state cannot be encoded = %v, %v; want published with the encode error", published, err)
+			}
+			for _, want := range []string{id, id + "-2"} {
+				if d := fetchOne(ctx, t, b, "q"); d.ID != want {
+					t.Fatalf("fetched %q; want %q (the messages of a publish whose states failed are queued)", d.ID, want)
+				}
+			}
+
+			be.queue = nil
+			rdb.Close()
+			id = errand.NewUUID()
+			published, err = carry(ctx, pendingStates(id), []driver.Message{{ID: id, Queue: "q", Body: []byte("z")}})
+			if published || !errors.Is(err, driver.ErrClosed) {
+				t.Fatalf("carried publish on a closed client = %v, %v; want not published, ErrClosed", published, err)
+			}
+		})
+	}
+}
