@@ -171,6 +171,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
 	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
+	checkAbility(t, b, caps.CarryPending, reflect.TypeFor[driver.PendingCarrier](), "CarryPending")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

@@ -86,6 +86,12 @@ type BrokerCaps struct {
 	Unique      bool // driver.Uniquer
 	RateLimit   bool // driver.RateLimiter
 	Schedules   bool // driver.ScheduleStore
+	// CarryPending: the broker records a result backend's PENDING states in
+	// the round trip of a publish, where the two share a server
+	// (driver.PendingCarrier). Checked by Worker/Send/CarriedPending with
+	// the backend of the RunWorker pair; a pair that does not share a
+	// server (CarryPending returns nil) is logged and checked no further.
+	CarryPending bool // driver.PendingCarrier
 }
 
 // BackendHarness tells the kit how to make and judge a backend.
