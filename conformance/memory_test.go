@@ -27,6 +27,16 @@ func TestMemoryWorker(t *testing.T) {
 	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), conformance.MemoryBackend())
 }
 
+// TestMemoryCarrierWorker runs the worker cases on a memory broker that
+// carries the memory backend's PENDING writes (driver.PendingCarrier, a
+// test-only pair of the kit's: selftest_carry_test.go), so
+// Send/CarriedPending checks a correct carrier, not just logs.
+func TestMemoryCarrierWorker(t *testing.T) {
+	t.Parallel()
+	broker, backend := conformance.MemoryCarrierPair()
+	conformance.RunWorker(t, broker, backend)
+}
+
 func BenchmarkMemoryBroker(b *testing.B) {
 	conformance.BenchmarkBroker(b, conformance.MemoryBroker(memorybroker.Options{}))
 }

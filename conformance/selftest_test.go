@@ -828,6 +828,12 @@ var workerTargets = map[string]string{
 	"Queues/Cap":                  "broker:routes-every-queue-to-one",
 }
 
+// extraBrokerTargets and extraWorkerTargets are further variants for cases
+// that already have their targets above (registered by the selftest files'
+// init functions). A worker target "pair:NAME" names a broken broker and
+// backend pair of brokenPairs; its healthy run is the correct pair.
+var extraBrokerTargets, extraWorkerTargets []target
+
 func TestEveryCaseHasATarget(t *testing.T) {
 	check := func(kind string, names []string, targets map[string]string) {
 		for _, n := range names {
@@ -847,10 +853,17 @@ func TestEveryCaseHasATarget(t *testing.T) {
 	for _, m := range []map[string]string{brokerTargets, moreBrokerTargets, backendTargets, moreBackendTargets, workerTargets} {
 		for _, v := range m {
 			if _, after, ok := strings.Cut(v, ":"); ok {
-				v = after // worker targets name "broker:X" or "backend:X"
+				v = after // worker targets name "broker:X", "backend:X" or "pair:X"
 			}
 			used[v] = true
 		}
+	}
+	for _, tg := range slices.Concat(extraBrokerTargets, extraWorkerTargets) {
+		_, v, ok := strings.Cut(tg.variant, ":")
+		if !ok {
+			v = tg.variant
+		}
+		used[v] = true
 	}
 	for name := range brokenBrokers {
 		if !used[name] {
@@ -860,6 +873,11 @@ func TestEveryCaseHasATarget(t *testing.T) {
 	for name := range brokenBackends {
 		if !used[name] {
 			t.Errorf("broken backend %q is no case's target", name)
+		}
+	}
+	for name := range brokenPairs {
+		if !used[name] {
+			t.Errorf("broken pair %q is no case's target", name)
 		}
 	}
 	// Every fault scenario has a broken setup (selftest_fault_test.go).
@@ -933,7 +951,7 @@ func firstLine(msgs []string) string {
 }
 
 func TestKitCatchesBrokenBrokers(t *testing.T) {
-	for _, tg := range targetsOf(brokerTargets, moreBrokerTargets) {
+	for _, tg := range append(targetsOf(brokerTargets, moreBrokerTargets), extraBrokerTargets...) {
 		name, variant := tg.name, tg.variant
 		t.Run(name+"/"+variant, func(t *testing.T) {
 			t.Parallel()
@@ -961,17 +979,23 @@ func TestKitCatchesBrokenBackends(t *testing.T) {
 }
 
 func TestKitCatchesBrokenDriversEndToEnd(t *testing.T) {
-	for name, target := range workerTargets {
-		t.Run(name, func(t *testing.T) {
+	for _, tg := range append(targetsOf(workerTargets), extraWorkerTargets...) {
+		name, target := tg.name, tg.variant
+		t.Run(name+"/"+target, func(t *testing.T) {
 			t.Parallel()
 			run := find(workerCases, name)
 			healthy := workerPair{healthyBroker(), healthyBackend()}
 			broken := healthy
 			kind, variant, _ := strings.Cut(target, ":")
-			if kind == "broker" {
+			switch kind {
+			case "broker":
 				broken.broker = brokenBrokers[variant]
-			} else {
+			case "backend":
 				broken.backend = brokenBackends[variant]
+			case "pair":
+				healthy, broken = carrierPair(nil), brokenPairs[variant]
+			default:
+				t.Fatalf("worker target %q names no broker, backend or pair", target)
 			}
 			for _, p := range []*workerPair{&broken, &healthy} {
 				p.broker.Timing = p.broker.Timing.withDefaults()

@@ -238,6 +238,9 @@ type recStarter struct{ r *recorder }
 
 // Start records RECEIVED and STARTED for each request the backend wrote.
 func (s recStarter) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+	s.r.mu.Lock()
+	s.r.wrote("Start")
+	s.r.mu.Unlock()
 	res, err := s.r.Backend.(driver.Starter).Start(ctx, reqs)
 	if err != nil {
 		return nil, err
@@ -260,11 +263,18 @@ type recPending struct{ r *recorder }
 // first), it still stood for the send, which came before them all.
 func (p recPending) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
 	p.r.mu.Lock()
-	for _, st := range sts {
-		p.r.paths[st.TaskUUID] = append([]errand.State{st.State}, p.r.paths[st.TaskUUID]...)
-	}
+	p.r.wrote("SetPendingIfAbsent")
+	p.r.recordPending(sts)
 	p.r.mu.Unlock()
 	return p.r.Backend.(driver.PendingWriter).SetPendingIfAbsent(ctx, sts)
+}
+
+// recordPending puts each state of sts (PENDING) first in its task's path;
+// r.mu must be held.
+func (r *recorder) recordPending(sts []*errand.TaskState) {
+	for _, st := range sts {
+		r.paths[st.TaskUUID] = append([]errand.State{st.State}, r.paths[st.TaskUUID]...)
+	}
 }
 
 type recWaiter struct{ r *recorder }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,19 +64,52 @@ var workerCases = []kase[workerPair]{
 	{"Queues/Weighted", queuesWeighted, parallel},
 	{"Queues/Strict", queuesStrict, parallel},
 	{"Queues/Cap", queuesCap, parallel},
+	{"Send/CarriedPending", carriedPending, parallel},
 }
 
-// recorder wraps a backend to record each task's states.
+// recorder wraps a backend to record each task's states, and counts the
+// state writes errand makes through it, by method.
 type recorder struct {
 	errand.Backend
-	mu    sync.Mutex
-	paths map[string][]errand.State
+	mu     sync.Mutex
+	paths  map[string][]errand.State
+	writes map[string]int // calls of SetState, SetStates, Start, SetPendingIfAbsent
+}
+
+// wrote counts a call of method; r.mu must be held.
+func (r *recorder) wrote(method string) {
+	if r.writes == nil {
+		r.writes = map[string]int{}
+	}
+	r.writes[method]++
+}
+
+// writeCalls returns the state writes made so far, by method.
+func (r *recorder) writeCalls() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.writes)
+}
+
+// checkPaths checks, when t's case ends, that every task went through an
+// allowed sequence of states.
+func (r *recorder) checkPaths(t testing.TB) {
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for id, p := range r.paths {
+			if err := driver.ValidPath(p); err != nil {
+				t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
+			}
+		}
+	})
 }
 
 // SetState records the state before writing it, so a waiter woken by the
 // write always finds it recorded; a failed write is taken back.
 func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
 	r.mu.Lock()
+	r.wrote("SetState")
 	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
 	r.mu.Unlock()
 	err := r.Backend.SetState(ctx, st)
@@ -107,6 +141,7 @@ func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) error
 		return nil
 	}
 	r.mu.Lock()
+	r.wrote("SetStates")
 	for _, st := range sts {
 		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
 	}
@@ -142,15 +177,7 @@ func newWCase(t testing.TB, p workerPair) *wcase {
 		t.Fatal(err)
 	}
 	c.srv = srv
-	t.Cleanup(func() {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		for id, p := range rec.paths {
-			if err := driver.ValidPath(p); err != nil {
-				t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
-			}
-		}
-	})
+	rec.checkPaths(t)
 	return c
 }
 

@@ -1,0 +1,355 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/driver"
+)
+
+// Worker/Send/CarriedPending: a broker declaring BrokerCaps.CarryPending
+// (driver.PendingCarrier) records the PENDING states of the RunWorker
+// pair's backend in the round trip of a publish, where the two share a
+// server. The case asks the broker for its carrier of the raw backend (the
+// driver the backend harness made, which the broker must recognise); a
+// pair that does not share a server (nil) is logged and checked no
+// further. Otherwise it checks the carried function directly and through a
+// real Server, which errand builds on the same two drivers:
+//
+//   - a SendTask under a UUID errand made costs one carried call, no
+//     Publish and no backend write, and the task is PENDING when it
+//     returns;
+//   - a call writes PENDING only where a task has no state, publishes its
+//     messages, and reports published=true only when the broker took them
+//     (a call under a cancelled ctx must not claim a publish it did not
+//     make);
+//   - 20 concurrent SendTasks (joined into shared calls) are each PENDING
+//     and each delivered once, and a worker runs each once.
+//
+// A backend no driver can know gets no carrier.
+
+// carryTask is the task the case sends.
+const carryTask = "conformance.carried"
+
+// strangerBackend is a backend no driver can know (an unexported type of
+// the kit): CarryPending must answer nil for it.
+type strangerBackend struct{ driver.Backend }
+
+// carryingBroker is the broker driver as errand sees it in the case: its
+// PendingCarrier forwarded, every other optional ability hidden. errand
+// asks it to carry the backend it holds (the recorder's wrapper), which
+// the driver cannot recognise; it asks the driver for the raw backend the
+// wrapper stands for instead. It counts carried calls, their messages,
+// Publish calls and deliveries by message ID, and records each carried
+// state as PENDING first in the task's path, as the recorder does for
+// SetPendingIfAbsent.
+type carryingBroker struct {
+	errand.Broker
+	carrier driver.PendingCarrier
+	held    errand.Backend // the backend errand holds
+	raw     errand.Backend // the driver it wraps
+	rec     *recorder
+
+	mu        sync.Mutex
+	calls     int // carried calls
+	carried   int // messages in them
+	publishes int // Publish calls
+	delivered map[string]int
+}
+
+func (b *carryingBroker) CarryPending(be driver.Backend) driver.PublishPendingFunc {
+	if be == b.held {
+		be = b.raw
+	}
+	fn := b.carrier.CarryPending(be)
+	if fn == nil {
+		return nil
+	}
+	return func(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+		b.mu.Lock()
+		b.calls++
+		b.carried += len(msgs)
+		b.mu.Unlock()
+		b.rec.mu.Lock()
+		b.rec.recordPending(sts)
+		b.rec.mu.Unlock()
+		return fn(ctx, sts, msgs)
+	}
+}
+
+func (b *carryingBroker) Publish(ctx context.Context, msgs ...errand.Message) error {
+	b.mu.Lock()
+	b.publishes++
+	b.mu.Unlock()
+	return b.Broker.Publish(ctx, msgs...)
+}
+
+func (b *carryingBroker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	ds, err := b.Broker.Fetch(ctx, queue, limit, lease)
+	b.mu.Lock()
+	for _, d := range ds {
+		b.delivered[d.ID]++
+	}
+	b.mu.Unlock()
+	return ds, err
+}
+
+// counts returns the carried calls, their messages and the Publish calls
+// so far.
+func (b *carryingBroker) counts() (calls, carried, publishes int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls, b.carried, b.publishes
+}
+
+func (b *carryingBroker) deliveries(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.delivered[id]
+}
+
+// carryCase is one run of the case over a pair that shares a server.
+type carryCase struct {
+	*wcase
+	drv   errand.Broker             // the broker driver, raw
+	be    errand.Backend            // the backend driver, raw
+	carry driver.PublishPendingFunc // the driver's carrier of be
+	cb    *carryingBroker           // the broker errand holds
+}
+
+func carriedPending(t testing.TB, p workerPair) {
+	if !p.broker.Caps.CarryPending {
+		t.Logf("the broker harness does not declare CarryPending: nothing to check (Broker/Capabilities checks that the broker is no driver.PendingCarrier)")
+		return
+	}
+	drv := p.broker.New(t)
+	carrier, ok := drv.(driver.PendingCarrier)
+	if !ok {
+		t.Fatalf("capabilities promise broken: the harness declares CarryPending but %T does not implement driver.PendingCarrier", drv)
+	}
+	stranger := strangerBackend{memorybackend.New(nil)}
+	t.Cleanup(func() { stranger.Close() })
+	if carrier.CarryPending(stranger) != nil {
+		t.Errorf("carry promise broken: CarryPending returned a function for %T, a backend the broker cannot know; want nil (driver.PendingCarrier: it would record PENDING where that backend never reads it)", stranger)
+	}
+	be := p.backend.New(t, 0)
+	carry := carrier.CarryPending(be)
+	if carry == nil {
+		t.Logf("%T does not carry the PENDING writes of %T (CarryPending returned nil: the two do not share a server); errand writes PENDING beside the publish, and this case checks nothing more", drv, be)
+		return
+	}
+
+	tm := p.broker.Timing
+	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
+	held := rec.backend()
+	cb := &carryingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec, delivered: map[string]int{}}
+	w := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: drv, rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
+	srv, err := errand.NewServer(errand.Config{Broker: cb, Backend: held, DefaultQueue: w.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = srv
+	rec.checkPaths(t)
+	c := &carryCase{wcase: w, drv: drv, be: be, carry: carry, cb: cb}
+	c.register(carryTask, func(ctx context.Context, i int) (int, error) { return i, nil })
+
+	first := c.sendOne()
+	c.notOverwritten()
+	c.publishedMeansPublished()
+	c.concurrent(first)
+}
+
+// pendingOf returns the PENDING state errand writes for a send of task id.
+func pendingOf(id string) *errand.TaskState {
+	return &errand.TaskState{TaskUUID: id, TaskName: carryTask, State: errand.StatePending, Attempt: 1, CreatedAt: time.Now().UTC()}
+}
+
+// isPending checks that id reads back PENDING, and names what.
+func (c *carryCase) isPending(id, what string) bool {
+	c.t.Helper()
+	st, err := c.be.GetState(c.ctx, id)
+	if err != nil || st.State != errand.StatePending || st.TaskName != carryTask {
+		c.t.Errorf("carry promise broken: %s, task %s reads %s from the backend; want PENDING named %s (the carried call writes PENDING where a task has no state)", what, id, describeState(st, err), carryTask)
+		return false
+	}
+	return true
+}
+
+func describeState(st *errand.TaskState, err error) string {
+	if err != nil {
+		return fmt.Sprintf("error %v", err)
+	}
+	return fmt.Sprintf("%s (task %q, attempt %d)", st.State, st.TaskName, st.Attempt)
+}
+
+// sendOne: one SendTask under a UUID errand made goes in one carried call,
+// with no Publish and no backend write, and the task is PENDING when
+// SendTask returns. It returns the task's result.
+func (c *carryCase) sendOne() *errand.AsyncResult {
+	r := c.send(errand.NewSignature(carryTask, 0))
+	calls, carried, publishes := c.cb.counts()
+	if calls != 1 || carried != 1 || publishes != 0 {
+		c.t.Errorf("carry promise broken: one SendTask under a UUID errand made cost %d carried calls (%d messages) and %d Publish calls; want one carried call of one message and no Publish (CarryPending offered a carrier for the backend, so PENDING rides with the publish)", calls, carried, publishes)
+	}
+	if w := c.rec.writeCalls(); len(w) != 0 {
+		c.t.Errorf("carry promise broken: one carried SendTask also wrote to the backend itself: %v; want no backend write (the carried call records PENDING)", w)
+	}
+	c.isPending(r.Signature.UUID, "right after SendTask returned")
+	return r
+}
+
+// directMsg is a message of the case's own, for task id on queue q.
+func directMsg(id, q string) errand.Message {
+	return errand.Message{ID: id, Queue: q, Body: []byte(`{"conformance":"` + id + `"}`)}
+}
+
+// fetchDirect waits up to within for the messages of q, acking each, and
+// returns their IDs.
+func (c *carryCase) fetchDirect(q string, n int, within time.Duration) []string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.ctx, within)
+	defer cancel()
+	var got []string
+	for len(got) < n {
+		ds, err := c.drv.Fetch(ctx, q, n-len(got), c.lease)
+		if err != nil {
+			if ctx.Err() != nil && c.ctx.Err() == nil {
+				break // within passed
+			}
+			c.t.Fatalf("Fetch(%s): %v", q, err)
+		}
+		for _, d := range ds {
+			got = append(got, d.ID)
+			if err := c.drv.Ack(c.ctx, d); err != nil {
+				c.t.Fatalf("Ack(%s): %v", d.ID, err)
+			}
+		}
+	}
+	return got
+}
+
+// notOverwritten: one carried call of PENDING for tasks that already have
+// a state (PENDING of a later attempt, RECEIVED, STARTED, SUCCESS,
+// FAILURE) and for one that has none, with that task's message: the
+// existing states stay as they were, the new task is PENDING, and its
+// message is delivered.
+func (c *carryCase) notOverwritten() {
+	q := name(c.t, "direct")
+	existing := []errand.State{errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateSuccess, errand.StateFailure}
+	var sts []*errand.TaskState
+	for i, s := range existing {
+		id := name(c.t, fmt.Sprint("had", i))
+		if err := c.be.SetState(c.ctx, &errand.TaskState{TaskUUID: id, TaskName: carryTask, State: s, Attempt: 2, CreatedAt: time.Now().UTC()}); err != nil {
+			c.t.Fatalf("SetState(%s %s): %v", id, s, err)
+		}
+		sts = append(sts, pendingOf(id))
+	}
+	fresh := name(c.t, "fresh")
+	sts = append(sts, pendingOf(fresh))
+	published, err := c.carry(c.ctx, sts, []errand.Message{directMsg(fresh, q)})
+	if err != nil || !published {
+		c.t.Fatalf("carry promise broken: a carried call of %d states (%d with a state already) and one message returned published=%v, %v; want published, no error", len(sts), len(existing), published, err)
+	}
+	for i, s := range existing {
+		id := sts[i].TaskUUID
+		if st, err := c.be.GetState(c.ctx, id); err != nil || st.State != s || st.Attempt != 2 {
+			c.t.Errorf("carry promise broken: a task in state %s (attempt 2) reads %s after a carried PENDING; an existing state must stay untouched (PENDING only where a task has no state: a worker may have recorded the task first)", s, describeState(st, err))
+		}
+	}
+	c.isPending(fresh, "after a carried call")
+	if got := c.fetchDirect(q, 1, c.tm.Prompt*5); !slices.Equal(got, []string{fresh}) {
+		c.t.Fatalf("carry promise broken: the carried call returned published=true, but within %v its queue delivered %v; want its one message, %s (published means the broker accepted every message)", c.tm.Prompt*5, got, fresh)
+	}
+}
+
+// publishedMeansPublished: a carried call under a cancelled ctx may fail,
+// but must not report published=true unless its message was taken: errand
+// would then count the task as sent.
+func (c *carryCase) publishedMeansPublished() {
+	q := name(c.t, "cancelled")
+	id := name(c.t, "cancelled")
+	ctx, cancel := context.WithCancel(c.ctx)
+	cancel()
+	published, err := c.carry(ctx, []*errand.TaskState{pendingOf(id)}, []errand.Message{directMsg(id, q)})
+	switch {
+	case !published && err == nil:
+		c.t.Errorf("carry promise broken: a carried call under a cancelled ctx returned published=false with no error; a call that did not publish must say why")
+	case !published:
+		c.t.Logf("under a cancelled ctx the carried call failed unpublished, as it may: %v", err)
+	default:
+		if got := c.fetchDirect(q, 1, c.tm.Prompt*5); !slices.Equal(got, []string{id}) {
+			c.t.Errorf("carry promise broken: a carried call under a cancelled ctx returned published=true (error %v), but within %v its queue delivered %v; want its message %s: published must mean the broker accepted every message (errand counts the task as sent and keeps its unique key)", err, c.tm.Prompt*5, got, id)
+		}
+		if err == nil {
+			c.isPending(id, "after a carried call under a cancelled ctx that reported success")
+		}
+	}
+}
+
+// concurrent: 20 concurrent SendTasks, joined by errand into shared
+// carried calls: each task is PENDING, with no Publish; a worker then runs
+// each (and first, the one of sendOne) exactly once, each message
+// delivered once, and nothing is left on the queue.
+func (c *carryCase) concurrent(first *errand.AsyncResult) {
+	const n = 20
+	calls0, carried0, pubs0 := c.cb.counts()
+	results := make([]*errand.AsyncResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = c.srv.SendTask(c.ctx, errand.NewSignature(carryTask, i+1)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.t.Fatalf("carry promise broken: %d concurrent SendTasks over a carrier failed: %v; want every send to succeed", n, err)
+	}
+	calls, carried, pubs := c.cb.counts()
+	calls, carried, pubs = calls-calls0, carried-carried0, pubs-pubs0
+	if carried != n || calls < 1 || calls > n || pubs != 0 {
+		c.t.Errorf("carry promise broken: %d concurrent SendTasks made %d carried calls of %d messages in all, and %d Publish calls; want %d messages in 1 to %d calls, no Publish", n, calls, carried, pubs, n, n)
+	}
+	for i, r := range results {
+		c.isPending(r.Signature.UUID, fmt.Sprintf("right after concurrent SendTask %d of %d returned (%d carried calls)", i, n, calls))
+	}
+
+	runs := make(map[string]int) // by task UUID
+	var mu sync.Mutex
+	wk := c.start(errand.WorkerConfig{Middleware: []errand.Middleware{func(next errand.TaskHandler) errand.TaskHandler {
+		return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
+			mu.Lock()
+			runs[sig.UUID]++
+			mu.Unlock()
+			return next(ctx, sig)
+		}
+	}}})
+	all := append([]*errand.AsyncResult{first}, results...)
+	for i, r := range all {
+		var got int
+		if err := r.GetInto(c.ctx, &got); err != nil || got != i {
+			c.t.Fatalf("carry promise broken: carried task %d ended %d, %v; want %d (its message was published and a worker runs it)", i, got, err, i)
+		}
+	}
+	sctx, cancel := context.WithTimeout(c.ctx, c.tm.Prompt*10)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err != nil {
+		c.t.Fatalf("worker shutdown: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, r := range all {
+		id := r.Signature.UUID
+		if runs[id] != 1 || c.cb.deliveries(id) != 1 {
+			c.t.Errorf("carry promise broken: carried task %d (%s) was delivered %d times and ran %d times; want once each (each message of a joined call published once)", i, id, c.cb.deliveries(id), runs[id])
+		}
+	}
+	if left := c.fetchDirect(c.queue, n, c.tm.Prompt/2); len(left) != 0 {
+		c.t.Errorf("carry promise broken: after every carried task ran, the queue still delivered %v; want nothing (each message of a joined call published once)", left)
+	}
+}

@@ -1,0 +1,203 @@
+package conformance
+
+// A memory broker that carries the PENDING writes of memory backends
+// (driver.PendingCarrier), correct and broken, for the self-test of
+// Worker/Send/CarriedPending. The memory drivers themselves carry nothing
+// (a driver never imports another); the pair lives here.
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/driver"
+)
+
+// carrierServer stands for the server a broker and a backend share: the
+// memory backends made by one pair's backend harness.
+type carrierServer struct {
+	mu       sync.Mutex
+	backends map[*memorybackend.Backend]bool
+}
+
+func (s *carrierServer) add(be *memorybackend.Backend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.backends[be] = true
+}
+
+func (s *carrierServer) has(be *memorybackend.Backend) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.backends[be]
+}
+
+// memCarrier is the memory broker carrying the PENDING writes of the memory
+// backends on its server: a call writes the states where absent, then
+// publishes, as errand's Redis broker does on one Redis node. publish
+// replaces the call (nil: the correct one); own, when set, is where it
+// writes the states of a backend that is not on its server (a carrier that
+// answers for any backend).
+type memCarrier struct {
+	*memorybroker.Broker
+	server  *carrierServer
+	publish func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error)
+	own     *memorybackend.Backend
+}
+
+var _ driver.PendingCarrier = (*memCarrier)(nil)
+
+func (c *memCarrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
+	mb, ok := be.(*memorybackend.Backend)
+	if !ok || !c.server.has(mb) {
+		if c.own == nil {
+			return nil
+		}
+		mb = c.own
+	}
+	return func(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+		if c.publish != nil {
+			return c.publish(c, mb, ctx, sts, msgs)
+		}
+		return carryCorrectly(c, mb, ctx, sts, msgs)
+	}
+}
+
+// carryCorrectly is the carried call as driver.PublishPendingFunc
+// describes it.
+func carryCorrectly(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := be.SetPendingIfAbsent(ctx, sts); err != nil {
+		return false, err
+	}
+	if err := c.Broker.Publish(ctx, msgs...); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// carrierPair returns a broker and a backend harness on one server, the
+// broker's calls replaced by mod.
+func carrierPair(mod func(c *memCarrier)) workerPair {
+	srv := &carrierServer{backends: map[*memorybackend.Backend]bool{}}
+	bh := healthyBroker()
+	bh.Caps.CarryPending = true
+	bh.New = func(t testing.TB) errand.Broker {
+		c := &memCarrier{Broker: memorybroker.New(nil), server: srv}
+		if mod != nil {
+			mod(c)
+		}
+		t.Cleanup(func() {
+			c.Broker.Close()
+			if c.own != nil {
+				c.own.Close()
+			}
+		})
+		return c
+	}
+	beh := healthyBackend()
+	beh.New = func(t testing.TB, expiry time.Duration) errand.Backend {
+		be := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
+		srv.add(be)
+		t.Cleanup(func() { be.Close() })
+		return be
+	}
+	return workerPair{bh, beh}
+}
+
+// MemoryCarrierPair returns the harnesses of a memory broker that carries
+// the PENDING writes of the memory backends made by the backend harness
+// (the test-only reference of driver.PendingCarrier, for
+// memory_test.go's self-run).
+func MemoryCarrierPair() (BrokerHarness, BackendHarness) {
+	p := carrierPair(nil)
+	return p.broker, p.backend
+}
+
+// brokenPairs are broken carriers with the backend harness of their
+// server; the worker targets name them "pair:NAME".
+var brokenPairs = map[string]workerPair{
+	// Publishes and drops the states: the task is not PENDING after
+	// SendTask.
+	"carrier-drops-states": carrierPair(func(c *memCarrier) {
+		c.publish = func(c *memCarrier, _ *memorybackend.Backend, ctx context.Context, _ []*errand.TaskState, msgs []errand.Message) (bool, error) {
+			return true, c.Broker.Publish(ctx, msgs...)
+		}
+	}),
+	// Writes the states and publishes nothing, reporting success.
+	"carrier-publishes-nothing": carrierPair(func(c *memCarrier) {
+		c.publish = func(_ *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, _ []errand.Message) (bool, error) {
+			return true, be.SetPendingIfAbsent(ctx, sts)
+		}
+	}),
+	// A plain SET instead of SET NX: PENDING overwrites what a worker
+	// recorded.
+	"carrier-overwrites-states": carrierPair(func(c *memCarrier) {
+		c.publish = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+			if err := be.SetStates(ctx, sts); err != nil {
+				return false, err
+			}
+			return true, c.Broker.Publish(ctx, msgs...)
+		}
+	}),
+	// Writes the states, fails to publish (its ctx is done) and reports
+	// published=true, the publish's error passed off as the states'.
+	"carrier-published-despite-failure": carrierPair(func(c *memCarrier) {
+		c.publish = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+			if err := be.SetPendingIfAbsent(context.WithoutCancel(ctx), sts); err != nil {
+				return false, err
+			}
+			if err := ctx.Err(); err != nil {
+				return true, err // nothing published
+			}
+			return true, c.Broker.Publish(ctx, msgs...)
+		}
+	}),
+	// Carries any backend: the states of one it does not share a server
+	// with go to its own store, where that backend never reads them.
+	"carrier-carries-unknown-backend": carrierPair(func(c *memCarrier) {
+		c.own = memorybackend.New(nil)
+	}),
+}
+
+func init() {
+	workerTargets["Send/CarriedPending"] = "pair:carrier-drops-states"
+	extraWorkerTargets = append(extraWorkerTargets,
+		target{"Send/CarriedPending", "pair:carrier-publishes-nothing"},
+		target{"Send/CarriedPending", "pair:carrier-overwrites-states"},
+		target{"Send/CarriedPending", "pair:carrier-published-despite-failure"},
+		target{"Send/CarriedPending", "pair:carrier-carries-unknown-backend"},
+	)
+	// A carrier its harness does not declare.
+	brokenBrokers["undeclared-carrier"] = func() BrokerHarness {
+		h := carrierPair(nil).broker
+		h.Caps.CarryPending = false
+		return h
+	}()
+	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-carrier"})
+}
+
+// TestCarrierPairRefusesAnotherServer: the memory carrier carries only
+// the backends of its own server (so the case's "does not share a server"
+// path is the one a mismatched pair takes).
+func TestCarrierPairRefusesAnotherServer(t *testing.T) {
+	t.Parallel()
+	a, b := carrierPair(nil), carrierPair(nil)
+	br := a.broker.New(t).(driver.PendingCarrier)
+	if br.CarryPending(a.backend.New(t, 0)) == nil {
+		t.Fatalf("the memory carrier does not carry a backend of its own server")
+	}
+	if br.CarryPending(b.backend.New(t, 0)) != nil {
+		t.Fatalf("the memory carrier carries a backend of another server")
+	}
+	m := runMock(t, func(mt testing.TB) { carriedPending(mt, workerPair{a.broker, b.backend}) })
+	if m.Failed() {
+		t.Fatalf("Send/CarriedPending fails on a pair that does not share a server (it must log and check nothing): %v", m.msgs)
+	}
+}
