@@ -88,7 +88,9 @@ type tripCounter struct {
 func (c *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (c *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		c.singles.Add(1)
+		if !handshake([]goredis.Cmder{cmd}) {
+			c.singles.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
@@ -110,8 +112,8 @@ func (c *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 }
 
 // handshake reports whether cmds are a new connection's setup (HELLO,
-// CLIENT SETINFO), which go-redis sends as a pipeline through the hooks:
-// dialing is not a round trip of the call that needed the connection.
+// CLIENT SETINFO), which go-redis sends through the hooks: dialing is not
+// a round trip of the call that needed the connection.
 func handshake(cmds []goredis.Cmder) bool {
 	return !slices.ContainsFunc(cmds, func(c goredis.Cmder) bool {
 		switch c.Name() {
