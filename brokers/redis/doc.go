@@ -110,6 +110,15 @@
 // The keys of no single queue share the hash tag {prefix}, so each script
 // on them runs on one slot of a cluster. docs/redis.md has the details.
 //
+// # With errand's Redis backend
+//
+// The broker implements [driver.PendingCarrier]: when errand's Redis result
+// backend keeps its states on the broker's own server (the same client, or
+// clients of equal address, DB and user, or of the same cluster), errand
+// sends each SendTask's PENDING state and message in one pipeline, one
+// round trip (one per node on a cluster). See [Broker.CarryPending] and
+// docs/redis.md.
+//
 // # Logging
 //
 // go-redis has one logger for the whole process, which prints connection
