@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,6 +18,7 @@ import (
 func scenarios() []scenario {
 	return []scenario{
 		{"enqueue, single producer", enqueueSingle},
+		{"enqueue, concurrent producers", enqueueConcurrent},
 		{"enqueue, batch", enqueueBatch},
 		{"drain, 10 workers", func(r *report) error { return drain(r, 10) }},
 		{"drain, 50 workers", func(r *report) error { return drain(r, 50) }},
@@ -63,7 +65,71 @@ func enqueueSingle(r *report) error {
 		}
 	}
 	r.compare(sc, "errand SendTask (PENDING state + publish)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 1.0×")
+	return checkQueued(ctx, srv, *n)
+}
+
+// producers is the number of goroutines of the concurrent enqueue
+// scenario: a web server's request handlers sending at once.
+const producers = 10
+
+// enqueueConcurrent sends n tasks from producers goroutines at once, after
+// n LPUSHes from as many goroutines (the floor), and checks the queue then
+// holds each task once.
+func enqueueConcurrent(r *report) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	sc := fmt.Sprintf("enqueue %dk, %d concurrent producers", *n/1000, producers)
+	key := rawKey()
+	defer r.rdb.Del(context.Background(), key)
+	t0 := time.Now()
+	if err := concurrently(*n, func(i int) error { return r.rdb.LPush(ctx, key, strconv.Itoa(i)).Err() }); err != nil {
+		return err
+	}
+	r.add(sc, "raw LPUSH", rate(*n, time.Since(t0)), "msgs/s")
+
+	srv := redisServer(r.rdb)
+	t0 = time.Now()
+	if err := concurrently(*n, func(i int) error {
+		_, err := srv.SendTask(ctx, errand.NewSignature("noop", i))
+		return err
+	}); err != nil {
+		return err
+	}
+	r.compare(sc, "errand SendTask (PENDING state + publish, concurrent sends joined)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "")
+	return checkQueued(ctx, srv, *n)
+}
+
+// checkQueued checks that the server's default queue holds want tasks: each
+// task sent was queued once.
+func checkQueued(ctx context.Context, srv *errand.Server, want int) error {
+	q, err := srv.Queue(ctx, errand.DefaultQueue)
+	if err != nil {
+		return err
+	}
+	if q.Stats.Pending != want {
+		return fmt.Errorf("%d tasks sent left %d on the queue, want each once", want, q.Stats.Pending)
+	}
 	return nil
+}
+
+// concurrently runs send(0..count-1) on producers goroutines.
+func concurrently(count int, send func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for range producers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < count; i = int(next.Add(1)) - 1 {
+				if err := send(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 func enqueueBatch(r *report) error {
@@ -85,7 +151,7 @@ func enqueueBatch(r *report) error {
 		return err
 	}
 	r.compare(sc, "errand SendGroup (batches of 100, 4 in flight)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 5×")
-	return nil
+	return checkQueued(ctx, srv, *n)
 }
 
 // rawDrain preloads n IDs and drains them with w goroutines using pop.
