@@ -73,6 +73,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", s.name, err)
 			os.Exit(1)
 		}
+		if err := r.clean(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: cleaning up: %v\n", s.name, err)
+			os.Exit(1)
+		}
 	}
 	pprof.StopCPUProfile()
 	md := r.markdown()
@@ -103,6 +107,36 @@ type row struct {
 type report struct {
 	rdb  *goredis.Client
 	rows []row
+}
+
+// clean deletes every key the scenarios left on Redis (their prefixes all
+// start with "bench-", hash-tagged or not), so that each scenario starts on
+// a small dataset: a large one makes Redis's append-only file rewrites,
+// which fork and copy it, land in the middle of later scenarios.
+func (r *report) clean() error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	for _, pattern := range []string{"bench-*", "{bench-*"} {
+		iter := r.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			if batch = append(batch, iter.Val()); len(batch) == 1000 {
+				if err := r.rdb.Unlink(ctx, batch...).Err(); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(batch) > 0 {
+			if err := r.rdb.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (r *report) add(scenario, subject string, value float64, unit string) {

@@ -490,7 +490,9 @@ const analysis = `
 Targets are those of the hot-path issue (issue 10). Met in this run: batch
 enqueue (≥ 5× raw single LPUSH), latency p99 (≤ 2 ms), delayed-task lateness
 p99 (≤ 10 ms) with none early, and chord scaling (the 10 000 chord takes
-about 9–10× the 1 000 chord). Every scenario ran every task exactly once.
+about 9–10× the 1 000 chord). Every drain, latency, delay and chord scenario
+ran every task exactly once; every enqueue scenario checked that the queue
+then held each task once.
 Missed: single-producer enqueue, the Redis drain, the chord of 1 000, latency
 p50 (≤ 0.5 ms), the SQS drain and the memory drain — below, for each, what the
 profile and the round-trip counts say and what would close it.
@@ -498,7 +500,9 @@ profile and the round-trip counts say and what would close it.
 On this 2-core machine Redis, memcached, FerretDB, the fauxqs Node process,
 the workers and the producer share the cores, and repeated runs vary (the
 10-worker drain ratio 0.14×–0.26×, latency p50 0.57–1.30 ms): compare ratios
-within one report, not across reports.
+within one report, not across reports. The floors move too: the raw
+single LPUSH ran at 14–32 k/s and the reliable raw drain at 43–70 k/s in
+runs on the same day.
 
 ### What the hot-path work changed
 
@@ -514,8 +518,14 @@ within one report, not across reports.
   kit's BenchmarkWorker counts 1.05 broker calls and 1.08 backend calls per
   task on Redis (docs/conformance.md); with 50 slots Redis serves about one
   request per task in all.
-- **PENDING beside the publish**: SendTask under a UUID errand made writes
-  PENDING (only where absent) concurrently with the publish.
+- **PENDING in the publish's round trip**: SendTask under a UUID errand made
+  writes PENDING only where absent. With the Redis broker and the Redis
+  backend on one Redis (driver.PendingCarrier) the SET NX of the state and
+  the publish go in one pipeline, one round trip (was two, side by side);
+  with other pairs the two calls go side by side. Concurrent SendTask calls
+  join calls (no window: a send goes at once while fewer than four are in
+  flight): in the 10-producer rows, 20 000 sends took about 11 000
+  pipelines.
 - **SQS**: one shared poller per queue feeding every Fetch, and a fix for an
   SDK bug that lost a receive for a whole lease (docs/sqs.md, Known issues).
 - **Memory drivers**: per-task waiters, cheaper expiry and lease scans
@@ -534,22 +544,41 @@ within one report, not across reports.
   many requests reach Redis, not the length of the chains; the floor's chain
   is two plain commands with nothing recorded. The Go CPU profile is about
   40 % syscalls and over half inside go-redis's call path. (2) Redis itself:
-  errand's scripts average about 16 µs of Redis CPU per EVALSHA (INFO
-  commandstats), about 40 µs of Redis time per task against about 3 µs for
-  BLMOVE+LREM, which caps the single-threaded server near 20–25 k tasks/s
-  however the client batches; and on two shared cores the Go process, Redis
-  and the floor's own load compete. Closing it: a combined settle script
+  errand's commands take about 60 µs of Redis CPU per task against about 2
+  µs for BLMOVE+LREM (SLOWLOG of every command over a 5 000-task drain: the
+  ack script 21 µs a call at 1.2 deliveries a call, 18 µs a task; the fetch
+  script 45 µs a call at 3 tasks a call, 15 µs a task; the Start script
+  12 µs a task; SETs and the rest about 10 µs), and the Go process about
+  80 µs of CPU per task (a 40 000-task run of this scenario, floors
+  included: 4.8 s of process CPU and 3.5 s of Redis CPU in 7.1 s; errand's
+  part took 3.7 s of it), so the two cores are nearly full at 11 k tasks/s.
+  Batching acks harder does not help (one ack flight instead of four: the
+  same 10.6–11 k tasks/s). Closing it: a combined settle script
   when broker and backend share one Redis (SUCCESS and ack in one round
   trip) and a combined fetch-and-start, then leaner scripts (the fetch
   script's due-set move and sequence counter, JSON splicing in Start).
-- **Single-producer enqueue (target ≥ 1.0× raw LPUSH).** SendTask now
-  overlaps the PENDING write with the publish, but a sequential producer
-  still waits for both calls and spends Go CPU on encoding, the portable
-  layer's checks and two go-redis round trips where LPUSH makes one; on two
-  shared cores the producer is CPU-bound, so the overlap gains little.
-  Closing it: one script that records PENDING and publishes when broker and
-  backend share a Redis, and coalescing concurrent SendTask calls into one
-  pipeline. Batch enqueue (SendGroup) clears its 5× target.
+- **Single-producer enqueue (target ≥ 1.0× raw LPUSH).** A SendTask is now
+  one round trip, like an LPUSH (0.48–0.59× in 20 000-send runs, from
+  0.31–0.54× with two round trips), and does more in it. Measured on 20 000
+  sends: Redis spends 12.5 µs per send (INFO commandstats: the publish
+  script 9.3 µs — TIME, HSET of the envelope, RPUSH, the wake-up LPUSH and
+  LTRIM —, the SET NX of the state 3.0 µs, the SADD of the queue set 0.2
+  µs) against 0.3 µs per LPUSH; the producer spends about 31 µs of CPU per
+  send (CPU profile: the write syscall and go-redis's pipeline path, JSON
+  encoding of the signature and of the state about a fifth) against 18 µs
+  per LPUSH; about 99 µs per send in all against 51 µs. Closing it: a
+  publish without Lua for a message due now at priority 0 (HSET, RPUSH and
+  the wake-up in a MULTI), no SADD for a queue already in the set, and a
+  state encoder without reflection. A producer that sends many tasks at
+  once should use SendGroup (5.3–7.4× the floor in these runs) or concurrent SendTask.
+- **Concurrent enqueue (10 producers; no target, for reference).** Joined
+  sends (about 1.8 a pipeline) reach 32–39 k tasks/s against 98–158 k
+  LPUSH/s. Here Redis is the limit: it used about 1.5 s of CPU for 40 000
+  sends in 1.1 s (its per-pipeline reads and replies on top of the 12.5
+  µs of commands per send). Four, eight or sixteen flights (bigger or
+  smaller pipelines) all gave 37–40 k/s; one flight (five sends a
+  pipeline) gave 29 k/s. The leaner publish above would lower Redis's cost
+  per send.
 - **Latency p50 (target ≤ 0.5 ms; p99 ≤ 2 ms met).** Before the handler
   starts: the wake-up, the fetch script and the Start script, three round
   trips at about 0.15–0.2 ms each here. A combined fetch-and-start (same
