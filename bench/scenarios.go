@@ -525,7 +525,10 @@ runs on the same day.
   with other pairs the two calls go side by side. Concurrent SendTask calls
   join calls (no window: a send goes at once while fewer than four are in
   flight): in the 10-producer rows, 20 000 sends took about 11 000
-  pipelines.
+  pipelines. Against the commit before this change, run alternately on
+  the same machine: one producer 9.1–9.2 k → 10.7–10.9 k tasks/s, ten
+  producers 31 k → 37–41 k tasks/s, latency p50 unchanged (0.56–0.58 ms
+  both).
 - **SQS**: one shared poller per queue feeding every Fetch, and a fix for an
   SDK bug that lost a receive for a whole lease (docs/sqs.md, Known issues).
 - **Memory drivers**: per-task waiters, cheaper expiry and lease scans
@@ -549,16 +552,28 @@ runs on the same day.
   ack script 21 µs a call at 1.2 deliveries a call, 18 µs a task; the fetch
   script 45 µs a call at 3 tasks a call, 15 µs a task; the Start script
   12 µs a task; SETs and the rest about 10 µs), and the Go process about
-  80 µs of CPU per task (a 40 000-task run of this scenario, floors
+  80–90 µs of CPU per task (a 40 000-task run of this scenario, floors
   included: 4.8 s of process CPU and 3.5 s of Redis CPU in 7.1 s; errand's
-  part took 3.7 s of it), so the two cores are nearly full at 11 k tasks/s.
-  Batching acks harder does not help (one ack flight instead of four: the
-  same 10.6–11 k tasks/s). Closing it: a combined settle script
-  when broker and backend share one Redis (SUCCESS and ack in one round
-  trip) and a combined fetch-and-start, then leaner scripts (the fetch
-  script's due-set move and sequence counter, JSON splicing in Start).
+  part took 3.7 s of it; sampled during that part, the process used about
+  one core and Redis about two thirds of the other), so the two cores are
+  nearly full at 11 k tasks/s. Experiments that each changed one thing,
+  the 10- and 50-worker drains run twice each, found no other limit: one
+  ack flight instead of four (bigger ack batches), two to four fetches in
+  flight instead of one, three times the settling places, all gave the
+  same 10.4–11.3 k and 16–17.3 k tasks/s; not writing SUCCESS at all (a
+  measurement only) gave 11.9 k. With 50 workers Redis is the one that
+  saturates (17 k tasks/s × 60 µs). So a combined settle script (SUCCESS
+  and ack in one round trip) would gain little here; what would close it
+  is less work per task on both sides: leaner scripts (Start without
+  cjson, the fetch script's per-message HSET and HINCRBY, the ack's copy
+  of the envelope into the completed list: about 35 µs of the 60 are the
+  ack and fetch scripts), and on the Go side fewer per-call contexts and
+  timers, a goroutine less per AckBatch (honourCancel) and JSON without
+  reflection (decode, encode and go-redis's call path are most of the 80–90
+  µs). The floor records nothing, keeps no lease or delivery count and
+  lists no completed task; errand does all of these per task.
 - **Single-producer enqueue (target ≥ 1.0× raw LPUSH).** A SendTask is now
-  one round trip, like an LPUSH (0.48–0.59× in 20 000-send runs, from
+  one round trip, like an LPUSH (0.46–0.71× in 20 000-send runs here, from
   0.31–0.54× with two round trips), and does more in it. Measured on 20 000
   sends: Redis spends 12.5 µs per send (INFO commandstats: the publish
   script 9.3 µs — TIME, HSET of the envelope, RPUSH, the wake-up LPUSH and
