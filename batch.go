@@ -3,6 +3,7 @@ package errand
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,11 @@ type coalescer[Req, Res any] struct {
 	flights int             // most calls of one key in flight
 	limit   int             // most requests a call (0: no limit)
 	run     func(ctx context.Context, key string, reqs []Req, res []Res, errs []error)
+	// answerTaken: a caller who gives up while its request is in a call
+	// waits for the call's answer (the call's ctx ends once every caller in
+	// it gave up), so it learns what the call did; otherwise it returns
+	// ctx.Err() at once. A request still queued is always withdrawn.
+	answerTaken bool
 
 	mu     sync.Mutex
 	groups map[string]*flights[Req, Res]
@@ -112,9 +118,26 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, key string, req Req) (Res,
 	case r := <-w.done:
 		return r.res, r.err
 	case <-ctx.Done():
+		if c.answerTaken && !c.withdraw(g, w) {
+			r := <-w.done
+			return r.res, r.err
+		}
 		var zero Res
 		return zero, ctx.Err()
 	}
+}
+
+// withdraw removes w from g's queued requests, and reports false when a
+// call has taken it already.
+func (c *coalescer[Req, Res]) withdraw(g *flights[Req, Res], w *waiter[Req, Res]) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(g.pending, w)
+	if i < 0 {
+		return false
+	}
+	g.pending = slices.Delete(g.pending, i, i+1)
+	return true
 }
 
 // one makes a call of req alone, under its caller's ctx.

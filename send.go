@@ -15,20 +15,25 @@ import (
 //
 //   - where the broker carries the backend's PENDING writes
 //     (driver.PendingCarrier: the Redis broker and backend on one Redis),
-//     the states and the messages go in one call, one round trip;
+//     the states and the messages go in one call, one round trip, and
+//     concurrent sends to one queue share calls (below);
 //   - else, where the backend writes PENDING only where absent
 //     (driver.PendingWriter), a SetPendingIfAbsent and a Publish go side
 //     by side;
 //   - else PENDING is written first, then the message published (the path
 //     of every send under a UUID the caller chose).
 //
-// Concurrent fresh sends share calls (batch.go): a send finding
-// sendFlights calls in flight joins the next, which carries every send
-// queued meanwhile (up to Config.PublishBatch), so many producers'
-// SendTask calls make one pipeline.
+// Carried sends are joined per queue (batch.go): a send finding
+// sendFlights calls of its queue in flight joins the next, which carries
+// every send of that queue queued meanwhile (up to Config.PublishBatch),
+// so many producers' SendTask calls make one pipeline. One call holds the
+// messages of one queue only, so a broker whose publish to one queue is
+// all or nothing (one Redis script) reports a true outcome for every send
+// of the call. A send taken into a call is answered by that call even if
+// its caller gives up meanwhile: a send the call made is reported sent.
 
-// sendFlights is how many fresh-send calls may be in flight before
-// concurrent SendTask calls join the next.
+// sendFlights is how many carried calls of one queue may be in flight
+// before concurrent SendTask calls to that queue join the next.
 const sendFlights = 4
 
 // freshSend is one SendTask's state and message.
@@ -37,31 +42,27 @@ type freshSend struct {
 	m  Message
 }
 
-// newFreshSender returns the coalescer of fresh sends, or nil when neither
-// the broker carries the backend's writes nor the backend writes PENDING
-// only where absent. carry is the broker's carrier for the backend, or nil.
-func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalescer[freshSend, bool] {
-	if carry == nil && s.backend.pending == nil {
+// newFreshSender returns the coalescer of carried sends over carry, the
+// broker's carrier of the backend's writes (nil: none, and no coalescer).
+// Its calls end when base does.
+func (s *Server) newFreshSender(base context.Context, carry driver.PublishPendingFunc) *coalescer[freshSend, bool] {
+	if carry == nil {
 		return nil
 	}
-	return newCoalescer(context.Background(), sendFlights, s.cfg.PublishBatch, func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
+	c := newCoalescer(base, sendFlights, s.cfg.PublishBatch, func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
 		sts := make([]*TaskState, len(reqs))
 		msgs := make([]Message, len(reqs))
 		for i, r := range reqs {
 			sts[i], msgs[i] = r.st, r.m
 		}
-		var ok bool
-		var err error
-		if carry != nil {
-			ok, err = carry(ctx, sts, msgs)
-			err = s.broker.after(ctx, err)
-		} else {
-			ok, err = s.pendingBesidePublish(ctx, sts, msgs)
-		}
+		ok, err := carry(ctx, sts, msgs)
+		err = s.broker.after(ctx, err)
 		for i := range reqs {
 			published[i], errs[i] = ok, err
 		}
 	})
+	c.answerTaken = true
+	return c
 }
 
 // pendingBesidePublish writes sts with SetPendingIfAbsent while msgs are
@@ -88,24 +89,25 @@ func (s *Server) pendingBesidePublish(ctx context.Context, sts []*TaskState, msg
 // error may still come from the PENDING write then). After a failed
 // publish PENDING may remain, as it does on the sequential path.
 func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
-	if !fresh || s.fresh == nil {
+	switch {
+	case fresh && s.fresh != nil:
+		if err = s.broker.before(ctx); err == nil {
+			err = s.backend.before(ctx)
+		}
+		if err == nil {
+			published, err = s.fresh.do(ctx, m.Queue, freshSend{pendingState(sig, time.Now().UTC()), m})
+		}
+	case fresh && s.backend.pending != nil:
+		published, err = s.pendingBesidePublish(ctx, []*TaskState{pendingState(sig, time.Now().UTC())}, []Message{m})
+	default:
 		if err := s.setPending(ctx, sig); err != nil {
 			return false, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)
 		}
-		if err := s.broker.Publish(ctx, m); err != nil {
-			return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
-		}
-		return true, nil
+		err = s.broker.Publish(ctx, m)
+		published = err == nil
 	}
-	if err := s.broker.before(ctx); err != nil {
-		return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
-	}
-	if err := s.backend.before(ctx); err != nil {
-		return false, fmt.Errorf("errand: send %s: %w", sig.Name, err)
-	}
-	published, err = s.fresh.do(ctx, "", freshSend{pendingState(sig, time.Now().UTC()), m})
 	if err != nil {
 		return published, fmt.Errorf("errand: send %s: %w", sig.Name, err)
 	}
-	return published, nil
+	return true, nil
 }

@@ -3,6 +3,7 @@ package errand
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,16 +14,20 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// carrier is a memory broker that carries the PENDING writes of one memory
+// carrier is a memory broker that carries the PENDING writes of one
 // backend (driver.PendingCarrier), as the Redis broker carries the Redis
-// backend's on one Redis: a call writes the states where absent, then
-// publishes. It counts its calls and their sizes, and its own Publish
-// calls; each call waits for gate when gate is set.
+// backend's on one Redis: a call writes the states where absent into the
+// memory backend behind it, then publishes. It counts its calls and their
+// sizes, and its own Publish calls; each call takes a value from gate
+// when gate is set (close it to let every call through).
 type carrier struct {
 	*memorybroker.Broker
-	server *memorybackend.Backend // the backend whose writes it carries
+	server driver.Backend         // the backend whose writes it carries
+	mem    *memorybackend.Backend // where server keeps its states
 	gate   chan struct{}
 	fail   error // a call with fail set publishes nothing and returns it
+	// statesErr: a call publishes, then returns it as the states' error.
+	statesErr error
 
 	mu        sync.Mutex
 	sizes     []int
@@ -35,7 +40,7 @@ func (c *carrier) Publish(ctx context.Context, msgs ...driver.Message) error {
 }
 
 func (c *carrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
-	if be != driver.Backend(c.server) {
+	if be != c.server {
 		return nil
 	}
 	return func(ctx context.Context, sts []*TaskState, msgs []Message) (bool, error) {
@@ -52,10 +57,15 @@ func (c *carrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
 		if c.fail != nil {
 			return false, c.fail
 		}
-		if err := c.server.SetPendingIfAbsent(ctx, sts); err != nil {
+		if c.statesErr == nil {
+			if err := c.mem.SetPendingIfAbsent(ctx, sts); err != nil {
+				return false, err
+			}
+		}
+		if err := c.Broker.Publish(ctx, msgs...); err != nil {
 			return false, err
 		}
-		return true, c.Broker.Publish(ctx, msgs...)
+		return true, c.statesErr
 	}
 }
 
@@ -69,16 +79,37 @@ func (c *carrier) calls() []int {
 // other optional ability).
 type noPending struct{ driver.Backend }
 
-func newCarried(t *testing.T) (*Server, *carrier) {
+// countedBackend is a memory backend that counts its state writes.
+type countedBackend struct {
+	*memorybackend.Backend
+	writes atomic.Int64
+}
+
+func (b *countedBackend) SetState(ctx context.Context, st *TaskState) error {
+	b.writes.Add(1)
+	return b.Backend.SetState(ctx, st)
+}
+
+func (b *countedBackend) SetStates(ctx context.Context, sts []*TaskState) error {
+	b.writes.Add(1)
+	return b.Backend.SetStates(ctx, sts)
+}
+
+func (b *countedBackend) SetPendingIfAbsent(ctx context.Context, sts []*TaskState) error {
+	b.writes.Add(1)
+	return b.Backend.SetPendingIfAbsent(ctx, sts)
+}
+
+func newCarried(t *testing.T) (*Server, *carrier, *countedBackend) {
 	t.Helper()
-	be := memorybackend.New(nil)
-	br := &carrier{Broker: memorybroker.New(nil), server: be}
+	be := &countedBackend{Backend: memorybackend.New(nil)}
+	br := &carrier{Broker: memorybroker.New(nil), server: be, mem: be.Backend}
 	srv, err := NewServer(Config{Broker: br, Backend: be})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	return srv, br
+	return srv, br, be
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -93,7 +124,7 @@ func testCtx(t *testing.T) context.Context {
 // its own, and the task is PENDING when SendTask returns. Under the
 // caller's UUID it takes the two-call path (PENDING, then Publish).
 func TestSendTaskCarriedPending(t *testing.T) {
-	srv, br := newCarried(t)
+	srv, br, be := newCarried(t)
 	ctx := testCtx(t)
 	for i := range 3 {
 		r, err := srv.SendTask(ctx, NewSignature("add", i, 1))
@@ -104,8 +135,8 @@ func TestSendTaskCarriedPending(t *testing.T) {
 			t.Fatalf("after a carried SendTask the task's state is %+v, %v; want PENDING", st, err)
 		}
 	}
-	if got := br.calls(); len(got) != 3 || br.publishes.Load() != 0 {
-		t.Fatalf("3 sequential SendTask calls made carrier calls of sizes %v and %d Publish calls; want 3 calls of 1 message and no Publish (PENDING rides with the publish)", got, br.publishes.Load())
+	if got := br.calls(); len(got) != 3 || br.publishes.Load() != 0 || be.writes.Load() != 0 {
+		t.Fatalf("3 sequential SendTask calls made carrier calls of sizes %v, %d Publish calls and %d backend writes; want 3 calls of 1 message, no Publish and no backend write (PENDING rides with the publish)", got, br.publishes.Load(), be.writes.Load())
 	}
 
 	sig := NewSignature("add", 1, 2)
@@ -133,7 +164,8 @@ func TestSendTaskCarrierRefused(t *testing.T) {
 		{"PendingWriter", memorybackend.New(nil)},
 		{"plain backend", noPending{memorybackend.New(nil)}},
 	} {
-		br := &carrier{Broker: memorybroker.New(nil), server: memorybackend.New(nil)}
+		other := memorybackend.New(nil)
+		br := &carrier{Broker: memorybroker.New(nil), server: other, mem: other}
 		srv, err := NewServer(Config{Broker: br, Backend: tc.be})
 		if err != nil {
 			t.Fatal(err)
@@ -157,7 +189,7 @@ func TestSendTaskCarrierRefused(t *testing.T) {
 // meanwhile go in one call when the first flight returns; every task is
 // published once and PENDING.
 func TestSendTaskCarriedConcurrent(t *testing.T) {
-	srv, br := newCarried(t)
+	srv, br, _ := newCarried(t)
 	br.gate = make(chan struct{})
 	ctx := testCtx(t)
 	const n = 50
@@ -173,13 +205,7 @@ func TestSendTaskCarriedConcurrent(t *testing.T) {
 		})
 	}
 	// Hold the first flights until every other send has queued.
-	deadline := time.Now().Add(10 * time.Second)
-	for srv.fresh.queued() < n-sendFlights {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sends queued behind %d flights after 10s; want %d", srv.fresh.queued(), sendFlights, n-sendFlights)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.fresh.queued() == n-sendFlights })
 	close(br.gate)
 	wg.Wait()
 	sizes := br.calls()
@@ -207,7 +233,7 @@ func TestSendTaskCarriedConcurrent(t *testing.T) {
 // SendTask with its error and frees the task's unique key; a closed server
 // answers ErrClosed without calling the carrier.
 func TestSendTaskCarrierFails(t *testing.T) {
-	srv, br := newCarried(t)
+	srv, br, _ := newCarried(t)
 	ctx := testCtx(t)
 	boom := errors.New("boom")
 	br.fail = boom
@@ -229,5 +255,117 @@ func TestSendTaskCarrierFails(t *testing.T) {
 	}
 	if len(br.calls()) != calls {
 		t.Fatalf("SendTask after Close reached the carrier")
+	}
+}
+
+// TestSendTaskCarriedStatesFail: a carried call that published but could
+// not record the states fails SendTask with the states' error and keeps
+// the task's unique key: the task is queued.
+func TestSendTaskCarriedStatesFail(t *testing.T) {
+	srv, br, _ := newCarried(t)
+	ctx := testCtx(t)
+	boom := errors.New("states refused")
+	br.statesErr = boom
+	sig := NewSignature("add", 1, 2)
+	sig.UniqueKey, sig.UniqueFor = "k", time.Minute
+	if _, err := srv.SendTask(ctx, sig); !errors.Is(err, boom) {
+		t.Fatalf("SendTask whose states failed after the publish: %v; want the states' error", err)
+	}
+	br.statesErr = nil
+	again := NewSignature("add", 1, 2)
+	again.UniqueKey, again.UniqueFor = "k", time.Minute
+	if _, err := srv.SendTask(ctx, again); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("a second send of unique key k after a published send: %v; want ErrDuplicate (the first task is queued and holds the key)", err)
+	}
+	if s, err := br.Broker.Stats(ctx, DefaultQueue); err != nil || s.Pending != 1 {
+		t.Fatalf("queue: %+v, %v; want the one published task", s, err)
+	}
+}
+
+// TestSendTaskGivesUpInJoinedCall: a caller whose ctx ends while its send
+// is in a joined call that goes on for the other sends of the call learns
+// that call's outcome: the task was published, SendTask succeeds and the
+// unique key stays held. A caller who gives up while still queued
+// withdraws its send: it is never published.
+func TestSendTaskGivesUpInJoinedCall(t *testing.T) {
+	srv, br, _ := newCarried(t)
+	br.gate = make(chan struct{})
+	ctx := testCtx(t)
+	var flights sync.WaitGroup
+	for i := range sendFlights {
+		flights.Go(func() {
+			if _, err := srv.SendTask(ctx, NewSignature("add", i, 1)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, "the flights to be in the carrier", func() bool { return len(br.calls()) == sendFlights })
+
+	// Two sends queue behind the flights; a third queues and gives up.
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	type outcome struct {
+		r   *AsyncResult
+		err error
+	}
+	a, b := make(chan outcome, 1), make(chan outcome, 1)
+	go func() {
+		sig := NewSignature("add", 100, 1)
+		sig.UniqueKey, sig.UniqueFor = "a", time.Minute
+		r, err := srv.SendTask(actx, sig)
+		a <- outcome{r, err}
+	}()
+	go func() {
+		r, err := srv.SendTask(ctx, NewSignature("add", 200, 1))
+		b <- outcome{r, err}
+	}()
+	waitFor(t, "two sends to queue", func() bool { return srv.fresh.queued() == 2 })
+	qctx, cancelQ := context.WithCancel(ctx)
+	q := make(chan error, 1)
+	go func() {
+		_, err := srv.SendTask(qctx, NewSignature("add", 300, 1))
+		q <- err
+	}()
+	waitFor(t, "a third send to queue", func() bool { return srv.fresh.queued() == 3 })
+	cancelQ()
+	if err := <-q; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a send withdrawn while queued: %v; want context.Canceled", err)
+	}
+
+	// One flight returns and takes the two queued sends into one call,
+	// which the carrier holds; then A gives up.
+	br.gate <- struct{}{}
+	waitFor(t, "the joined call to reach the carrier", func() bool { return len(br.calls()) == sendFlights+1 })
+	cancelA()
+	close(br.gate)
+	flights.Wait()
+	if o := <-a; o.err != nil {
+		t.Fatalf("a send whose caller gave up inside a joined call that published it: %v; want success (the task is queued)", o.err)
+	}
+	if o := <-b; o.err != nil {
+		t.Fatal(o.err)
+	}
+	if got := br.calls(); got[sendFlights] != 2 {
+		t.Fatalf("carrier calls %v; want the two queued sends joined in call %d", got, sendFlights+1)
+	}
+	sig := NewSignature("add", 1, 1)
+	sig.UniqueKey, sig.UniqueFor = "a", time.Minute
+	if _, err := srv.SendTask(ctx, sig); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("unique key of a send published after its caller gave up: %v; want ErrDuplicate (the key stays held by the queued task)", err)
+	}
+	if s, err := br.Broker.Stats(ctx, DefaultQueue); err != nil || s.Pending != sendFlights+2 {
+		t.Fatalf("queue: %+v, %v; want %d tasks (the flights and the joined call; not the withdrawn send)", s, err, sendFlights+2)
+	}
+}
+
+// waitFor polls cond until it holds, failing t after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

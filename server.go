@@ -28,7 +28,9 @@ type Config struct {
 	// Default: "errand_tasks".
 	DefaultQueue string
 	// PublishBatch is how many messages one Publish call carries when a
-	// group or chord is sent. Default: 100.
+	// group or chord is sent, and how many concurrent SendTask calls to one
+	// queue one call carries where the broker carries the backend's PENDING
+	// writes (driver.PendingCarrier). Default: 100.
 	PublishBatch int
 	// SendMiddleware wraps every send of this server (see SendMiddleware):
 	// SendTask, SendGroup, SendChord, SendChain, and its workers' retries
@@ -54,9 +56,10 @@ type Server struct {
 	tasks   map[string]*task
 
 	// fresh joins SendTask's fresh sends into calls of the broker's
-	// carrier of the backend's writes, or of SetPendingIfAbsent beside
-	// Publish (send.go); nil when the drivers can do neither.
+	// carrier of the backend's writes (send.go); nil without a carrier.
 	fresh *coalescer[freshSend, bool]
+	// stopSends ends the carried calls in flight on Close.
+	stopSends context.CancelFunc
 }
 
 // NewServer returns a Server for cfg.
@@ -87,7 +90,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if c, ok := s.broker.drv.(driver.PendingCarrier); ok {
 		carry = c.CarryPending(s.backend.drv)
 	}
-	s.fresh = s.newFreshSender(carry)
+	var base context.Context
+	base, s.stopSends = context.WithCancel(context.Background())
+	s.fresh = s.newFreshSender(base, carry)
 	return s, nil
 }
 
@@ -102,6 +107,7 @@ func (s *Server) Backend() Backend { return s.backend }
 // or on the server, returns an error satisfying errors.Is(err, ErrClosed).
 // Shut workers down first.
 func (s *Server) Close() error {
+	s.stopSends()
 	return errors.Join(s.broker.Close(), s.backend.Close())
 }
 
@@ -274,7 +280,9 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 // PENDING write is returned although the task was published. Where the
 // broker carries the backend's writes (driver.PendingCarrier: the Redis
 // broker and Redis backend on one Redis) they go in one call, and
-// concurrent SendTask calls join calls, many sends in one. Either way
+// concurrent SendTask calls to one queue join calls, many sends in one;
+// a caller who gives up while its send is in such a call learns that
+// call's outcome. Either way
 // PENDING is recorded when SendTask returns without error, and a failed
 // publish may leave it behind.
 func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, error) {

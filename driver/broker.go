@@ -176,12 +176,16 @@ type PendingCarrier interface {
 // PendingWriter.SetPendingIfAbsent would: only where a task has no state,
 // since a worker may record RECEIVED or STARTED before the PENDING lands.
 // The states need not be written in the same atomic step as the messages.
-// It may be called concurrently: errand joins concurrent SendTask calls
-// into one call, and the messages and states of one call need not belong
-// to each other one to one.
+// It may be called concurrently: errand joins concurrent SendTask calls to
+// one queue into one call, so all msgs of a call share one Queue, and the
+// messages and states of one call need not belong to each other one to
+// one.
 //
 // published reports that the broker accepted every message; an error then
-// comes from the states alone. With published false, some messages and
-// states may have been written, as after a failed Publish. errand has
-// already refused any message over Limits().MaxPayload.
+// comes from the states alone. With published false, errand reports every
+// send of the call failed and frees their unique keys: a broker whose
+// publish to one queue is all or nothing (one script, one transaction)
+// keeps that true; one that may accept some messages of a call and refuse
+// others must not implement PendingCarrier. errand has already refused
+// any message over Limits().MaxPayload.
 type PublishPendingFunc func(ctx context.Context, sts []*TaskState, msgs []Message) (published bool, err error)
