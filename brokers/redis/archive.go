@@ -158,11 +158,8 @@ func (b *Broker) Requeue(ctx context.Context, queue, id string, m driver.Message
 	if m.Queue != "" && m.Queue != queue {
 		return fmt.Errorf("redis broker: requeue %q from the archive of queue %q onto another queue %q: not supported", id, queue, m.Queue)
 	}
-	if strings.ContainsRune(m.ID, '\n') {
-		return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
-	}
-	if lim := b.opts.MaxPayload; lim > 0 && len(m.Body) > lim {
-		return fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
+	if err := b.checkMessage(m); err != nil {
+		return err
 	}
 	if err := b.migrate(ctx, queue); err != nil {
 		return err

@@ -214,10 +214,31 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	if err != nil {
 		return err
 	}
+	var scripts []*goredis.Cmd
 	_, err = b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
-		batch.queue(ctx, pipe, eval)
+		scripts = batch.queue(ctx, pipe, eval)
 	})
+	if err != nil {
+		err = scriptsErr(scripts, err)
+	}
 	return b.err(ctx, err)
+}
+
+// scriptsErr is the error of a publish whose pipeline failed with err:
+// the first error of its scripts, or err when a script has neither a
+// reply nor an error (never sent); nil when every script succeeded (the
+// SADD of the queue set alone failed: the messages are queued, and a
+// worker's Fetch adds the queue to the set anyway).
+func scriptsErr(scripts []*goredis.Cmd, err error) error {
+	for _, c := range scripts {
+		if c.Err() != nil {
+			return c.Err()
+		}
+		if c.Val() == nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // publishBatch is a publish checked and grouped by queue, its messages'
@@ -229,15 +250,24 @@ type publishBatch struct {
 	byQueue map[string][]any // the publish script's ARGV per queue
 }
 
-// preparePublish refuses msgs if one has an ID with a newline or a body
-// over MaxPayload, else groups them by queue.
+// checkMessage refuses a message whose ID has a newline (the envelope's
+// separator) or whose body is over MaxPayload.
+func (b *Broker) checkMessage(m driver.Message) error {
+	if strings.ContainsRune(m.ID, '\n') {
+		return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
+	}
+	if lim := b.opts.MaxPayload; lim > 0 && len(m.Body) > lim {
+		return fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
+	}
+	return nil
+}
+
+// preparePublish refuses msgs if one fails checkMessage, else groups them
+// by queue.
 func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 	for _, m := range msgs {
-		if strings.ContainsRune(m.ID, '\n') {
-			return nil, fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
-		}
-		if lim := b.opts.MaxPayload; lim > 0 && len(m.Body) > lim {
-			return nil, fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
+		if err := b.checkMessage(m); err != nil {
+			return nil, err
 		}
 	}
 	p := &publishBatch{b: b, byQueue: map[string][]any{}}
@@ -317,7 +347,15 @@ func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, eva
 	if len(redos) == 0 {
 		return cmds, err
 	}
-	again.Exec(ctx) // errors are read per command
+	if _, err := again.Exec(ctx); err != nil {
+		// go-redis does not stamp every failure on the commands (an error
+		// while it connects): a redo with neither reply nor error failed.
+		for _, r := range redos {
+			if r.eval.Err() == nil && r.eval.Val() == nil {
+				r.eval.SetErr(err)
+			}
+		}
+	}
 	for _, r := range redos {
 		r.orig.SetVal(r.eval.Val())
 		r.orig.SetErr(r.eval.Err())

@@ -78,14 +78,8 @@ func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*d
 	if err == nil {
 		return true, encodeErr
 	}
-	for _, c := range scripts {
-		// A script that was never sent has neither an error nor a reply.
-		if c.Err() != nil || c.Val() == nil {
-			if c.Err() != nil {
-				err = c.Err()
-			}
-			return false, b.err(ctx, err)
-		}
+	if err := scriptsErr(scripts, err); err != nil {
+		return false, b.err(ctx, err)
 	}
 	if encodeErr != nil {
 		return true, encodeErr

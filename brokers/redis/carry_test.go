@@ -323,15 +323,20 @@ func TestCarryPendingAfterScriptFlush(t *testing.T) {
 				msgs = append(msgs, driver.Message{ID: id, Queue: "q" + strconv.Itoa(i), Body: []byte(id)})
 			}
 			if name == "Single" {
-				rdb.ScriptFlush(ctx)
+				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			c.reset()
 			published, err := carry(ctx, pendingStates(ids...), msgs)
 			if !published || err != nil {
 				t.Fatalf("carried publish after SCRIPT FLUSH = %v, %v; want published, no error", published, err)
 			}
-			if p, n := c.pipes.Load(), c.noscript.Load(); p != 2 || n != 1 {
-				t.Fatalf("carried publish after SCRIPT FLUSH sent %d pipelines (%d refused NOSCRIPT); want two: EVALSHA refused, then EVAL of the refused scripts alone", p, n)
+			// Tests of other packages on the same servers may load the
+			// script again between the flush and the call: then one
+			// pipeline and no NOSCRIPT.
+			if p, n := c.pipes.Load(), c.noscript.Load(); p > 2 || n > 1 || p != 1+n {
+				t.Fatalf("carried publish after SCRIPT FLUSH sent %d pipelines (%d refused NOSCRIPT); want one, plus one EVAL of the refused scripts alone when a NOSCRIPT came back", p, n)
 			}
 			for _, id := range ids {
 				if st := be.state(ctx, t, id); st != driver.StatePending {
@@ -449,5 +454,64 @@ func TestCarryPendingFailures(t *testing.T) {
 				t.Fatalf("carried publish on a closed client = %v, %v; want not published, ErrClosed", published, err)
 			}
 		})
+	}
+}
+
+// failRedo fails, without sending it, the first pipeline that carries an
+// EVAL (the resend of scripts refused NOSCRIPT), as go-redis fails a
+// pipeline whose connection cannot be set up: no error on its commands.
+type failRedo struct{ failed atomic.Bool }
+
+func (*failRedo) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (*failRedo) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (f *failRedo) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "eval" && f.failed.CompareAndSwap(false, true) {
+				return errors.New("connection refused while the EVAL pipeline was set up")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestPublishRedoFails: a publish whose scripts the server refused
+// NOSCRIPT and whose resend with EVAL then failed before reaching the
+// server is not published, and says so: Publish returns an error, the
+// carried publish reports published false.
+func TestPublishRedoFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, _ := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	carry := b.CarryPending(be)
+	for _, tc := range []struct {
+		name string
+		send func(m driver.Message) (bool, error)
+	}{
+		{"Publish", func(m driver.Message) (bool, error) { err := b.Publish(ctx, m); return err == nil, err }},
+		{"carried", func(m driver.Message) (bool, error) { return carry(ctx, pendingStates(m.ID), []driver.Message{m}) }},
+	} {
+		f := &failRedo{}
+		rdb.AddHook(f)
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		m := driver.Message{ID: errand.NewUUID(), Queue: "redo-" + tc.name, Body: []byte("x")}
+		published, err := tc.send(m)
+		if !f.failed.Load() {
+			// Another package's tests loaded the script again between the
+			// flush and the send: no resend happened to fail.
+			t.Logf("%s: no NOSCRIPT came back; nothing to check", tc.name)
+			continue
+		}
+		if published || err == nil {
+			t.Fatalf("%s whose EVAL resend failed unsent: published %v, error %v; want not published and an error (the message is not queued)", tc.name, published, err)
+		}
+		if st, err := b.Stats(ctx, m.Queue); err != nil || st.Pending != 0 {
+			t.Fatalf("%s: queue %+v, %v; want nothing queued", tc.name, st, err)
+		}
 	}
 }

@@ -11,8 +11,9 @@ import (
 // data: the same client value; two *redis.Client with equal Network, Addr,
 // DB and Username; or two *redis.ClusterClient with the same set of seed
 // Addrs (in any order) and Username. Anything else is false, so that a
-// caller never takes two stores for one: a Ring, a Sentinel failover
-// client (its Addr is go-redis's placeholder, not a server), a cluster
+// caller never takes two stores for one: two different Ring or Sentinel
+// failover clients (a failover client's Addr is go-redis's placeholder,
+// not a server), a cluster
 // with a custom slot source (ClusterOptions.ClusterSlots), clients of two
 // kinds, or nil.
 //
