@@ -217,7 +217,7 @@ func (c *carryCase) fetchDirect(q string, n int, within time.Duration) []string 
 	ctx, cancel := context.WithTimeout(c.ctx, within)
 	defer cancel()
 	var got []string
-	for len(got) < n {
+	for len(got) < n && ctx.Err() == nil {
 		ds, err := c.drv.Fetch(ctx, q, n-len(got), c.lease)
 		if err != nil {
 			if ctx.Err() != nil && c.ctx.Err() == nil {
@@ -312,8 +312,8 @@ func (c *carryCase) concurrent(first *errand.AsyncResult) {
 	}
 	calls, carried, pubs := c.cb.counts()
 	calls, carried, pubs = calls-calls0, carried-carried0, pubs-pubs0
-	if carried != n || calls < 1 || calls > n || pubs != 0 {
-		c.t.Errorf("carry promise broken: %d concurrent SendTasks made %d carried calls of %d messages in all, and %d Publish calls; want %d messages in 1 to %d calls, no Publish", n, calls, carried, pubs, n, n)
+	if carried != n || pubs != 0 {
+		c.t.Errorf("carry promise broken: %d concurrent SendTasks made %d carried calls of %d messages in all, and %d Publish calls; want their %d messages carried, no Publish", n, calls, carried, pubs, n)
 	}
 	for i, r := range results {
 		c.isPending(r.Signature.UUID, fmt.Sprintf("right after concurrent SendTask %d of %d returned (%d carried calls)", i, n, calls))
