@@ -585,7 +585,7 @@ runs on the same day.
   publish without Lua for a message due now at priority 0 (HSET, RPUSH and
   the wake-up in a MULTI), no SADD for a queue already in the set, and a
   state encoder without reflection. A producer that sends many tasks at
-  once should use SendGroup (5.3–7.4× the floor in these runs) or concurrent SendTask.
+  once should use SendGroup (5.3–7.7× the floor in these runs) or concurrent SendTask.
 - **Concurrent enqueue (10 producers; no target, for reference).** Joined
   sends (about 1.8 a pipeline) reach 32–39 k tasks/s against 98–158 k
   LPUSH/s. Here Redis is the limit: it used about 1.5 s of CPU for 40 000
