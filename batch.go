@@ -59,7 +59,8 @@ type coalescer[Req, Res any] struct {
 	// answerTaken: a caller who gives up while its request is in a call
 	// waits for the call's answer (the call's ctx ends once every caller in
 	// it gave up), so it learns what the call did; otherwise it returns
-	// ctx.Err() at once. A request still queued is always withdrawn.
+	// ctx.Err() at once. A caller who gives up while its request is still
+	// queued withdraws it either way.
 	answerTaken bool
 
 	mu     sync.Mutex
@@ -118,7 +119,7 @@ func (c *coalescer[Req, Res]) do(ctx context.Context, key string, req Req) (Res,
 	case r := <-w.done:
 		return r.res, r.err
 	case <-ctx.Done():
-		if c.answerTaken && !c.withdraw(g, w) {
+		if !c.withdraw(g, w) && c.answerTaken {
 			r := <-w.done
 			return r.res, r.err
 		}

@@ -65,14 +65,14 @@ func (s *Server) newFreshSender(base context.Context, carry driver.PublishPendin
 	return c
 }
 
-// pendingBesidePublish writes sts with SetPendingIfAbsent while msgs are
-// published. published says the broker took msgs (an error may then still
-// come from the states).
-func (s *Server) pendingBesidePublish(ctx context.Context, sts []*TaskState, msgs []Message) (published bool, err error) {
+// pendingBesidePublish writes st with SetPendingIfAbsent while m is
+// published. published says the broker took m (an error may then still
+// come from the state).
+func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Message) (published bool, err error) {
 	var pendErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { pendErr = s.backend.setPendingIfAbsent(ctx, sts) })
-	pubErr := s.broker.Publish(ctx, msgs...)
+	wg.Go(func() { pendErr = s.backend.setPendingIfAbsent(ctx, []*TaskState{st}) })
+	pubErr := s.broker.Publish(ctx, m)
 	wg.Wait()
 	switch {
 	case pubErr != nil:
@@ -98,7 +98,7 @@ func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Mes
 			published, err = s.fresh.do(ctx, m.Queue, freshSend{pendingState(sig, time.Now().UTC()), m})
 		}
 	case fresh && s.backend.pending != nil:
-		published, err = s.pendingBesidePublish(ctx, []*TaskState{pendingState(sig, time.Now().UTC())}, []Message{m})
+		published, err = s.pendingBesidePublish(ctx, pendingState(sig, time.Now().UTC()), m)
 	default:
 		if err := s.setPending(ctx, sig); err != nil {
 			return false, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)

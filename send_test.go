@@ -237,14 +237,12 @@ func TestSendTaskCarrierFails(t *testing.T) {
 	ctx := testCtx(t)
 	boom := errors.New("boom")
 	br.fail = boom
-	sig := NewSignature("add", 1, 2)
-	sig.UniqueKey, sig.UniqueFor = "k", time.Minute
+	sig := uniqueSig("k", 1, 2)
 	if _, err := srv.SendTask(ctx, sig); !errors.Is(err, boom) {
 		t.Fatalf("SendTask over a failing carrier: %v; want its error", err)
 	}
 	br.fail = nil
-	again := NewSignature("add", 1, 2)
-	again.UniqueKey, again.UniqueFor = "k", time.Minute
+	again := uniqueSig("k", 1, 2)
 	if _, err := srv.SendTask(ctx, again); err != nil {
 		t.Fatalf("SendTask after a failed unpublished send of the same unique key: %v; want the key freed", err)
 	}
@@ -266,14 +264,12 @@ func TestSendTaskCarriedStatesFail(t *testing.T) {
 	ctx := testCtx(t)
 	boom := errors.New("states refused")
 	br.statesErr = boom
-	sig := NewSignature("add", 1, 2)
-	sig.UniqueKey, sig.UniqueFor = "k", time.Minute
+	sig := uniqueSig("k", 1, 2)
 	if _, err := srv.SendTask(ctx, sig); !errors.Is(err, boom) {
 		t.Fatalf("SendTask whose states failed after the publish: %v; want the states' error", err)
 	}
 	br.statesErr = nil
-	again := NewSignature("add", 1, 2)
-	again.UniqueKey, again.UniqueFor = "k", time.Minute
+	again := uniqueSig("k", 1, 2)
 	if _, err := srv.SendTask(ctx, again); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("a second send of unique key k after a published send: %v; want ErrDuplicate (the first task is queued and holds the key)", err)
 	}
@@ -310,8 +306,7 @@ func TestSendTaskGivesUpInJoinedCall(t *testing.T) {
 	}
 	a, b := make(chan outcome, 1), make(chan outcome, 1)
 	go func() {
-		sig := NewSignature("add", 100, 1)
-		sig.UniqueKey, sig.UniqueFor = "a", time.Minute
+		sig := uniqueSig("a", 100, 1)
 		r, err := srv.SendTask(actx, sig)
 		a <- outcome{r, err}
 	}()
@@ -348,8 +343,7 @@ func TestSendTaskGivesUpInJoinedCall(t *testing.T) {
 	if got := br.calls(); got[sendFlights] != 2 {
 		t.Fatalf("carrier calls %v; want the two queued sends joined in call %d", got, sendFlights+1)
 	}
-	sig := NewSignature("add", 1, 1)
-	sig.UniqueKey, sig.UniqueFor = "a", time.Minute
+	sig := uniqueSig("a", 1, 1)
 	if _, err := srv.SendTask(ctx, sig); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("unique key of a send published after its caller gave up: %v; want ErrDuplicate (the key stays held by the queued task)", err)
 	}
@@ -368,4 +362,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// uniqueSig is an "add" task of a and b under unique key key, held a minute.
+func uniqueSig(key string, a, b int) *Signature {
+	sig := NewSignature("add", a, b)
+	sig.UniqueKey, sig.UniqueFor = key, time.Minute
+	return sig
 }

@@ -196,6 +196,18 @@ func countedClient(t *testing.T, name string) (goredis.UniversalClient, *tripCou
 	return rdb, c
 }
 
+// carrySetup returns a counted client of deployment name, a broker and a
+// same-server backend on it under a fresh prefix, and the broker's carrier
+// of that backend.
+func carrySetup(t *testing.T, name string) (goredis.UniversalClient, *tripCounter, *redisbroker.Broker, *sameServerBackend, driver.PublishPendingFunc) {
+	t.Helper()
+	rdb, c := countedClient(t, name)
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	return rdb, c, b, be, b.CarryPending(be)
+}
+
 func pendingStates(ids ...string) []*driver.TaskState {
 	out := make([]*driver.TaskState, len(ids))
 	for i, id := range ids {
@@ -214,11 +226,7 @@ func TestCarryPending(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			rdb, c := countedClient(t, name)
-			prefix := freshPrefix(t, rdb)
-			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
-			be := newSameServerBackend(t, rdb, prefix)
-			carry := b.CarryPending(be)
+			rdb, c, b, be, carry := carrySetup(t, name)
 			if carry == nil {
 				t.Fatal("CarryPending = nil for a backend on the broker's own client; want a carrier")
 			}
@@ -303,11 +311,7 @@ func TestCarryPendingAfterScriptFlush(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			rdb, c := countedClient(t, name)
-			prefix := freshPrefix(t, rdb)
-			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
-			be := newSameServerBackend(t, rdb, prefix)
-			carry := b.CarryPending(be)
+			rdb, c, b, be, carry := carrySetup(t, name)
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -416,11 +420,7 @@ func TestCarryPendingFailures(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			rdb, _ := countedClient(t, name)
-			prefix := freshPrefix(t, rdb)
-			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
-			be := newSameServerBackend(t, rdb, prefix)
-			carry := b.CarryPending(be)
+			rdb, _, b, be, carry := carrySetup(t, name)
 
 			// States that fail: a SET the server refuses, then one that
 			// cannot be encoded.
@@ -482,11 +482,7 @@ func (f *failRedo) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis
 func TestPublishRedoFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb, _ := countedClient(t, "Single")
-	prefix := freshPrefix(t, rdb)
-	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
-	be := newSameServerBackend(t, rdb, prefix)
-	carry := b.CarryPending(be)
+	rdb, _, b, _, carry := carrySetup(t, "Single")
 	for _, tc := range []struct {
 		name string
 		send func(m driver.Message) (bool, error)
