@@ -28,6 +28,10 @@ import (
 // messages and whose next fetch is under way is waited for, briefly
 // (twice its recent fetch time, between reserveMin and reserveMax), so
 // that a fetch's round trip does not hand its turn to another queue.
+// Under StrictPriority it is waited for reserveMax whatever its recent
+// fetch time: one slow round trip of a busy higher queue (a loaded server)
+// must not let a lower queue in; the price is that a lower queue waits up
+// to reserveMax once when the higher one runs dry.
 
 // Bounds of the wait for a busy queue's fetch (see above).
 const (
@@ -325,8 +329,8 @@ func (w *Worker) grant() time.Duration {
 				if !q.fetching || !q.busy {
 					continue
 				}
-				grace := reserveMax // no fetch timed yet
-				if q.rtt > 0 {
+				grace := reserveMax // no fetch timed yet, or strict priority
+				if q.rtt > 0 && !w.cfg.StrictPriority {
 					grace = min(max(2*q.rtt, reserveMin), reserveMax)
 				}
 				left = grace - now.Sub(q.fetchAt)

@@ -27,7 +27,10 @@ type WorkerConfig struct {
 	Queues map[string]int
 	// StrictPriority: a free slot always goes to the queue with the
 	// highest weight that has a task waiting, so a lower queue runs only
-	// while every higher one is empty. Default: false (by weight).
+	// while every higher one is empty. A higher queue whose last fetch
+	// found tasks is waited for up to 100ms while its next fetch is under
+	// way, so a lower queue may start up to 100ms late once the higher
+	// one runs dry. Default: false (by weight).
 	StrictPriority bool
 	// QueueConcurrency caps, per queue, how many of its tasks run at
 	// once, within Concurrency (0 or absent: no cap but Concurrency). Each
