@@ -126,7 +126,7 @@ type WorkerConfig struct {
 	// MaxAge. Each field defaults on its own: MaxCount 0 means 10 000
 	// entries, MaxAge 0 means 90 days (asynq's), so Retention{MaxCount: 100}
 	// keeps 100 entries for 90 days. A negative field means no bound. See
-	// Server.Archived and Server.Requeue.
+	// [Server.List] (ListArchived) and [Server.Requeue].
 	ArchiveRetention Retention
 	// PausePoll is how often the worker asks the broker whether its queue
 	// is paused (Server.Pause), on a broker that can pause queues

@@ -19,7 +19,8 @@ import (
 // RunWorker runs the end-to-end cases — retries, workflows, failures,
 // shutdown, redelivery — through errand's real worker loop on a broker and
 // a backend, as subtests named Worker/<Case>/<Subcase>. Every task's
-// recorded state sequence is checked against driver.Transitions.
+// recorded state sequence is checked against the state graph with
+// [driver.ValidPath].
 func RunWorker(t *testing.T, bh BrokerHarness, beh BackendHarness) {
 	bh.Timing = bh.Timing.withDefaults()
 	beh.Timing = beh.Timing.withDefaults()

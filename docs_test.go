@@ -1,0 +1,698 @@
+package errand_test
+
+import (
+	"bufio"
+	"fmt"
+	"go/ast"
+	"go/doc/comment"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestDocsNameOnlyExistingIdentifiers keeps the promise that the docs name
+// only identifiers that exist: every exported name a doc mentions, in the
+// Markdown pages (README.md, CHANGELOG.md, docs/*.md) or in the doc comments
+// of any package of the workspace, must be declared by the project package it
+// names.
+//
+// What is checked:
+//
+//   - a qualified name pkg.Ident or pkg.Type.Member anywhere in a page or a
+//     doc comment (prose, code spans, code blocks), where pkg is the name of a
+//     project package (errand, driver, memorybroker, redisbroker, ...);
+//   - a doc link [Ident], [Type.Member], [pkg.Ident], [pkg.Type.Member] or
+//     [import/path.Ident] in a doc comment, unqualified links resolved in the
+//     comment's own package;
+//   - an unqualified Type.Member anywhere in a page or a doc comment, where
+//     Type is declared by a project package (Server.Queues,
+//     WorkerConfig.Concurrency, Options.Logger: any package's will do);
+//   - a field key in a composite literal pkg.Type{Key: ...} inside a page's
+//     Go code block that parses.
+//
+// Names of other libraries (redis.NewClient, context.Context, asynq's
+// Config.Queues) are not checked, and neither are a snippet's own
+// lower-case variables. A member is
+// found among a type's fields, methods and interface methods, and those of
+// the types it embeds or aliases; a member of a type from outside the project
+// (an embedded context.Context) is taken on trust.
+//
+// Exported identifiers are read with go/parser from every package's non-test
+// source files, so the test needs nothing beyond the standard library and
+// sees every module of the workspace.
+func TestDocsNameOnlyExistingIdentifiers(t *testing.T) {
+	t.Parallel()
+	root := "."
+	idx := indexPackages(t, root)
+	for _, must := range []string{"errand", "driver", "memorybroker", "memorybackend", "conformance"} {
+		if len(idx.byName[must]) == 0 {
+			t.Fatalf("package %s not found under %s: the doc-identifier test cannot read the workspace", must, root)
+		}
+	}
+
+	var refs []docRef
+	for _, page := range markdownPages(t, root) {
+		refs = append(refs, markdownRefs(t, idx, page)...)
+	}
+	for _, p := range idx.all {
+		refs = append(refs, commentRefs(idx, p)...)
+	}
+	if len(refs) < 100 {
+		t.Fatalf("found only %d references to project identifiers in the docs; the scanner is broken", len(refs))
+	}
+
+	seen := map[string]bool{} // one failure per name and line: [driver.X] is also driver.X
+	var failures []string
+	for _, r := range refs {
+		key := fmt.Sprintf("%s:%d:%s", r.file, r.line, strings.Join(r.names, "."))
+		for _, p := range r.pkgs {
+			key += ":" + p.path
+		}
+		if seen[key] {
+			continue
+		}
+		if why := idx.check(r); why != "" {
+			seen[key] = true
+			failures = append(failures, fmt.Sprintf("%s:%d: names %s, %s", r.file, r.line, r.text, why))
+		}
+	}
+	sort.Strings(failures)
+	for _, f := range failures {
+		t.Errorf("%s (docs name only identifiers that exist)", f)
+	}
+	t.Logf("checked %d references to project identifiers", len(refs))
+}
+
+// A docRef is one mention of a project identifier in a doc.
+type docRef struct {
+	file, text string // where, and the name as written
+	line       int
+	pkgs       []*docPkg // candidate packages (several share a name: main)
+	names      []string  // Ident, or Type and Member
+}
+
+// A docPkg is one package directory's exported surface.
+type docPkg struct {
+	name, dir, path string
+	top             map[string]bool // exported top-level names
+	types           map[string]*docType
+	files           []*ast.File
+	fileNames       []string
+}
+
+// A docType is one declared type's members and what it inherits them from.
+type docType struct {
+	members map[string]bool
+	from    []typeRef // embedded types, an alias's or a definition's underlying named type
+	opaque  bool      // inherits from a type outside the project: any member is taken on trust
+}
+
+type typeRef struct {
+	path, name string // import path ("" = same package) and type name
+}
+
+type docIndex struct {
+	byName map[string][]*docPkg
+	byPath map[string]*docPkg
+	byDir  map[string]*docPkg
+	all    []*docPkg
+	fset   *token.FileSet
+	re     *regexp.Regexp // qualifiedPattern, once the packages are known
+}
+
+// indexPackages parses every non-test Go file under root, skipping hidden
+// directories and testdata, and records each package's exported names.
+func indexPackages(t *testing.T, root string) *docIndex {
+	t.Helper()
+	fset := token.NewFileSet()
+	idx := &docIndex{byName: map[string][]*docPkg{}, byPath: map[string]*docPkg{}, byDir: map[string]*docPkg{}, fset: fset}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(path)
+		p := idx.byDir[dir]
+		if p == nil {
+			p = &docPkg{name: f.Name.Name, dir: dir, path: importPath(t, dir), top: map[string]bool{}, types: map[string]*docType{}}
+			idx.byDir[dir] = p
+			idx.byPath[p.path] = p
+			idx.byName[p.name] = append(idx.byName[p.name], p)
+			idx.all = append(idx.all, p)
+		}
+		p.files = append(p.files, f)
+		p.fileNames = append(p.fileNames, path)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the workspace's Go files: %v", err)
+	}
+	for _, p := range idx.all {
+		for _, f := range p.files {
+			p.collect(f)
+		}
+	}
+	idx.re = idx.qualifiedPattern()
+	return idx
+}
+
+// importPath derives dir's import path from the nearest go.mod above it.
+func importPath(t *testing.T, dir string) string {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+			for line := range strings.Lines(string(data)) {
+				if mod, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+					rel, _ := filepath.Rel(d, abs)
+					mod = strings.Trim(strings.TrimSpace(mod), `"`)
+					if rel == "." {
+						return mod
+					}
+					return mod + "/" + filepath.ToSlash(rel)
+				}
+			}
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no go.mod above %s", dir)
+		}
+	}
+}
+
+func (p *docPkg) typ(name string) *docType {
+	ty := p.types[name]
+	if ty == nil {
+		ty = &docType{members: map[string]bool{}}
+		p.types[name] = ty
+	}
+	return ty
+}
+
+// collect records f's exported top-level names, methods and fields.
+func (p *docPkg) collect(f *ast.File) {
+	imports := fileImports(f)
+	ref := func(e ast.Expr) (typeRef, bool) { return typeRefOf(e, imports) }
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil {
+				if d.Name.IsExported() {
+					p.top[d.Name.Name] = true
+				}
+				continue
+			}
+			if r, ok := ref(d.Recv.List[0].Type); ok && r.path == "" {
+				p.typ(r.name).members[d.Name.Name] = true
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if n.IsExported() {
+							p.top[n.Name] = true
+						}
+					}
+				case *ast.TypeSpec:
+					if !s.Name.IsExported() {
+						// Unexported types still carry members that
+						// exported types embedding them promote.
+						p.typ(s.Name.Name)
+					} else {
+						p.top[s.Name.Name] = true
+					}
+					ty := p.typ(s.Name.Name)
+					switch u := s.Type.(type) {
+					case *ast.StructType:
+						p.fields(ty, u.Fields, ref)
+					case *ast.InterfaceType:
+						p.fields(ty, u.Methods, ref)
+					default:
+						if r, ok := ref(s.Type); ok {
+							ty.from = append(ty.from, r)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// fields records a struct's fields or an interface's methods, and what they
+// embed.
+func (p *docPkg) fields(ty *docType, list *ast.FieldList, ref func(ast.Expr) (typeRef, bool)) {
+	for _, fld := range list.List {
+		for _, n := range fld.Names {
+			ty.members[n.Name] = true
+		}
+		if len(fld.Names) > 0 {
+			continue
+		}
+		r, ok := ref(fld.Type)
+		if !ok {
+			ty.opaque = true // an embedded constraint or an odd type: trust it
+			continue
+		}
+		ty.members[r.name] = true // an embedded type is also a field
+		if r.path == "" && r.name == "error" {
+			ty.members["Error"] = true
+			continue
+		}
+		ty.from = append(ty.from, r)
+	}
+}
+
+func fileImports(f *ast.File) map[string]string {
+	m := map[string]string{}
+	for _, im := range f.Imports {
+		path, _ := strconv.Unquote(im.Path.Value)
+		name := path[strings.LastIndex(path, "/")+1:]
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		m[name] = path
+	}
+	return m
+}
+
+// typeRefOf names the named type e refers to, through pointers and type
+// arguments.
+func typeRefOf(e ast.Expr, imports map[string]string) (typeRef, bool) {
+	for {
+		switch x := e.(type) {
+		case *ast.StarExpr:
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.IndexListExpr:
+			e = x.X
+		case *ast.ParenExpr:
+			e = x.X
+		case *ast.Ident:
+			return typeRef{name: x.Name}, true
+		case *ast.SelectorExpr:
+			pkg, ok := x.X.(*ast.Ident)
+			if !ok {
+				return typeRef{}, false
+			}
+			path, ok := imports[pkg.Name]
+			if !ok {
+				return typeRef{}, false
+			}
+			return typeRef{path: path, name: x.Sel.Name}, true
+		default:
+			return typeRef{}, false
+		}
+	}
+}
+
+// hasMember reports whether type name of p has member m, or whether that
+// cannot be known (a type from outside the project).
+func (idx *docIndex) hasMember(p *docPkg, name, m string, depth int) bool {
+	ty := p.types[name]
+	if ty == nil {
+		// A predeclared or unknown type, or a var/func/const: trust it.
+		return true
+	}
+	if ty.members[m] || ty.opaque || depth > 10 {
+		return true
+	}
+	for _, r := range ty.from {
+		q := p
+		if r.path != "" {
+			q = idx.byPath[r.path]
+			if q == nil {
+				return true // outside the project
+			}
+		} else if _, declared := p.types[r.name]; !declared {
+			return true // a predeclared type
+		}
+		if idx.hasMember(q, r.name, m, depth+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// check returns why r names nothing, or "" if it names something.
+func (idx *docIndex) check(r docRef) string {
+	var why string
+	var owners []string
+	for _, p := range r.pkgs {
+		if !p.top[r.names[0]] {
+			why = fmt.Sprintf("but package %s (%s) declares no %s", p.name, p.path, r.names[0])
+			continue
+		}
+		if len(r.names) == 1 {
+			return ""
+		}
+		if _, isType := p.types[r.names[0]]; !isType || idx.hasMember(p, r.names[0], r.names[1], 0) {
+			return ""
+		}
+		owners = append(owners, p.name+"."+r.names[0])
+		why = fmt.Sprintf("but %s has no field or method %s", strings.Join(owners, " nor "), r.names[1])
+	}
+	return why
+}
+
+// markdownPages lists the pages the promise covers.
+func markdownPages(t *testing.T, root string) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"README.md", "CHANGELOG.md"} {
+		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+			pages = append(pages, filepath.Join(root, name))
+		}
+	}
+	if len(pages) < 3 {
+		t.Fatalf("found only %v under %s: the doc-identifier test cannot read the pages", pages, root)
+	}
+	return pages
+}
+
+// qualifiedPattern matches pkg.Ident and pkg.Type.Member for every
+// project package name, not preceded by a letter, digit, dot or dash (so
+// go-redis.X and a.errand.X are not mistaken for them).
+func (idx *docIndex) qualifiedPattern() *regexp.Regexp {
+	var names []string
+	for n := range idx.byName {
+		if n != "main" {
+			names = append(names, regexp.QuoteMeta(n))
+		}
+	}
+	slices.Sort(names)
+	return regexp.MustCompile(`(?:^|[^\w.\-])(` + strings.Join(names, "|") + `)\.([A-Z]\w*)(?:\.([A-Z]\w*))?`)
+}
+
+// qualifiedRefs finds pkg.Ident and pkg.Type.Member in one line of text.
+func (idx *docIndex) qualifiedRefs(file string, line int, text string) []docRef {
+	var refs []docRef
+	for _, m := range idx.re.FindAllStringSubmatch(text, -1) {
+		r := docRef{file: file, line: line, pkgs: idx.byName[m[1]], names: []string{m[2]}, text: m[1] + "." + m[2]}
+		if m[3] != "" {
+			r.names = append(r.names, m[3])
+			r.text += "." + m[3]
+		}
+		refs = append(refs, r)
+	}
+	return refs
+}
+
+// typeMemberPattern matches an unqualified Type.Member, not preceded by a
+// letter, digit, dot or dash (a qualified name is the other pattern's).
+var typeMemberPattern = regexp.MustCompile(`(?:^|[^\w.\-])([A-Z]\w*)\.([A-Z]\w*)`)
+
+// foreignOwner matches a possessive just before a name: "asynq's `".
+var foreignOwner = regexp.MustCompile("(\\w+)'s [`*_]*$")
+
+// typeMemberRefs finds Type.Member in one line of text where Type is the
+// name of a type some project package declares; the member may belong to
+// any of them (Options.Logger is several drivers' field). A Type no project
+// package declares (Client.Do) is another library's and is not checked, and
+// neither is one after another library's possessive (asynq's Config.Queues).
+func (idx *docIndex) typeMemberRefs(file string, line int, text string) []docRef {
+	var refs []docRef
+	for _, loc := range typeMemberPattern.FindAllStringSubmatchIndex(text, -1) {
+		m := []string{text[loc[2]:loc[3]], text[loc[4]:loc[5]]}
+		if owner := foreignOwner.FindStringSubmatch(text[:loc[2]]); owner != nil && owner[1] != "errand" {
+			continue
+		}
+		var pkgs []*docPkg
+		for _, p := range idx.all {
+			if _, ok := p.types[m[0]]; ok && p.top[m[0]] {
+				pkgs = append(pkgs, p)
+			}
+		}
+		if len(pkgs) > 0 {
+			refs = append(refs, docRef{file: file, line: line, pkgs: pkgs, names: []string{m[0], m[1]}, text: m[0] + "." + m[1]})
+		}
+	}
+	return refs
+}
+
+// markdownRefs finds the project identifiers one page names.
+func markdownRefs(t *testing.T, idx *docIndex, page string) []docRef {
+	t.Helper()
+	f, err := os.Open(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var refs []docRef
+	var block []string // the Go code block being read, if any
+	inBlock, goBlock, blockStart := false, false, 0
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if fence, ok := strings.CutPrefix(strings.TrimSpace(line), "```"); ok {
+			if !inBlock {
+				inBlock, goBlock, blockStart, block = true, fence == "go", n+1, nil
+			} else {
+				if goBlock {
+					refs = append(refs, literalRefs(idx, page, blockStart, strings.Join(block, "\n"))...)
+				}
+				inBlock = false
+			}
+			continue
+		}
+		if inBlock {
+			block = append(block, line)
+		}
+		refs = append(refs, idx.qualifiedRefs(page, n, line)...)
+		refs = append(refs, idx.typeMemberRefs(page, n, line)...)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return refs
+}
+
+// literalRefs finds the field keys of composite literals pkg.Type{Key: ...}
+// in a Go code block, parsed as a file if it is one, or else as statements
+// or declarations; a block that does not parse is left to the line scan.
+func literalRefs(idx *docIndex, page string, firstLine int, src string) []docRef {
+	fset := token.NewFileSet()
+	var f *ast.File
+	offset := 0 // lines the wrapper adds before the block
+	for _, try := range []struct {
+		head, tail string
+		lines      int
+	}{{"", "", 0}, {"package p\n", "", 1}, {"package p\nfunc _() {\n", "\n}", 2}} {
+		var err error
+		if f, err = parser.ParseFile(fset, "", try.head+src+try.tail, 0); err == nil {
+			offset = try.lines
+			break
+		}
+	}
+	if f == nil {
+		return nil
+	}
+	var refs []docRef
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		sel, ok := lit.Type.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		pkg, ok := sel.X.(*ast.Ident)
+		if !ok || len(idx.byName[pkg.Name]) == 0 || pkg.Name == "main" {
+			return true
+		}
+		for _, el := range lit.Elts {
+			kv, ok := el.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			key, ok := kv.Key.(*ast.Ident)
+			if !ok || !key.IsExported() {
+				continue
+			}
+			refs = append(refs, docRef{
+				file:  page,
+				line:  firstLine + fset.Position(key.Pos()).Line - 1 - offset,
+				pkgs:  idx.byName[pkg.Name],
+				names: []string{sel.Sel.Name, key.Name},
+				text:  pkg.Name + "." + sel.Sel.Name + "{" + key.Name + ": ...}",
+			})
+		}
+		return true
+	})
+	return refs
+}
+
+// commentRefs finds the project identifiers p's doc comments name: the
+// package doc and the docs of declarations, specs, fields and interface
+// methods (not the comments inside function bodies).
+func commentRefs(idx *docIndex, p *docPkg) []docRef {
+	var refs []docRef
+	for i, f := range p.files {
+		file := p.fileNames[i]
+		imports := fileImports(f)
+		var groups []*ast.CommentGroup
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.File:
+				groups = append(groups, x.Doc)
+			case *ast.FuncDecl:
+				groups = append(groups, x.Doc)
+				return false // a body's comments are not docs
+			case *ast.GenDecl:
+				groups = append(groups, x.Doc)
+			case *ast.TypeSpec:
+				groups = append(groups, x.Doc, x.Comment)
+			case *ast.ValueSpec:
+				groups = append(groups, x.Doc, x.Comment)
+				return false
+			case *ast.Field:
+				groups = append(groups, x.Doc, x.Comment)
+			}
+			return true
+		})
+		parser := &comment.Parser{
+			LookupPackage: func(name string) (string, bool) {
+				if path, ok := imports[name]; ok {
+					return path, true
+				}
+				if ps := idx.byName[name]; len(ps) == 1 && name != "main" {
+					return ps[0].path, true
+				}
+				return "", false
+			},
+			// Every [Name] and [Recv.Name] is a link to check.
+			LookupSym: func(recv, name string) bool { return true },
+		}
+		for _, g := range groups {
+			if g == nil {
+				continue
+			}
+			lines, nums := commentLines(idx.fset, g)
+			for j, l := range lines {
+				refs = append(refs, idx.qualifiedRefs(file, nums[j], l)...)
+				refs = append(refs, idx.typeMemberRefs(file, nums[j], l)...)
+			}
+			refs = append(refs, linkRefs(idx, p, parser, file, lines, nums)...)
+		}
+	}
+	return refs
+}
+
+// commentLines returns g's text lines without comment markers, as
+// go/doc/comment expects them, with each line's number in the file.
+func commentLines(fset *token.FileSet, g *ast.CommentGroup) (lines []string, nums []int) {
+	for _, c := range g.List {
+		line := fset.Position(c.Slash).Line
+		if body, ok := strings.CutPrefix(c.Text, "//"); ok {
+			if strings.HasPrefix(body, "go:") || strings.HasPrefix(body, "line ") {
+				continue
+			}
+			lines = append(lines, strings.TrimPrefix(body, " "))
+			nums = append(nums, line)
+			continue
+		}
+		body := strings.TrimSuffix(strings.TrimPrefix(c.Text, "/*"), "*/")
+		for k, l := range strings.Split(body, "\n") {
+			lines = append(lines, l)
+			nums = append(nums, line+k)
+		}
+	}
+	return lines, nums
+}
+
+// linkRefs finds the doc links of one comment that point into the project:
+// [Name] and [Recv.Name] in p itself, [pkg.Name] and [pkg.Recv.Name] in the
+// package pkg names. Each is placed on the first line, from the previous
+// link's on, that holds its bracketed text.
+func linkRefs(idx *docIndex, p *docPkg, parser *comment.Parser, file string, lines []string, nums []int) []docRef {
+	var links []*comment.DocLink
+	var walk func(texts []comment.Text)
+	walk = func(texts []comment.Text) {
+		for _, t := range texts {
+			switch x := t.(type) {
+			case *comment.DocLink:
+				links = append(links, x)
+			case *comment.Link:
+				walk(x.Text)
+			case *comment.Italic, comment.Plain:
+			}
+		}
+	}
+	doc := parser.Parse(strings.Join(lines, "\n"))
+	var blocks func(bs []comment.Block)
+	blocks = func(bs []comment.Block) {
+		for _, b := range bs {
+			switch x := b.(type) {
+			case *comment.Paragraph:
+				walk(x.Text)
+			case *comment.Heading:
+				walk(x.Text)
+			case *comment.List:
+				for _, it := range x.Items {
+					blocks(it.Content)
+				}
+			}
+		}
+	}
+	blocks(doc.Content)
+
+	var refs []docRef
+	from := 0
+	for _, l := range links {
+		target := p
+		pkgName := ""
+		if l.ImportPath != "" {
+			target = idx.byPath[l.ImportPath]
+			if target == nil {
+				continue // a link outside the project
+			}
+			pkgName = target.name + "."
+		}
+		if l.Name == "" {
+			continue // a link to a package
+		}
+		r := docRef{file: file, pkgs: []*docPkg{target}, names: []string{l.Name}, text: "[" + pkgName + l.Name + "]"}
+		written := l.Name
+		if l.Recv != "" {
+			r.names = []string{l.Recv, l.Name}
+			r.text = "[" + pkgName + l.Recv + "." + l.Name + "]"
+			written = l.Recv + "." + l.Name
+		}
+		r.line = nums[0]
+		for k := from; k < len(lines); k++ {
+			if strings.Contains(lines[k], written+"]") {
+				r.line, from = nums[k], k
+				break
+			}
+		}
+		refs = append(refs, r)
+	}
+	return refs
+}
