@@ -40,7 +40,9 @@ import (
 //
 // Names of other libraries (redis.NewClient, context.Context, asynq's
 // Config.Queues) are not checked, and neither are a snippet's own
-// lower-case variables. A member is
+// lower-case variables. Records of the past name what existed then: in
+// CHANGELOG.md the old side of a migration ("old → new") and a Removed
+// section are not checked, and neither is a history page (docs/*-history.md). A member is
 // found among a type's fields, methods and interface methods, and those of
 // the types it embeds or aliases; a member of a type from outside the project
 // (an embedded context.Context) is taken on trust.
@@ -381,9 +383,15 @@ func (idx *docIndex) check(r docRef) string {
 // markdownPages lists the pages the promise covers.
 func markdownPages(t *testing.T, root string) []string {
 	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	all, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	var pages []string
+	for _, p := range all {
+		if !strings.HasSuffix(p, "-history.md") {
+			pages = append(pages, p)
+		}
 	}
 	for _, name := range []string{"README.md", "CHANGELOG.md"} {
 		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
@@ -464,12 +472,24 @@ func markdownRefs(t *testing.T, idx *docIndex, page string) []docRef {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	changelog := filepath.Base(page) == "CHANGELOG.md"
 	var refs []docRef
 	var block []string // the Go code block being read, if any
-	inBlock, goBlock, blockStart := false, false, 0
+	inBlock, goBlock, blockStart, removed := false, false, 0, false
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
+		if changelog {
+			if !inBlock && strings.HasPrefix(line, "#") {
+				removed = strings.Contains(strings.ToLower(line), "removed")
+			}
+			if removed {
+				continue
+			}
+			if i := lastArrow(line); i >= 0 {
+				line = line[i:] // "old → new": only the new name must exist
+			}
+		}
 		if fence, ok := strings.CutPrefix(strings.TrimSpace(line), "```"); ok {
 			if !inBlock {
 				inBlock, goBlock, blockStart, block = true, fence == "go", n+1, nil
@@ -491,6 +511,18 @@ func markdownRefs(t *testing.T, idx *docIndex, page string) []docRef {
 		t.Fatal(err)
 	}
 	return refs
+}
+
+// lastArrow returns where the text after a line's last migration arrow
+// (→, ->, =>) begins, or -1.
+func lastArrow(line string) int {
+	at := -1
+	for _, arrow := range []string{"→", "->", "=>"} {
+		if i := strings.LastIndex(line, arrow); i >= 0 && i+len(arrow) > at {
+			at = i + len(arrow)
+		}
+	}
+	return at
 }
 
 // literalRefs finds the field keys of composite literals pkg.Type{Key: ...}
