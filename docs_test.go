@@ -36,16 +36,21 @@ import (
 //     Type is declared by a project package (Server.Queues,
 //     WorkerConfig.Concurrency, Options.Logger: any package's will do);
 //   - a field key in a composite literal pkg.Type{Key: ...} inside a page's
-//     Go code block that parses.
+//     Go code block that parses;
+//   - in a page, a test (TestX, BenchmarkX, FuzzX) or a conformance kit case
+//     (Broker/..., Backend/..., Worker/..., Fault/...) named as what holds a
+//     promise: the test must be declared by some _test.go file, the case
+//     spelled in the kit's source.
 //
 // Names of other libraries (redis.NewClient, context.Context, asynq's
 // Config.Queues) are not checked, and neither are a snippet's own
 // lower-case variables. Records of the past name what existed then: in
 // CHANGELOG.md the old side of a migration ("old → new") and a Removed
-// section are not checked, and neither is a history page (docs/*-history.md). A member is
-// found among a type's fields, methods and interface methods, and those of
-// the types it embeds or aliases; a member of a type from outside the project
-// (an embedded context.Context) is taken on trust.
+// section are not checked, and neither is a history page
+// (docs/*-history.md). A member is found among a type's fields, methods and
+// interface methods, and those of the types it embeds or aliases; a member
+// of a type from outside the project (an embedded context.Context) is taken
+// on trust.
 //
 // Exported identifiers are read with go/parser from every package's non-test
 // source files, so the test needs nothing beyond the standard library and
@@ -61,8 +66,10 @@ func TestDocsNameOnlyExistingIdentifiers(t *testing.T) {
 	}
 
 	var refs []docRef
+	var failures []string
 	for _, page := range markdownPages(t, root) {
-		refs = append(refs, markdownRefs(t, idx, page)...)
+		r, f := markdownRefs(t, idx, page)
+		refs, failures = append(refs, r...), append(failures, f...)
 	}
 	for _, p := range idx.all {
 		refs = append(refs, commentRefs(idx, p)...)
@@ -72,7 +79,6 @@ func TestDocsNameOnlyExistingIdentifiers(t *testing.T) {
 	}
 
 	seen := map[string]bool{} // one failure per name and line: [driver.X] is also driver.X
-	var failures []string
 	for _, r := range refs {
 		key := fmt.Sprintf("%s:%d:%s", r.file, r.line, strings.Join(r.names, "."))
 		for _, p := range r.pkgs {
@@ -127,7 +133,9 @@ type docIndex struct {
 	byDir  map[string]*docPkg
 	all    []*docPkg
 	fset   *token.FileSet
-	re     *regexp.Regexp // qualifiedPattern, once the packages are known
+	re     *regexp.Regexp  // qualifiedPattern, once the packages are known
+	tests  map[string]bool // every TestX, BenchmarkX, FuzzX and ExampleX of the workspace
+	cases  map[string]bool // every case name the conformance kit's source spells ("Delay/NeverEarly", "Fault/WorkerKilled")
 }
 
 // indexPackages parses every non-test Go file under root, skipping hidden
@@ -135,7 +143,7 @@ type docIndex struct {
 func indexPackages(t *testing.T, root string) *docIndex {
 	t.Helper()
 	fset := token.NewFileSet()
-	idx := &docIndex{byName: map[string][]*docPkg{}, byPath: map[string]*docPkg{}, byDir: map[string]*docPkg{}, fset: fset}
+	idx := &docIndex{byName: map[string][]*docPkg{}, byPath: map[string]*docPkg{}, byDir: map[string]*docPkg{}, fset: fset, tests: map[string]bool{}, cases: map[string]bool{}}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -146,7 +154,17 @@ func indexPackages(t *testing.T, root string) *docIndex {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, m := range testFuncPattern.FindAllSubmatch(src, -1) {
+				idx.tests[string(m[1])] = true
+			}
 			return nil
 		}
 		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
@@ -175,6 +193,18 @@ func indexPackages(t *testing.T, root string) *docIndex {
 		}
 	}
 	idx.re = idx.qualifiedPattern()
+	for _, p := range idx.byName["conformance"] {
+		for _, f := range p.files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if v, err := strconv.Unquote(lit.Value); err == nil && caseNamePattern.MatchString(v) {
+						idx.cases[v] = true
+					}
+				}
+				return true
+			})
+		}
+	}
 	return idx
 }
 
@@ -464,8 +494,49 @@ func (idx *docIndex) typeMemberRefs(file string, line int, text string) []docRef
 	return refs
 }
 
-// markdownRefs finds the project identifiers one page names.
-func markdownRefs(t *testing.T, idx *docIndex, page string) []docRef {
+var (
+	testFuncPattern = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\w*)\(`)
+	caseNamePattern = regexp.MustCompile(`^[A-Z]\w*(/[A-Z]\w*)*$`)
+	placeholderTest = regexp.MustCompile(`^(TestMain|(Test|Benchmark|Fuzz)[A-Z])$`)
+	// A test named in a page: TestX, BenchmarkX or FuzzX.
+	testRefPattern = regexp.MustCompile(`(?:^|[^\w.])((?:Test|Benchmark|Fuzz)[A-Z]\w*)`)
+	// A conformance kit case named in a page with its group: Broker/Delay/NeverEarly.
+	caseRefPattern = regexp.MustCompile(`(?:^|[^\w./-])((Broker|Backend|Worker|Fault)/([A-Z]\w*(?:/[A-Z]\w*)*))`)
+)
+
+// testAndCaseFailures checks that the tests and conformance kit cases a
+// page names (as the reliability page names what holds each promise to
+// it) exist: a test function somewhere in the workspace, a case whose name
+// the kit's source spells (Worker/Retry/Later is the Worker group's case
+// "Retry/Later"; Broker/Delay is the group of its Delay/ cases).
+func (idx *docIndex) testAndCaseFailures(page string, n int, line string) []string {
+	var out []string
+	for _, m := range testRefPattern.FindAllStringSubmatch(line, -1) {
+		if placeholderTest.MatchString(m[1]) {
+			continue // TestMain is Go's; TestX a placeholder
+		}
+		if !idx.tests[m[1]] {
+			out = append(out, fmt.Sprintf("%s:%d: names the test %s, which no _test.go file of the workspace declares", page, n, m[1]))
+		}
+	}
+	for _, m := range caseRefPattern.FindAllStringSubmatch(line, -1) {
+		if idx.cases[m[1]] || idx.cases[m[3]] {
+			continue
+		}
+		group := false
+		for c := range idx.cases {
+			group = group || strings.HasPrefix(c, m[3]+"/") || strings.HasPrefix(c, m[1]+"/")
+		}
+		if !group {
+			out = append(out, fmt.Sprintf("%s:%d: names the conformance case %s, which the kit does not have", page, n, m[1]))
+		}
+	}
+	return out
+}
+
+// markdownRefs finds the project identifiers one page names, and the
+// tests and kit cases it names that do not exist.
+func markdownRefs(t *testing.T, idx *docIndex, page string) ([]docRef, []string) {
 	t.Helper()
 	f, err := os.Open(page)
 	if err != nil {
@@ -474,6 +545,7 @@ func markdownRefs(t *testing.T, idx *docIndex, page string) []docRef {
 	defer f.Close()
 	changelog := filepath.Base(page) == "CHANGELOG.md"
 	var refs []docRef
+	var failures []string
 	var block []string // the Go code block being read, if any
 	inBlock, goBlock, blockStart, removed := false, false, 0, false
 	sc := bufio.NewScanner(f)
@@ -506,11 +578,12 @@ func markdownRefs(t *testing.T, idx *docIndex, page string) []docRef {
 		}
 		refs = append(refs, idx.qualifiedRefs(page, n, line)...)
 		refs = append(refs, idx.typeMemberRefs(page, n, line)...)
+		failures = append(failures, idx.testAndCaseFailures(page, n, line)...)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return refs
+	return refs, failures
 }
 
 // lastArrow returns where the text after a line's last migration arrow
