@@ -18,16 +18,13 @@ type (
 	TaskState = driver.TaskState
 	// Result is one value a task returned.
 	Result = driver.Result
-	// Message is one encoded task on a queue, as [Inspect] lists it.
+	// Message is one encoded task on a queue, as [QueuedTask] carries it.
 	Message = driver.Message
-	// DeadLetter is a message set aside by the broker, as [DeadLetters]
-	// lists it.
-	DeadLetter = driver.DeadLetter
 	// ArchiveEntry is a task set aside for good, as the archive keeps it.
 	ArchiveEntry = driver.ArchiveEntry
 	// Retention bounds a queue's archive (WorkerConfig.ArchiveRetention).
 	Retention = driver.Retention
-	// QueueStats counts what a queue holds, as [Stats] returns it.
+	// QueueStats counts what a queue holds, as [QueueInfo] carries it.
 	QueueStats = driver.QueueStats
 )
 

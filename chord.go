@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/errand-go/errand/driver"
 )
 
 // Chords: a member that ends counts itself done in its group; the member
@@ -18,12 +20,12 @@ func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
 	}
 	be := w.srv.backend
 	done, total, err := be.CompleteGroupMember(ctx, sig.GroupUUID, sig.UUID)
-	if errors.Is(err, ErrGroupNotFound) {
+	if errors.Is(err, driver.ErrGroupNotFound) {
 		// The group's metadata expired or was evicted: the chord can never
 		// complete. Say so on the callback instead of retrying forever.
 		return w.failChord(ctx, sig.ChordCallback.Copy(), fmt.Sprintf("chord group %s is gone from the backend (expired or evicted): its callback cannot run", sig.GroupUUID))
 	}
-	if errors.Is(err, ErrNotMember) {
+	if errors.Is(err, driver.ErrNotMember) {
 		// A stray: the message names the group but its UUID is not one of
 		// the members (a forged, misrouted or foreign message). Its own state
 		// is recorded; it must neither count toward the chord nor fail it,
@@ -82,7 +84,7 @@ func (w *Worker) failChord(ctx context.Context, cb *Signature, errText string) e
 	}
 	if prev == nil || !prev.State.Terminal() {
 		st := &TaskState{TaskUUID: cb.UUID, TaskName: cb.Name, State: StateFailure, Attempt: cb.attempt(),
-			Error: errText, ErrorKind: KindFailed, CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
+			Error: errText, ErrorKind: string(KindFailed), CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
 		if prev != nil {
 			st.CreatedAt = prev.CreatedAt
 		}

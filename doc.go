@@ -44,7 +44,7 @@
 //	}
 //	group, _ := errand.NewGroup(squares...)
 //	chord, _ := errand.NewChord(group, errand.NewSignature("sum"))
-//	res, err := srv.SendChord(ctx, chord, 4) // up to 4 publish batches in flight
+//	res, err := srv.SendChord(ctx, chord, errand.SendConcurrency(4)) // up to 4 publish batches in flight
 //	var total int
 //	err = res.GetInto(ctx, &total) // 385
 //
@@ -107,8 +107,8 @@
 // cancels their contexts and releases each unfinished delivery back to the
 // broker, unrecorded, for another worker; half a second later it cancels
 // every broker and backend call still in progress, so a silent server cannot
-// hold it. PreTaskHook, PostTaskHook and ErrorHandler observe tasks and
-// errors; logs go to an injected *slog.Logger and are silent by default.
+// hold it. [Middleware] wraps every attempt (the one hook on running
+// tasks) and ErrorHandler observes errors; logs go to an injected *slog.Logger and are silent by default.
 //
 // # Task states
 //
@@ -178,8 +178,8 @@
 //
 // # Results
 //
-// [Server.SendTask] returns an [AsyncResult]; [NewAsyncResult] makes one in
-// a process that did not send the task. [AsyncResult.Get] and
+// [Server.SendTask] returns an [AsyncResult]; [Server.Result] makes one,
+// from a task's UUID, in a process that did not send the task. [AsyncResult.Get] and
 // [AsyncResult.GetInto] block until SUCCESS or FAILURE without spinning:
 // woken by the backend where it can notify, otherwise polling with a backoff
 // from 2ms to 200ms. An unknown or expired task returns [ErrTaskNotFound] at
@@ -240,29 +240,34 @@
 //   - an ability the driver lacks is an error satisfying
 //     errors.Is(err, errors.ErrUnsupported), never a silent no-op.
 //
-// [Server.Broker] and [Server.Backend] return the wrapped values. Each
-// Server wraps the drivers it is given in its own layer, and [Server.Close]
-// closes the drivers themselves: when several Servers share one driver
-// value, close one of them only once all are done.
+// [Server.Broker] and [Server.Backend] return the drivers the server was
+// given, unwrapped: a type assertion to the driver's own type works, and
+// calls on them skip the layer. Each Server wraps the drivers it is given
+// in its own layer, and [Server.Close] closes the drivers themselves: when
+// several Servers share one driver value, close one of them only once all
+// are done.
 //
 // # Operating
 //
-// [Inspect] (pending and delayed messages), [InFlight], [Stats], [Purge]
-// and [DeadLetters] work on a queue of any [Broker]: a driver's own value,
-// one [OpenBroker] returned, or [Server.Broker]. The memory and Redis
-// brokers support them all; SQS supports Stats (approximate counts) and
-// Purge. Messages a worker cannot decode are set aside with their reason
-// ([ErrBadMessage]) and listed by DeadLetters where the broker can.
+// Every operator call is a method of [Server]: [Server.Queues] and
+// [Server.Queue] (counts, paused, archive size), [Server.List] (a queue's
+// tasks by [ListState]), [Server.Task], [Server.Requeue],
+// [Server.DeleteArchived], [Server.Purge], [Server.Pause] and
+// [Server.Resume], [Server.Workers]. Each needs an optional ability of the
+// broker and returns an error satisfying errors.Is(err,
+// errors.ErrUnsupported) without it. Messages a worker cannot decode are
+// set aside with their reason ([ErrBadMessage]) in the queue's archive
+// ([ListArchived]) where the broker keeps one.
 //
 // # Errors
 //
 // Test sentinels with [errors.Is]: [ErrClosed], [ErrTaskNotFound],
-// [ErrGroupNotFound], [ErrLeaseLost] and [ErrPayloadTooLarge] are the
-// driver package's own values, so drivers' errors match them; [ErrUnknownTask],
+// [ErrNotArchived] and [ErrPayloadTooLarge] are the driver package's own
+// values, so drivers' errors match them; [ErrUnknownTask],
 // [ErrBadArguments], [ErrBadMessage] and [ErrUUIDConflict] are wrapped by
 // recorded failures and set-aside reasons. Error types, found with [errors.As]: [PayloadError],
-// [ArgumentError], [TaskError] (a task's recorded failure, see also
-// [IsTaskFailure]), [PanicError], [OpenError], and the two a function returns
+// [ArgumentError], [TaskError] (a task's recorded failure, with its
+// [ErrorKind]), [PanicError], [OpenError], and the two a function returns
 // to steer retries, [RetryLaterError] and [PermanentError]. A producer's
 // [TaskError] unwraps to the failure rebuilt from its recorded kind and
 // detail, so [ErrUnknownTask], [ErrBadArguments], [ErrRetriesExhausted],

@@ -5,19 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+
+	"github.com/errand-go/errand/driver"
 )
 
-// Failure kinds: how a task failed, recorded with its FAILURE state
-// (TaskState.ErrorKind) and returned to the producer as TaskError.Kind. The
-// first that applies is recorded, in this order.
+// ErrorKind says how a task failed. It is recorded with the task's FAILURE
+// state (TaskState.ErrorKind, as a string) and returned to the producer as
+// TaskError.Kind. The first kind that applies is recorded, in the order
+// below; "" means none was recorded (a worker older than ErrorKind).
+type ErrorKind string
+
+// The failure kinds.
 const (
-	KindUnknownTask      = "unknown_task"      // no function registered under its name (ErrUnknownTask)
-	KindBadArguments     = "bad_arguments"     // its arguments do not fit the function (*ArgumentError)
-	KindPermanent        = "permanent"         // its function returned Permanent(err) (*PermanentError)
-	KindPanic            = "panic"             // its function panicked (*PanicError)
-	KindTimeout          = "timeout"           // it ended with context.DeadlineExceeded (Timeout, Deadline)
-	KindRetriesExhausted = "retries_exhausted" // it failed with no retry left (ErrRetriesExhausted)
-	KindFailed           = "failed"            // anything else (a chord member failed, a deadline left no time to retry)
+	KindUnknownTask      ErrorKind = "unknown_task"      // no function registered under its name (ErrUnknownTask)
+	KindBadArguments     ErrorKind = "bad_arguments"     // its arguments do not fit the function (*ArgumentError)
+	KindPermanent        ErrorKind = "permanent"         // its function returned Permanent(err) (*PermanentError)
+	KindPanic            ErrorKind = "panic"             // its function panicked (*PanicError)
+	KindTimeout          ErrorKind = "timeout"           // it ended with context.DeadlineExceeded (Timeout, Deadline)
+	KindRetriesExhausted ErrorKind = "retries_exhausted" // it failed with no retry left (ErrRetriesExhausted)
+	KindFailed           ErrorKind = "failed"            // anything else (a chord member failed, a deadline left no time to retry)
 )
 
 // recordedSentinels are the errors a recorded failure can be tested for
@@ -34,10 +40,10 @@ var recordedSentinels = []struct {
 	{"timeout", context.DeadlineExceeded},
 	{"canceled", context.Canceled},
 	{"task_not_found", ErrTaskNotFound},
-	{"group_not_found", ErrGroupNotFound},
-	{"not_member", ErrNotMember},
+	{"group_not_found", driver.ErrGroupNotFound},
+	{"not_member", driver.ErrNotMember},
 	{"closed", ErrClosed},
-	{"lease_lost", ErrLeaseLost},
+	{"lease_lost", driver.ErrLeaseLost},
 	{"bad_message", ErrBadMessage},
 	{"uuid_conflict", ErrUUIDConflict},
 	{"bad_signature", ErrBadSignature},
@@ -89,27 +95,28 @@ func classify(cause error) (kind, detail string) {
 		text := perm.Error()
 		d.Permanent = &text
 	}
+	var k ErrorKind
 	switch {
 	case errors.Is(cause, ErrUnknownTask):
-		kind = KindUnknownTask
+		k = KindUnknownTask
 	case d.Arg != nil:
-		kind = KindBadArguments
+		k = KindBadArguments
 	case d.Permanent != nil:
-		kind = KindPermanent
+		k = KindPermanent
 	case d.Panic != nil:
-		kind = KindPanic
+		k = KindPanic
 	case errors.Is(cause, context.DeadlineExceeded):
-		kind = KindTimeout
+		k = KindTimeout
 	case errors.Is(cause, ErrRetriesExhausted):
-		kind = KindRetriesExhausted
+		k = KindRetriesExhausted
 	default:
-		kind = KindFailed
+		k = KindFailed
 	}
 	b, err := json.Marshal(d)
 	if err != nil || string(b) == "{}" {
-		return kind, ""
+		return string(k), ""
 	}
-	return kind, string(b)
+	return string(k), string(b)
 }
 
 // recordedError is a failure read back from its state: its text, the
@@ -144,7 +151,7 @@ func rebuild(st *TaskState) error {
 			}
 		}
 	}
-	if st.ErrorKind == KindUnknownTask && !slices.Contains(re.is, ErrUnknownTask) {
+	if ErrorKind(st.ErrorKind) == KindUnknownTask && !slices.Contains(re.is, ErrUnknownTask) {
 		re.is = append(re.is, ErrUnknownTask)
 	}
 	if a := d.Arg; a != nil {

@@ -39,7 +39,7 @@ func TestProducerSeesErrorKinds(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = r.Get(ctx)
-		if !errand.IsTaskFailure(err) {
+		if !isTaskFailure(err) {
 			t.Fatalf("task %s: Get = %v, want a recorded FAILURE", sig.Name, err)
 		}
 		return err

@@ -8,8 +8,11 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// Sentinel errors, tested with [errors.Is]. The first six are the
+// Sentinel errors, tested with [errors.Is]. The first four are the
 // driver package's own values, so a driver's error satisfies them too.
+// The driver package's errors that only drivers return (ErrLeaseLost,
+// ErrNotMember, ErrGroupNotFound) are not repeated here: test for them
+// with the driver package's values.
 var (
 	// ErrClosed is returned by every call on a broker, backend or server
 	// after it has been closed.
@@ -19,22 +22,9 @@ var (
 	// or its result has expired.
 	ErrTaskNotFound = driver.ErrTaskNotFound
 
-	// ErrGroupNotFound is returned when a group ID is unknown to the
-	// backend, or its metadata has expired.
-	ErrGroupNotFound = driver.ErrGroupNotFound
-
-	// ErrNotMember is returned when a task UUID is completed in a group it
-	// is not a member of (a stray message naming the group); the group's
-	// count is unchanged and its chord does not fire.
-	ErrNotMember = driver.ErrNotMember
-
 	// ErrNotArchived is returned when an archived task is asked for (shown,
 	// requeued) by an ID that is not in the queue's archive.
 	ErrNotArchived = driver.ErrNotArchived
-
-	// ErrLeaseLost is returned when a delivery is acked, released or
-	// extended after its lease ran out (another consumer may hold it now).
-	ErrLeaseLost = driver.ErrLeaseLost
 
 	// ErrPayloadTooLarge is returned, before anything is sent, when an
 	// encoded message exceeds the broker's declared maximum payload.
@@ -130,8 +120,8 @@ type TaskError struct {
 	UUID    string
 	Name    string
 	Message string
-	Kind    string // KindUnknownTask, KindBadArguments, ...; "" when not recorded
-	Err     error  // the recorded failure, rebuilt; nil when not recorded
+	Kind    ErrorKind // KindUnknownTask, KindBadArguments, ...; "" when not recorded
+	Err     error     // the recorded failure, rebuilt; nil when not recorded
 }
 
 func (e *TaskError) Error() string {

@@ -58,7 +58,7 @@ func ExampleServer_SendChord() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := srv.SendChord(ctx, chord, 2)
+	r, err := srv.SendChord(ctx, chord, errand.SendConcurrency(2))
 	if err != nil {
 		panic(err)
 	}

@@ -45,12 +45,12 @@ func TestUniqueRefusedWhereItCannotHold(t *testing.T) {
 		t.Errorf("SendTask with a UniqueKey and no UniqueFor: %v, want an error naming UniqueFor", err)
 	}
 	g, _ := errand.NewGroup(errand.NewSignature("t"), uniqueSig("k"))
-	if _, err := srv.SendGroup(ctx, g, 1); err == nil || !strings.Contains(err.Error(), "UniqueKey") {
+	if _, err := srv.SendGroup(ctx, g); err == nil || !strings.Contains(err.Error(), "UniqueKey") {
 		t.Errorf("SendGroup with a unique member: %v, want an error naming UniqueKey", err)
 	}
 	g2, _ := errand.NewGroup(errand.NewSignature("t"))
 	c, _ := errand.NewChord(g2, uniqueSig("k"))
-	if _, err := srv.SendChord(ctx, c, 1); err == nil || !strings.Contains(err.Error(), "UniqueKey") {
+	if _, err := srv.SendChord(ctx, c); err == nil || !strings.Contains(err.Error(), "UniqueKey") {
 		t.Errorf("SendChord with a unique callback: %v, want an error naming UniqueKey", err)
 	}
 	ch, _ := errand.NewChain(errand.NewSignature("t"), uniqueSig("k"))

@@ -55,7 +55,7 @@ func (r *runningTasks) list() []RunningTask {
 // host:pid:random.
 func newWorkerID() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strings.ReplaceAll(NewUUID(), "-", "")[:8])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strings.ReplaceAll(newUUID(), "-", "")[:8])
 }
 
 // heartbeat beats until the worker has drained — fetching stopped and

@@ -2,6 +2,7 @@ package errand_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"testing"
@@ -147,4 +148,11 @@ func checkNoLeak(t *testing.T) {
 			}
 		}
 	})
+}
+
+// isTaskFailure reports whether err is a task's recorded failure (a
+// *TaskError), not a backend error or ctx expiry.
+func isTaskFailure(err error) bool {
+	var te *errand.TaskError
+	return errors.As(err, &te)
 }

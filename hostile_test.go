@@ -24,7 +24,7 @@ import (
 // publishRaw records sig PENDING and puts its encoding on queue straight
 // through the driver, as a producer that is not errand's Server would
 // (nothing is filled in: no RoutingKey, no Attempt).
-func publishRaw(t *testing.T, ctx context.Context, br errand.Broker, be errand.Backend, queue string, sig *errand.Signature) *errand.AsyncResult {
+func publishRaw(t *testing.T, ctx context.Context, srv *errand.Server, br errand.Broker, be errand.Backend, queue string, sig *errand.Signature) *errand.AsyncResult {
 	t.Helper()
 	body, err := errand.EncodeSignature(sig)
 	if err != nil {
@@ -36,7 +36,7 @@ func publishRaw(t *testing.T, ctx context.Context, br errand.Broker, be errand.B
 	if err := br.Publish(ctx, errand.Message{ID: sig.UUID, Queue: queue, Body: body}); err != nil {
 		t.Fatal(err)
 	}
-	return errand.NewAsyncResult(sig, be)
+	return srv.Result(sig.UUID)
 }
 
 // recvOr waits for a value on ch or fails t with msg once ctx ends.
@@ -72,11 +72,11 @@ func TestNoRoutingKeyStaysOnTheDeliveryQueue(t *testing.T) {
 		ctx := ctxT(t)
 		sig := &errand.Signature{UUID: errand.NewUUID(), Name: "flaky", RetryCount: 2,
 			OnSuccess: []*errand.Signature{{UUID: errand.NewUUID(), Name: "after", Args: []errand.Arg{errand.ArgOf("callback")}}}}
-		r := publishRaw(t, ctx, e.broker, e.rec, q, sig)
+		r := publishRaw(t, ctx, e.srv, e.broker, e.rec, q, sig)
 		var out string
 		if err := r.GetInto(ctx, &out); err != nil || out != "ok" {
-			pending, delayed, _ := errand.Inspect(context.Background(), e.broker, "")
-			t.Fatalf("routing promise broken: a task sent to %q without a RoutingKey ended %q, %v; want its retry on %q (queue \"\" holds %d pending, %d delayed)", q, out, err, q, len(pending), len(delayed))
+			qi, _ := e.srv.Queue(context.Background(), "")
+			t.Fatalf("routing promise broken: a task sent to %q without a RoutingKey ended %q, %v; want its retry on %q (queue \"\" holds %d pending, %d delayed)", q, out, err, q, qi.Stats.Pending, qi.Stats.Delayed)
 		}
 		if m := recvOr(t, ctx, got, "routing promise broken: the OnSuccess callback without a RoutingKey never ran on the parent's queue"); m != "callback ok" {
 			t.Fatalf("callback got %q, want %q", m, "callback ok")
@@ -199,7 +199,7 @@ func TestUnknownTaskFailsAtTheBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = r.Get(ctx)
-		if !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), "unknown task") || !strings.Contains(err.Error(), `"no.such.task"`) {
+		if !isTaskFailure(err) || !strings.Contains(err.Error(), "unknown task") || !strings.Contains(err.Error(), `"no.such.task"`) {
 			t.Fatalf("unknown task promise broken: Get = %v, want FAILURE naming the task and ErrUnknownTask", err)
 		}
 		if got := fmt.Sprint(cb.deliveries(r.Signature.UUID)); got != "[1 2 3]" {
@@ -212,13 +212,13 @@ func TestUnknownTaskFailsAtTheBound(t *testing.T) {
 		if p := fmt.Sprint(e.rec.path(r.Signature.UUID)); p != "[PENDING RECEIVED FAILURE]" {
 			t.Errorf("states promise broken: path %s, want [PENDING RECEIVED FAILURE] (nothing recorded while the task is given back)", p)
 		}
-		var dl []errand.DeadLetter
-		waitFor(t, "the unknown task in the dead letters", func() bool {
-			dl, _ = errand.DeadLetters(ctx, e.broker, errand.DefaultQueue)
+		var dl []errand.QueuedTask
+		waitFor(t, "the unknown task in the archive", func() bool {
+			dl, _ = e.srv.List(ctx, errand.DefaultQueue, errand.ListArchived, 0, 10)
 			return len(dl) == 1
 		})
-		if dl[0].ID != r.Signature.UUID || !strings.Contains(dl[0].Reason, "unknown task") {
-			t.Fatalf("unknown task promise broken: dead letter %+v, want the task with an 'unknown task' reason", dl[0])
+		if dl[0].ID != r.Signature.UUID || !strings.Contains(dl[0].Archive.Reason+": "+dl[0].Archive.Error, "unknown task") {
+			t.Fatalf("unknown task promise broken: archived %+v, want the task with an 'unknown task' reason", dl[0].Archive)
 		}
 	})
 }
@@ -288,7 +288,7 @@ func TestOversizedDeliverySetAside(t *testing.T) {
 			ctx := ctxT(t)
 			big := errand.NewSignature("echo", strings.Repeat("x", c.limit))
 			big.RoutingKey = errand.DefaultQueue
-			publishRaw(t, ctx, br, be, errand.DefaultQueue, big) // straight to the driver: no producer check
+			publishRaw(t, ctx, srv, br, be, errand.DefaultQueue, big) // straight to the driver: no producer check
 			var n int
 			small, err := srv.SendTask(ctx, errand.NewSignature("echo", "ok"))
 			if err != nil {
@@ -297,13 +297,14 @@ func TestOversizedDeliverySetAside(t *testing.T) {
 			if err := small.GetInto(ctx, &n); err != nil || n != 2 {
 				t.Fatalf("bad input promise broken: the worker did not go on after an oversized message: %d, %v", n, err)
 			}
-			var dl []errand.DeadLetter
-			waitFor(t, "the oversized message in the dead letters", func() bool {
-				dl, _ = errand.DeadLetters(ctx, br, errand.DefaultQueue)
+			var dl []errand.QueuedTask
+			waitFor(t, "the oversized message in the archive", func() bool {
+				dl, _ = srv.List(ctx, errand.DefaultQueue, errand.ListArchived, 0, 10)
 				return len(dl) == 1
 			})
-			if !strings.Contains(dl[0].Reason, fmt.Sprint(c.limit)) || !strings.Contains(dl[0].Reason, "MaxMessageSize") {
-				t.Errorf("bad input promise broken: reason %q does not name the size bound %d (MaxMessageSize)", dl[0].Reason, c.limit)
+			reason := dl[0].Archive.Reason + ": " + dl[0].Archive.Error
+			if !strings.Contains(reason, fmt.Sprint(c.limit)) || !strings.Contains(reason, "MaxMessageSize") {
+				t.Errorf("bad input promise broken: reason %q does not name the size bound %d (MaxMessageSize)", reason, c.limit)
 			}
 			if k := runs.Load(); k != 1 {
 				t.Errorf("bad input promise broken: the echo task ran %d times, want once (the oversized message must never be decoded or run)", k)

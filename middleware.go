@@ -7,7 +7,20 @@ import "context"
 // the next handler and returns one that calls it (or not), with the task's
 // context (which it may extend: the function sees what it passes on), the
 // signature (Headers carry what producer middleware put there), and the
-// outcome next returns.
+// outcome next returns. It is the one hook on running tasks: code to run
+// before and after each task is a Middleware that does its work around
+// its call of next:
+//
+//	func(next errand.TaskHandler) errand.TaskHandler {
+//		return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
+//			log.Printf("start %s", sig.Name)
+//			st, err := next(ctx, sig)
+//			if st != nil {
+//				log.Printf("%s ended %s", sig.Name, st.State)
+//			}
+//			return st, err
+//		}
+//	}
 type Middleware func(next TaskHandler) TaskHandler
 
 // TaskHandler runs one attempt of a task: it records STARTED, calls the
@@ -53,21 +66,4 @@ func (s *Server) send(ctx context.Context, sigs []*Signature, base SendHandler) 
 		h = s.cfg.SendMiddleware[i](h)
 	}
 	return h(ctx, sigs)
-}
-
-// hooks is the middleware the worker's PreTaskHook and PostTaskHook
-// become.
-func hooks(cfg WorkerConfig) Middleware {
-	return func(next TaskHandler) TaskHandler {
-		return func(ctx context.Context, sig *Signature) (*TaskState, error) {
-			if cfg.PreTaskHook != nil {
-				cfg.PreTaskHook(ctx, sig)
-			}
-			st, err := next(ctx, sig)
-			if cfg.PostTaskHook != nil && st != nil {
-				cfg.PostTaskHook(ctx, sig, st)
-			}
-			return st, err
-		}
-	}
 }

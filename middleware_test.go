@@ -54,7 +54,7 @@ func TestWorkerMiddlewareWrapsAttempts(t *testing.T) {
 	sig := errand.NewSignature("flaky")
 	sig.RetryCount = 1
 	r2, _ := e.srv.SendTask(ctx, sig)
-	if _, err := r2.Get(ctx); !errand.IsTaskFailure(err) {
+	if _, err := r2.Get(ctx); !isTaskFailure(err) {
 		t.Fatalf("flaky: %v, want its failure", err)
 	}
 	waitFor(t, "every middleware event", func() bool { mu.Lock(); defer mu.Unlock(); return len(events) == 12 })
@@ -117,7 +117,7 @@ func TestSendMiddlewareHeadersReachWorkers(t *testing.T) {
 		t.Fatalf("SendTask: the task saw header %q, %v; want s-one", got, err)
 	}
 	g, _ := errand.NewGroup(errand.NewSignature("member"), errand.NewSignature("member"))
-	rs, err := srv.SendGroup(ctx, g, 1)
+	rs, err := srv.SendGroup(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}

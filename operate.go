@@ -19,32 +19,36 @@ import (
 // driver.Heartbeater) and returns an error satisfying
 // errors.Is(err, errors.ErrUnsupported) when the broker lacks it.
 
-// ListState names a list of a queue's tasks.
-type ListState string
+// ListState names a list of a queue's tasks. It is the driver package's
+// type: Server.List takes every list below, a driver's Lister the four
+// the broker keeps (pending, scheduled, in flight, completed).
+type ListState = driver.ListState
 
 // The lists of a queue, as Server.List takes them.
 const (
-	ListPending   ListState = "pending"   // due, waiting for a worker
-	ListScheduled ListState = "scheduled" // not due yet: sent with an ETA (first attempts)
-	ListRetrying  ListState = "retrying"  // not due yet: a retry waiting for its time
-	ListInFlight  ListState = "inflight"  // running on a worker (leased)
-	ListArchived  ListState = "archived"  // failed for good, kept in the archive
-	ListCompleted ListState = "completed" // acked recently
+	ListPending   ListState = driver.ListPending   // due, waiting for a worker
+	ListScheduled ListState = driver.ListScheduled // not due yet: sent with an ETA (first attempts)
+	ListRetrying  ListState = "retrying"           // not due yet: a retry waiting for its time
+	ListInFlight  ListState = driver.ListInFlight  // running on a worker (leased)
+	ListArchived  ListState = "archived"           // failed for good, kept in the archive
+	ListCompleted ListState = driver.ListCompleted // acked recently
 )
 
-// ListStates are every list, in the order the command and the dashboard
-// show them.
-var ListStates = []ListState{ListPending, ListScheduled, ListRetrying, ListInFlight, ListArchived, ListCompleted}
+// ListStates returns every list Server.List takes, in the order the
+// command and the dashboard show them. Each call returns a new slice.
+func ListStates() []ListState {
+	return []ListState{ListPending, ListScheduled, ListRetrying, ListInFlight, ListArchived, ListCompleted}
+}
 
 // ParseListState returns the ListState named s, or an error listing the
 // names there are.
 func ParseListState(s string) (ListState, error) {
-	for _, l := range ListStates {
+	for _, l := range ListStates() {
 		if string(l) == s {
 			return l, nil
 		}
 	}
-	return "", fmt.Errorf("errand: unknown list %q: want one of %v", s, ListStates)
+	return "", fmt.Errorf("errand: unknown list %q: want one of %v", s, ListStates())
 }
 
 // QueuedTask is one task as an operator sees it: the message on the queue,
@@ -183,21 +187,64 @@ func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
 	return out, nil
 }
 
-// Queue returns one queue's info, or an error naming the queues there are
-// when the broker does not know queue.
+// Queue returns one queue's info: its counts (driver.StatsReporter),
+// whether it is paused (driver.Pauser) and the size of its archive. When
+// the broker lists its queues (driver.QueueLister) and queue is not among
+// them, it returns an error satisfying errors.Is(err, ErrUnknownQueue)
+// that names the queues there are; a broker that does not list queues
+// answers for any name. A broker with neither ability returns an error
+// satisfying errors.Is(err, errors.ErrUnsupported). This is the operator
+// call for one queue's counts: a queue never published to counts zero on
+// a broker that does not list queues.
 func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
-	qs, err := s.Queues(ctx)
-	if err != nil {
+	pb := s.broker
+	if err := pb.before(ctx); err != nil {
 		return QueueInfo{}, err
 	}
-	names := make([]string, 0, len(qs))
-	for _, q := range qs {
-		if q.Name == queue {
-			return q, nil
-		}
-		names = append(names, q.Name)
+	ql, lists := pb.drv.(driver.QueueLister)
+	sr, counts := pb.drv.(driver.StatsReporter)
+	if !lists && !counts {
+		return QueueInfo{}, unsupported("queue stats", pb.drv)
 	}
-	return QueueInfo{}, fmt.Errorf("errand: unknown queue %q (queues: %v): %w", queue, names, ErrUnknownQueue)
+	if lists {
+		names, err := ql.Queues(ctx)
+		if err != nil {
+			return QueueInfo{}, pb.after(ctx, err)
+		}
+		if !slices.Contains(names, queue) {
+			slices.Sort(names)
+			return QueueInfo{}, fmt.Errorf("errand: unknown queue %q (queues: %v): %w", queue, names, ErrUnknownQueue)
+		}
+	}
+	qi := QueueInfo{Name: queue}
+	if counts {
+		st, err := sr.Stats(ctx, queue)
+		if err != nil {
+			return QueueInfo{}, pb.after(ctx, err)
+		}
+		qi.Stats, qi.Archived = st, st.Dead
+	}
+	if p, ok := pb.drv.(driver.Pauser); ok {
+		paused, err := p.Paused(ctx)
+		if err != nil {
+			return QueueInfo{}, pb.after(ctx, err)
+		}
+		qi.Paused = slices.Contains(paused, queue)
+	}
+	return qi, nil
+}
+
+// Purge drops every pending and scheduled (delayed, retrying) task of
+// queue and returns how many it dropped. Tasks in flight, completed and
+// archived are kept. It needs driver.Purger and returns an error
+// satisfying errors.Is(err, errors.ErrUnsupported) without it.
+func (s *Server) Purge(ctx context.Context, queue string) (int, error) {
+	pb, p, err := ability[driver.Purger](ctx, s.broker, "purge")
+	if err != nil {
+		return 0, err
+	}
+	n, err := p.Purge(ctx, queue)
+	return n, pb.after(ctx, err)
 }
 
 // ErrUnknownQueue is returned for a queue the broker does not know.
@@ -234,7 +281,7 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 		if err != nil {
 			return nil, err
 		}
-		ms, err := ls.List(ctx, queue, driver.ListState(l), offset, limit)
+		ms, err := ls.List(ctx, queue, l, offset, limit)
 		if err != nil {
 			return nil, pb.after(ctx, err)
 		}
@@ -271,7 +318,7 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 			}
 		}
 	default:
-		return nil, fmt.Errorf("errand: unknown list %q: want one of %v", l, ListStates)
+		return nil, fmt.Errorf("errand: unknown list %q: want one of %v", l, ListStates())
 	}
 	if err := s.withStates(ctx, out); err != nil {
 		return nil, err
@@ -300,7 +347,7 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 		}
 	}
 	found := func(m driver.Listed, l driver.ListState) (QueuedTask, error) {
-		return s.withState(ctx, s.describe(m.Message, ListState(l), m.At))
+		return s.withState(ctx, s.describe(m.Message, l, m.At))
 	}
 	if f, ok := s.broker.drv.(driver.Finder); ok {
 		if err := s.broker.before(ctx); err != nil {

@@ -114,7 +114,7 @@ func TestLeaseLostReportedOnce(t *testing.T) {
 		var extends atomic.Int32
 		lost.extend = func(context.Context, *driver.Delivery, time.Duration) error {
 			extends.Add(1)
-			return fmt.Errorf("test broker: %w", errand.ErrLeaseLost)
+			return fmt.Errorf("test broker: %w", driver.ErrLeaseLost)
 		}
 		var leaseLost atomic.Int32
 		srv, _ := errand.NewServer(errand.Config{Broker: lost, Backend: e.rec})
@@ -125,7 +125,7 @@ func TestLeaseLostReportedOnce(t *testing.T) {
 		// The memory broker's own lease (an hour) never lapses: only the
 		// wrapper says it was lost.
 		w := srv.NewWorker(errand.WorkerConfig{Lease: time.Hour, ExtendEvery: time.Second, ErrorHandler: func(err error) {
-			if errors.Is(err, errand.ErrLeaseLost) {
+			if errors.Is(err, driver.ErrLeaseLost) {
 				leaseLost.Add(1)
 			}
 		}})

@@ -52,11 +52,11 @@ func TestClosedServerAnswersErrClosed(t *testing.T) {
 	if _, err := srv.SendTask(ctx, errand.NewSignature("add", 1, 2)); !errors.Is(err, errand.ErrClosed) {
 		t.Fatalf("SendTask after Close = %v, want ErrClosed", err)
 	}
-	if _, err := srv.Broker().Fetch(ctx, "q", 1, time.Second); !errors.Is(err, errand.ErrClosed) {
+	if _, err := errand.PortableBroker(srv).Fetch(ctx, "q", 1, time.Second); !errors.Is(err, errand.ErrClosed) {
 		t.Fatalf("Fetch after Close = %v, want ErrClosed", err)
 	}
-	if _, err := errand.Stats(ctx, srv.Broker(), "q"); !errors.Is(err, errand.ErrClosed) {
-		t.Fatalf("Stats after Close = %v, want ErrClosed", err)
+	if _, err := srv.Queue(ctx, "q"); !errors.Is(err, errand.ErrClosed) {
+		t.Fatalf("Queue after Close = %v, want ErrClosed", err)
 	}
 	if n := drv.publishes.Load(); n != 0 {
 		t.Fatalf("%d Publish calls reached a closed driver; want none", n)
@@ -68,7 +68,7 @@ func TestDoneCtxNeverReachesTheDriver(t *testing.T) {
 	srv, _ := errand.NewServer(errand.Config{Broker: drv, Backend: memorybackend.New(nil)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := srv.Broker().Publish(ctx, errand.Message{ID: "m", Queue: "q", Body: []byte("x")}); !errors.Is(err, context.Canceled) {
+	if err := errand.PortableBroker(srv).Publish(ctx, errand.Message{ID: "m", Queue: "q", Body: []byte("x")}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Publish with a cancelled ctx = %v, want context.Canceled", err)
 	}
 	if n := drv.publishes.Load(); n != 0 {
@@ -97,7 +97,7 @@ func TestPublishBatchRefusedWholeOverLimit(t *testing.T) {
 	ctx := ctxT(t)
 	drv := &countingBroker{Broker: memorybroker.New(&memorybroker.Options{MaxPayload: 16})}
 	srv, _ := errand.NewServer(errand.Config{Broker: drv, Backend: memorybackend.New(nil)})
-	err := srv.Broker().Publish(ctx,
+	err := errand.PortableBroker(srv).Publish(ctx,
 		errand.Message{ID: "small", Queue: "q", Body: []byte("x")},
 		errand.Message{ID: "big", Queue: "q", Body: []byte(strings.Repeat("x", 17))})
 	var pe *errand.PayloadError
@@ -138,7 +138,7 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 			ctx := ctxT(t)
 			drv := &batchingBroker{Broker: memorybroker.New(nil), limit: limit, gate: make(chan struct{})}
 			srv, _ := errand.NewServer(errand.Config{Broker: drv, Backend: memorybackend.New(nil)})
-			b := srv.Broker()
+			b := errand.PortableBroker(srv)
 			const n = 40
 			for i := range n {
 				if err := b.Publish(ctx, errand.Message{ID: fmt.Sprint(i), Queue: "q", Body: []byte("x")}); err != nil {
@@ -184,8 +184,8 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 			if len(batches) >= n || biggest < 2 {
 				t.Fatalf("%d concurrent acks made %d AckBatch calls %v; want them coalesced", n, len(batches), batches)
 			}
-			if st, _ := errand.Stats(ctx, b, "q"); st.InFlight != 0 || st.Pending != 0 {
-				t.Fatalf("after every ack the queue holds %+v, want nothing", st)
+			if qi, _ := srv.Queue(ctx, "q"); qi.Stats.InFlight != 0 || qi.Stats.Pending != 0 {
+				t.Fatalf("after every ack the queue holds %+v, want nothing", qi.Stats)
 			}
 		})
 	}
@@ -237,7 +237,7 @@ func TestPlainGroupWritesNoMetadata(t *testing.T) {
 	w.Start()
 	defer w.Shutdown(ctx)
 	g, _ := errand.NewGroup(errand.NewSignature("add", 1, 2), errand.NewSignature("add", 3, 4))
-	rs, err := srv.SendGroup(ctx, g, 1)
+	rs, err := srv.SendGroup(ctx, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestPlainGroupWritesNoMetadata(t *testing.T) {
 	}
 	g2, _ := errand.NewGroup(errand.NewSignature("add", 1, 2))
 	c, _ := errand.NewChord(g2, errand.NewSignature("add", 10))
-	r, err := srv.SendChord(ctx, c, 1)
+	r, err := srv.SendChord(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

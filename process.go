@@ -258,7 +258,7 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 	}
 	next := sig.Copy()
 	next.Attempt = sig.attempt() + 1
-	next.RetryTimeout = FibonacciNext(sig.RetryTimeout)
+	next.RetryTimeout = fibonacciNext(sig.RetryTimeout)
 	var delay time.Duration
 	var later *RetryLaterError
 	switch {

@@ -2,20 +2,25 @@ package errand
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
-// AsyncResult is a handle on one sent task's outcome.
+// AsyncResult is a handle on one task's outcome, read from its server's
+// backend.
 type AsyncResult struct {
+	// Signature is the task as it was sent; for a handle from
+	// Server.Result, only its UUID is set.
 	Signature *Signature
 	backend   *backend
 }
 
-// NewAsyncResult returns a handle on the outcome of the task with sig's UUID,
-// read from backend: for a process that did not send the task itself.
-func NewAsyncResult(sig *Signature, backend Backend) *AsyncResult {
-	return &AsyncResult{Signature: sig, backend: asBackend(backend)}
+// Result returns a handle on the outcome of the task whose UUID is uuid,
+// read from the server's backend: for a process that did not send the task
+// itself (it kept the UUID, e.g. from sig.UUID after SendTask). It makes
+// no call; the handle's State, Wait and Get return an error satisfying
+// errors.Is(err, ErrTaskNotFound) when the backend does not know uuid.
+func (s *Server) Result(uuid string) *AsyncResult {
+	return &AsyncResult{Signature: &Signature{UUID: uuid}, backend: s.backend}
 }
 
 // State returns the task's current state without waiting.
@@ -41,7 +46,7 @@ func (r *AsyncResult) Get(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	if st.State == StateFailure {
-		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error, Kind: st.ErrorKind, Err: rebuild(st)}
+		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error, Kind: ErrorKind(st.ErrorKind), Err: rebuild(st)}
 	}
 	return st.Results, nil
 }
@@ -110,11 +115,4 @@ func (c *ChordAsyncResult) Get(ctx context.Context) ([]Result, error) {
 // GetInto is Get decoding the callback's results into dst.
 func (c *ChordAsyncResult) GetInto(ctx context.Context, dst ...any) error {
 	return c.Callback.GetInto(ctx, dst...)
-}
-
-// IsTaskFailure reports whether err is a task's recorded failure (as opposed
-// to a backend error or ctx expiry).
-func IsTaskFailure(err error) bool {
-	var te *TaskError
-	return errors.As(err, &te)
 }

@@ -42,11 +42,11 @@ func (f Fibonacci) RetryDelay(next *Signature, _ error) time.Duration {
 	return mulSat(time.Duration(max(next.RetryTimeout, 0)), u)
 }
 
-// FibonacciNext returns the smallest Fibonacci number greater than n
+// fibonacciNext returns the smallest Fibonacci number greater than n
 // (machinery's retry.FibonacciNext): 0→1, 1→2, 2→3, 3→5, 5→8. Past the
 // largest Fibonacci number an int holds it saturates at math.MaxInt, so a
 // RetryTimeout near MaxInt64 can neither overflow nor loop for ever.
-func FibonacciNext(n int) int {
+func fibonacciNext(n int) int {
 	a, b := 1, 2
 	if n < 1 {
 		return 1

@@ -82,11 +82,11 @@ func TestHugeRetryTimeoutDoesNotSpin(t *testing.T) {
 			t.Errorf("shutdown promise broken: Shutdown = %v after a huge retry delay", err)
 		}
 	})
-	_, delayed, err := errand.Inspect(ctx, e.broker, errand.DefaultQueue)
+	delayed, err := e.srv.List(ctx, errand.DefaultQueue, errand.ListRetrying, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(delayed) != 1 || !delayed[0].NotBefore.After(time.Now().Add(100*365*24*time.Hour)) {
+	if len(delayed) != 1 || !delayed[0].At.After(time.Now().Add(100*365*24*time.Hour)) {
 		t.Fatalf("retry arithmetic promise broken: the delayed retries are %+v, want one message delayed by the saturated delay (centuries)", delayed)
 	}
 }
@@ -109,7 +109,7 @@ func runsUntilFailure(t *testing.T, cfg errand.WorkerConfig) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Get(ctx); !errand.IsTaskFailure(err) {
+	if _, err := r.Get(ctx); !isTaskFailure(err) {
 		t.Fatalf("retry cap promise broken: a task with RetryCount 1e9 still not FAILURE after %d runs (Get: %v)", runs.Load(), err)
 	}
 	return int(runs.Load())

@@ -5,14 +5,20 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/bridge"
 )
 
-// ScheduleStore returns the server's broker as a driver.ScheduleStore, in
+func init() {
+	bridge.ScheduleStore = func(srv any) (driver.ScheduleStore, error) { return srv.(*Server).scheduleStore() }
+	bridge.PortableBroker = func(srv any) driver.Broker { return srv.(*Server).broker }
+}
+
+// scheduleStore returns the server's broker as a driver.ScheduleStore, in
 // the server's portable layer (closed and ctx checks as for every other
-// call), for the periodic scheduler (github.com/errand-go/errand/schedule).
-// It returns an error satisfying errors.Is(err, errors.ErrUnsupported) when
-// the broker keeps no schedules.
-func (s *Server) ScheduleStore() (driver.ScheduleStore, error) {
+// call), for the periodic scheduler (github.com/errand-go/errand/schedule,
+// through internal/bridge). It returns an error satisfying
+// errors.Is(err, errors.ErrUnsupported) when the broker keeps no schedules.
+func (s *Server) scheduleStore() (driver.ScheduleStore, error) {
 	st, ok := s.broker.drv.(driver.ScheduleStore)
 	if !ok {
 		return nil, unsupported("schedules", s.broker.drv)

@@ -140,7 +140,7 @@ func TestSendTaskCarriedPending(t *testing.T) {
 	}
 
 	sig := NewSignature("add", 1, 2)
-	sig.UUID = NewUUID()
+	sig.UUID = newUUID()
 	if _, err := srv.SendTask(ctx, sig); err != nil {
 		t.Fatal(err)
 	}

@@ -96,12 +96,18 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Broker returns the server's broker, in errand's portable layer: closing
-// it, or calling it after Close, behaves as for the server.
-func (s *Server) Broker() Broker { return s.broker }
+// Broker returns the broker the server was configured with
+// (Config.Broker), the very value passed in: a type assertion to the
+// driver's own type works, e.g. to reach a driver's own methods. Calls on
+// it go to the driver directly, without the checks the server adds. Close
+// the server, not the driver: the server's own calls then answer ErrClosed
+// without reaching the driver.
+func (s *Server) Broker() Broker { return s.cfg.Broker }
 
-// Backend returns the server's result backend, in errand's portable layer.
-func (s *Server) Backend() Backend { return s.backend }
+// Backend returns the result backend the server was configured with
+// (Config.Backend), the very value passed in, as Broker does for the
+// broker.
+func (s *Server) Backend() Backend { return s.cfg.Backend }
 
 // Close closes the server's broker and backend; every later call on them,
 // or on the server, returns an error satisfying errors.Is(err, ErrClosed).
@@ -185,7 +191,7 @@ func (s *Server) prepare(sig *Signature) {
 		return
 	}
 	if sig.UUID == "" {
-		sig.UUID = NewUUID()
+		sig.UUID = newUUID()
 	}
 	sig.madeUUID = "" // sent: a state may exist under its UUID from now on
 	if sig.RoutingKey == "" {
@@ -313,10 +319,10 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 	if err != nil {
 		return nil, err
 	}
-	return s.result(sig), nil
+	return s.handle(sig), nil
 }
 
-func (s *Server) result(sig *Signature) *AsyncResult {
+func (s *Server) handle(sig *Signature) *AsyncResult {
 	return &AsyncResult{Signature: sig, backend: s.backend}
 }
 
@@ -365,9 +371,29 @@ func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency in
 	return nil
 }
 
-// SendGroup sends every task of g, publishing with up to sendConcurrency
-// batches in flight, and returns their results in group order.
-func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
+// SendOption tunes one SendGroup or SendChord call.
+type SendOption func(*sendOptions)
+
+type sendOptions struct {
+	concurrency int // publish batches in flight; < 1: one
+}
+
+// SendConcurrency lets one SendGroup or SendChord call have up to n
+// publish batches (of Config.PublishBatch messages) in flight at once.
+// Default: 1, one batch after another; n below 1 means 1.
+func SendConcurrency(n int) SendOption { return func(o *sendOptions) { o.concurrency = n } }
+
+func sendOpts(opts []SendOption) sendOptions {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// SendGroup sends every task of g and returns their results in group
+// order. Options: [SendConcurrency].
+func (s *Server) SendGroup(ctx context.Context, g *Group, opts ...SendOption) ([]*AsyncResult, error) {
 	if g == nil || len(g.Tasks) == 0 {
 		return nil, errors.New("errand: empty group")
 	}
@@ -377,7 +403,7 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, sendConcurrency int) (
 	for _, sig := range g.Tasks {
 		s.prepare(sig)
 	}
-	return s.sendGroup(ctx, g, sendConcurrency)
+	return s.sendGroup(ctx, g, sendOpts(opts).concurrency)
 }
 
 // sendGroup sends g's prepared tasks. A plain group writes no group
@@ -391,7 +417,7 @@ func (s *Server) sendGroup(ctx context.Context, g *Group, sendConcurrency int) (
 	}
 	out := make([]*AsyncResult, len(g.Tasks))
 	for i, sig := range g.Tasks {
-		out[i] = s.result(sig)
+		out[i] = s.handle(sig)
 	}
 	return out, nil
 }
@@ -414,8 +440,9 @@ func (s *Server) initGroup(ctx context.Context, g *Group) error {
 
 // SendChord sends the chord's group; its callback runs once every member
 // has succeeded, with their results as arguments in group order (see
-// [Chord]). The callback is PENDING from the start.
-func (s *Server) SendChord(ctx context.Context, c *Chord, sendConcurrency int) (*ChordAsyncResult, error) {
+// [Chord]). The callback is PENDING from the start. Options:
+// [SendConcurrency].
+func (s *Server) SendChord(ctx context.Context, c *Chord, opts ...SendOption) (*ChordAsyncResult, error) {
 	if c == nil || c.Callback == nil || c.Group == nil {
 		return nil, errors.New("errand: chord without a group or a callback")
 	}
@@ -432,11 +459,11 @@ func (s *Server) SendChord(ctx context.Context, c *Chord, sendConcurrency int) (
 	if err := s.setPending(ctx, c.Callback); err != nil {
 		return nil, fmt.Errorf("errand: send chord: set callback PENDING: %w", err)
 	}
-	rs, err := s.sendGroup(ctx, c.Group, sendConcurrency)
+	rs, err := s.sendGroup(ctx, c.Group, sendOpts(opts).concurrency)
 	if err != nil {
 		return nil, err
 	}
-	return &ChordAsyncResult{Group: rs, Callback: s.result(c.Callback)}, nil
+	return &ChordAsyncResult{Group: rs, Callback: s.handle(c.Callback)}, nil
 }
 
 // SendChain sends the first task of the chain; each next one is sent by the
@@ -476,7 +503,7 @@ func (s *Server) SendChain(ctx context.Context, c *Chain) (*ChainAsyncResult, er
 	}
 	res := &ChainAsyncResult{}
 	for _, sig := range c.Tasks {
-		res.Results = append(res.Results, s.result(sig))
+		res.Results = append(res.Results, s.handle(sig))
 	}
 	return res, nil
 }

@@ -98,7 +98,7 @@ func ArgOf(v any) Arg {
 // NewSignature returns a signature for the task name with args, each
 // converted by ArgOf, and a fresh UUID.
 func NewSignature(name string, args ...any) *Signature {
-	s := &Signature{UUID: NewUUID(), Name: name}
+	s := &Signature{UUID: newUUID(), Name: name}
 	s.madeUUID = s.UUID
 	for _, a := range args {
 		s.Args = append(s.Args, ArgOf(a))
@@ -106,8 +106,8 @@ func NewSignature(name string, args ...any) *Signature {
 	return s
 }
 
-// NewUUID returns a random (version 4) UUID in its canonical text form.
-func NewUUID() string {
+// newUUID returns a random (version 4) UUID in its canonical text form.
+func newUUID() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("errand: crypto/rand failed: " + err.Error())

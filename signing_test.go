@@ -53,19 +53,19 @@ func startWorker(t *testing.T, srv *errand.Server) {
 	})
 }
 
-// waitDeadLetter polls the dead letters of the default queue for id, with a
+// waitDeadLetter polls the archive of the default queue for id, with a
 // reason containing want, until ctx ends.
-func waitDeadLetter(t *testing.T, ctx context.Context, br errand.Broker, id, want string) {
+func waitDeadLetter(t *testing.T, ctx context.Context, br *memorybroker.Broker, id, want string) {
 	t.Helper()
 	for {
-		dl, err := errand.DeadLetters(ctx, br, errand.DefaultQueue)
+		dl, err := br.Archived(ctx, errand.DefaultQueue, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range dl {
 			if m.ID == id {
-				if !strings.Contains(m.Reason, want) {
-					t.Errorf("signing promise broken: message %s set aside with reason %q, want it to contain %q", id, m.Reason, want)
+				if reason := m.Reason + ": " + m.Error; !strings.Contains(reason, want) {
+					t.Errorf("signing promise broken: message %s set aside with reason %q, want it to contain %q", id, reason, want)
 				}
 				return
 			}
@@ -185,7 +185,7 @@ func TestSignedMessagesRunAndForgedNever(t *testing.T) {
 	for _, c := range cases {
 		waitDeadLetter(t, ctx, br, c.id, c.want)
 		waitDeadLetter(t, ctx, br, c.id, errand.ErrBadSignature.Error())
-		if _, err := errand.NewAsyncResult(&errand.Signature{UUID: c.id}, be).State(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
+		if _, err := be.GetState(ctx, c.id); !errors.Is(err, errand.ErrTaskNotFound) {
 			t.Errorf("signing promise broken: a message %s left a state (%v); it must be set aside before anything is recorded", c.what, err)
 		}
 	}

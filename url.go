@@ -14,24 +14,18 @@ import (
 // OpenBroker opens a broker by URL, such as "redis://:secret@host:6379/0" or
 // "memory://", database/sql style: the driver for the scheme must be
 // imported (for its side effect, `import _ ".../brokers/redis"`). The
-// broker it returns is already wrapped in errand's portable layer; close it
-// when done. Errors never contain the URL's secrets, and still satisfy
+// broker it returns is the driver's own value (a *redisbroker.Broker for
+// redis://), as its constructor would have made it: give it to
+// Config.Broker, and close the Server (or, used alone, the broker) when
+// done. Errors never contain the URL's secrets, and still satisfy
 // errors.Is and errors.As for what the driver returned.
 func OpenBroker(ctx context.Context, rawURL string) (Broker, error) {
-	b, err := openDriver[Broker](ctx, rawURL, "broker", registry.Brokers)
-	if err != nil {
-		return nil, err
-	}
-	return asBroker(b), nil
+	return openDriver[Broker](ctx, rawURL, "broker", registry.Brokers)
 }
 
 // OpenBackend opens a result backend by URL (see OpenBroker).
 func OpenBackend(ctx context.Context, rawURL string) (Backend, error) {
-	b, err := openDriver[Backend](ctx, rawURL, "backend", registry.Backends)
-	if err != nil {
-		return nil, err
-	}
-	return asBackend(b), nil
+	return openDriver[Backend](ctx, rawURL, "backend", registry.Backends)
 }
 
 // openDriver opens rawURL with the opener its scheme has among openers

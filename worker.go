@@ -146,12 +146,6 @@ type WorkerConfig struct {
 	// Middleware wraps every attempt a worker runs, Middleware[0]
 	// outermost (see Middleware). Default: none.
 	Middleware []Middleware
-	// PreTaskHook, if set, runs before each task's function (a middleware
-	// inside Middleware).
-	PreTaskHook func(ctx context.Context, sig *Signature)
-	// PostTaskHook, if set, runs after each task's function with the state
-	// it ended in (SUCCESS, RETRY or FAILURE), once that state is recorded.
-	PostTaskHook func(ctx context.Context, sig *Signature, st *TaskState)
 	// ErrorHandler, if set, receives every error the worker cannot return to
 	// anyone: task failures, and broker or backend errors of the loop.
 	ErrorHandler func(err error)
@@ -284,9 +278,6 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		w.running = &runningTasks{m: map[string]RunningTask{}}
 	}
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
-	if cfg.PreTaskHook != nil || cfg.PostTaskHook != nil {
-		w.mw = append(w.mw, hooks(cfg)) // innermost: hooks see what middleware set
-	}
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	w.callCtx, w.callStop = context.WithCancel(context.Background())
@@ -727,7 +718,7 @@ func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
 			case <-t.C:
 			}
 			err := extend()
-			for wait := every / 20; err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrClosed) && w.callCtx.Err() == nil; wait = min(2*wait, every/10) {
+			for wait := every / 20; err != nil && !errors.Is(err, driver.ErrLeaseLost) && !errors.Is(err, ErrClosed) && w.callCtx.Err() == nil; wait = min(2*wait, every/10) {
 				if !outage {
 					outage = true
 					w.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(leaseEnd))
@@ -751,7 +742,7 @@ func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
 			switch {
 			case err == nil:
 				outage, expired = false, false
-			case errors.Is(err, ErrLeaseLost):
+			case errors.Is(err, driver.ErrLeaseLost):
 				w.report(err, "errand: lease lost; no longer extended (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
 				return
 			case errors.Is(err, ErrClosed):

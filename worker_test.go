@@ -65,12 +65,12 @@ func TestGetUnknownOrExpiredErrors(t *testing.T) {
 		ctx := ctxT(t)
 		be := memorybackend.New(&memorybackend.Options{ResultExpiry: 50 * time.Millisecond})
 		defer be.Close()
-		r := errand.NewAsyncResult(&errand.Signature{UUID: "no-such-task"}, be)
+		srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
+		r := srv.Result("no-such-task")
 		if _, err := r.Get(ctx); !errors.Is(err, errand.ErrTaskNotFound) {
 			t.Fatalf("Get(unknown) = %v, want ErrTaskNotFound at once", err)
 		}
 		// A task nobody runs: its PENDING state expires, and the waiter is told.
-		srv, _ := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
 		r, err := srv.SendTask(ctx, errand.NewSignature("nobody-runs-this"))
 		if err != nil {
 			t.Fatal(err)
@@ -81,23 +81,27 @@ func TestGetUnknownOrExpiredErrors(t *testing.T) {
 	})
 }
 
-func TestHooksAndErrorHandler(t *testing.T) {
+func TestMiddlewareAndErrorHandler(t *testing.T) {
 	e := newEnv(t)
 	e.srv.Register("add", add)
 	e.srv.Register("bad", func() error { return errand.Permanent(errors.New("nope")) })
 	var mu sync.Mutex
 	var events []string
 	e.start(t, errand.WorkerConfig{
-		PreTaskHook: func(ctx context.Context, sig *errand.Signature) {
-			mu.Lock()
-			events = append(events, "pre "+sig.Name)
-			mu.Unlock()
-		},
-		PostTaskHook: func(ctx context.Context, sig *errand.Signature, st *errand.TaskState) {
-			mu.Lock()
-			events = append(events, "post "+sig.Name+" "+string(st.State))
-			mu.Unlock()
-		},
+		Middleware: []errand.Middleware{func(next errand.TaskHandler) errand.TaskHandler {
+			return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
+				mu.Lock()
+				events = append(events, "pre "+sig.Name)
+				mu.Unlock()
+				st, err := next(ctx, sig)
+				if st != nil {
+					mu.Lock()
+					events = append(events, "post "+sig.Name+" "+string(st.State))
+					mu.Unlock()
+				}
+				return st, err
+			}
+		}},
 		ErrorHandler: func(err error) {
 			mu.Lock()
 			events = append(events, "error "+err.Error())
@@ -238,7 +242,8 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 		if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Shutdown = %v, want DeadlineExceeded (the task outlived the timeout)", err)
 		}
-		st, _ := errand.Stats(ctx, e.broker, errand.DefaultQueue)
+		qi, _ := e.srv.Queue(ctx, errand.DefaultQueue)
+		st := qi.Stats
 		if st.Pending != 1 || st.InFlight != 0 {
 			t.Fatalf("after shutdown the queue holds %+v, want the unfinished task released (1 pending, 0 in flight)", st)
 		}
@@ -274,7 +279,8 @@ func TestConcurrencyBound(t *testing.T) {
 		rs = append(rs, r)
 	}
 	waitFor(t, "3 tasks running", func() bool { return cur.Load() == 3 })
-	st, _ := errand.Stats(ctx, e.broker, errand.DefaultQueue)
+	qi, _ := e.srv.Queue(ctx, errand.DefaultQueue)
+	st := qi.Stats
 	if st.InFlight != 3 || st.Pending != 7 {
 		t.Fatalf("with 3 slots busy the queue holds %+v, want 3 in flight and 7 pending (no prefetch beyond free slots)", st)
 	}
@@ -340,7 +346,7 @@ func TestRegisterTasksAllOrNothing(t *testing.T) {
 		r, _ := srv.SendTask(ctx, errand.NewSignature("a", 1, 2))
 		_, err = r.Get(ctx)
 		w.Shutdown(ctx)
-		if !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), "no function is registered") {
+		if !isTaskFailure(err) || !strings.Contains(err.Error(), "no function is registered") {
 			t.Fatalf("after a refused RegisterTasks, task a ran (%v); want nothing of the map registered", err)
 		}
 	}

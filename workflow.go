@@ -14,10 +14,10 @@ func NewGroup(tasks ...*Signature) (*Group, error) {
 	if len(tasks) == 0 {
 		return nil, errors.New("errand: NewGroup: no tasks")
 	}
-	g := &Group{GroupUUID: NewUUID(), Tasks: tasks}
+	g := &Group{GroupUUID: newUUID(), Tasks: tasks}
 	for _, t := range tasks {
 		if t.UUID == "" {
-			t.UUID = NewUUID()
+			t.UUID = newUUID()
 		}
 		t.GroupUUID = g.GroupUUID
 		t.GroupTaskCount = len(tasks)
@@ -42,7 +42,7 @@ func NewChord(group *Group, callback *Signature) (*Chord, error) {
 		return nil, errors.New("errand: NewChord: group and callback are required")
 	}
 	if callback.UUID == "" {
-		callback.UUID = NewUUID()
+		callback.UUID = newUUID()
 	}
 	return &Chord{Group: group, Callback: callback}, nil
 }
@@ -62,7 +62,7 @@ func NewChain(tasks ...*Signature) (*Chain, error) {
 	}
 	for _, t := range tasks {
 		if t.UUID == "" {
-			t.UUID = NewUUID()
+			t.UUID = newUUID()
 		}
 	}
 	for i := len(tasks) - 2; i >= 0; i-- {

@@ -43,7 +43,7 @@ func TestChainStopsAtFailure(t *testing.T) {
 	chain, _ := errand.NewChain(errand.NewSignature("e1", "a"), errand.NewSignature("bad"), last)
 	r, err := e.srv.SendChain(ctx, chain)
 	must(t, err)
-	if _, err := r.Get(ctx); !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), "middle broke") {
+	if _, err := r.Get(ctx); !isTaskFailure(err) || !strings.Contains(err.Error(), "middle broke") {
 		t.Fatalf("chain Get = %v, want the middle task's failure", err)
 	}
 	if st, _ := e.srv.Backend().GetState(ctx, last.UUID); st.State != errand.StatePending {
@@ -68,7 +68,7 @@ func TestChordOfHundredFiresOnceInOrder(t *testing.T) {
 	}
 	g, _ := errand.NewGroup(sigs...)
 	c, _ := errand.NewChord(g, errand.NewSignature("gather", "t"))
-	r, err := e.srv.SendChord(ctx, c, 4)
+	r, err := e.srv.SendChord(ctx, c, errand.SendConcurrency(4))
 	must(t, err)
 	var got []int
 	must(t, r.GetInto(ctx, &got))
@@ -105,7 +105,7 @@ func TestChordWithVanishedGroupFailsCallback(t *testing.T) {
 	g, _ := errand.NewGroup(errand.NewSignature("member", 1), errand.NewSignature("member", 2))
 	cb := errand.NewSignature("callback")
 	c, _ := errand.NewChord(g, cb)
-	if _, err := srv.SendChord(ctx, c, 1); err != nil {
+	if _, err := srv.SendChord(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	// Let the group metadata expire while the members run.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"strings"
@@ -118,14 +119,14 @@ func backendDrains(r *report) error {
 	}
 	subjects := []subject{
 		{"redis", *n, func() (errand.Backend, func(), error) {
-			return redisbackend.New(r.rdb, &redisbackend.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), func() {}, nil
+			return redisbackend.New(r.rdb, &redisbackend.Options{Prefix: "bench-" + rand.Text()[:8]}), func() {}, nil
 		}},
 	}
 	if addrs := os.Getenv("ERRAND_MEMCACHE_ADDRS"); addrs != "" {
 		subjects = append(subjects, subject{"memcache", *n, func() (errand.Backend, func(), error) {
 			mc := gomemcache.New(strings.Split(addrs, ",")...)
 			mc.MaxIdleConns = 20
-			return memcachebackend.New(mc, &memcachebackend.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), func() { mc.Close() }, nil
+			return memcachebackend.New(mc, &memcachebackend.Options{Prefix: "bench-" + rand.Text()[:8]}), func() { mc.Close() }, nil
 		}})
 	}
 	if uri := os.Getenv("ERRAND_MONGO_URI"); uri != "" {
@@ -136,7 +137,7 @@ func backendDrains(r *report) error {
 			if err != nil {
 				return nil, nil, err
 			}
-			be, err := mongobackend.New(ctx, c, &mongobackend.Options{Database: "errand_bench", Prefix: "bench" + errand.NewUUID()[:8]})
+			be, err := mongobackend.New(ctx, c, &mongobackend.Options{Database: "errand_bench", Prefix: "bench" + rand.Text()[:8]})
 			return be, func() { c.Disconnect(context.Background()) }, err
 		}})
 	}
@@ -146,7 +147,7 @@ func backendDrains(r *report) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		cnt := &counting{Backend: be}
-		srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + errand.NewUUID()[:8]}), Backend: countingBackend(cnt)})
+		srv, _ := errand.NewServer(errand.Config{Broker: redisbroker.New(r.rdb, &redisbroker.Options{Prefix: "bench-" + rand.Text()[:8]}), Backend: countingBackend(cnt)})
 		d, err := errandDrain(ctx, srv, s.tasks, 10, func() {
 			cnt.calls.Store(0)
 			cnt.states.Store(0)

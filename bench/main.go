@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"os"
@@ -223,7 +224,7 @@ func ctxTimeout() (context.Context, context.CancelFunc) {
 // redisServer returns an errand server on the Redis broker and backend with
 // a fresh prefix.
 func redisServer(rdb *goredis.Client) *errand.Server {
-	p := "bench-" + errand.NewUUID()[:8]
+	p := "bench-" + rand.Text()[:8]
 	srv, _ := errand.NewServer(errand.Config{
 		Broker:  redisbroker.New(rdb, &redisbroker.Options{Prefix: p}),
 		Backend: redisbackend.New(rdb, &redisbackend.Options{Prefix: p, ResultExpiry: 10 * time.Minute}),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"sync"
@@ -32,7 +33,7 @@ func scenarios() []scenario {
 	}
 }
 
-func rawKey() string { return "bench-raw-" + errand.NewUUID()[:8] }
+func rawKey() string { return "bench-raw-" + rand.Text()[:8] }
 
 // rawLPush records the floor of the enqueue scenarios: n LPUSHes, one at a
 // time.
@@ -147,7 +148,7 @@ func enqueueBatch(r *report) error {
 	}
 	g, _ := errand.NewGroup(sigs...)
 	t0 := time.Now()
-	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+	if _, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4)); err != nil {
 		return err
 	}
 	r.compare(sc, "errand SendGroup (batches of 100, 4 in flight)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 5×")
@@ -389,7 +390,7 @@ func chord(r *report, size int) error {
 	g, _ := errand.NewGroup(sigs...)
 	c, _ := errand.NewChord(g, errand.NewSignature("callback"))
 	t0 = time.Now()
-	res, err := srv.SendChord(ctx, c, 4)
+	res, err := srv.SendChord(ctx, c, errand.SendConcurrency(4))
 	if err != nil {
 		return err
 	}
@@ -464,17 +465,22 @@ func errandDrain(ctx context.Context, srv *errand.Server, total, w int, before f
 		sigs[i] = errand.NewSignature("noop", i)
 	}
 	g, _ := errand.NewGroup(sigs...)
-	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+	if _, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4)); err != nil {
 		return 0, err
 	}
 	if before != nil {
 		before()
 	}
-	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: w, PostTaskHook: func(_ context.Context, sig *errand.Signature, st *errand.TaskState) {
-		if st.State == errand.StateSuccess {
-			o.mark(sig.UUID)
+	mark := func(next errand.TaskHandler) errand.TaskHandler {
+		return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
+			st, err := next(ctx, sig)
+			if st != nil && st.State == errand.StateSuccess {
+				o.mark(sig.UUID)
+			}
+			return st, err
 		}
-	}})
+	}
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: w, Middleware: []errand.Middleware{mark}})
 	t0 := time.Now()
 	wk.Start()
 	err := o.wait(ctx)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"strconv"
@@ -27,7 +28,7 @@ func sqsClient() *awssqs.Client {
 
 // sqsServer is errand on the SQS broker with the Redis backend.
 func sqsServer(r *report, c *awssqs.Client) (*errand.Server, string) {
-	p := "bench-" + errand.NewUUID()[:8]
+	p := "bench-" + rand.Text()[:8]
 	srv, _ := errand.NewServer(errand.Config{
 		Broker:       sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: p + "-"}),
 		Backend:      redisbackend.New(r.rdb, &redisbackend.Options{Prefix: p, ResultExpiry: 10 * time.Minute}),
@@ -37,7 +38,7 @@ func sqsServer(r *report, c *awssqs.Client) (*errand.Server, string) {
 }
 
 func rawQueue(ctx context.Context, c *awssqs.Client) (string, error) {
-	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bench-raw-" + errand.NewUUID()[:8])})
+	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bench-raw-" + rand.Text()[:8])})
 	if err != nil {
 		return "", err
 	}
@@ -106,7 +107,7 @@ func sqsScenarios(r *report) error {
 	}
 	g, _ := errand.NewGroup(sigs...)
 	t0 = time.Now()
-	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+	if _, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4)); err != nil {
 		return err
 	}
 	r.compare(sc, "errand SendGroup (SQS broker, Redis backend)", rate(total, time.Since(t0)), "tasks/s", floorBatch, "")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/driver"
 )
 
@@ -134,8 +135,8 @@ func stateUnknown(t testing.TB, h BackendHarness) {
 	if !errors.Is(err, errand.ErrTaskNotFound) {
 		t.Fatalf("errors promise broken: GetState of an unknown task returned %+v, %v; want an error satisfying errors.Is(err, errand.ErrTaskNotFound)", st, err)
 	}
-	if _, err := c.b.ClaimChord(c.ctx, name(t, "no-group"), "x"); !errors.Is(err, errand.ErrGroupNotFound) {
-		t.Fatalf("errors promise broken: ClaimChord of an unknown group returned %v; want errand.ErrGroupNotFound", err)
+	if _, err := c.b.ClaimChord(c.ctx, name(t, "no-group"), "x"); !errors.Is(err, driver.ErrGroupNotFound) {
+		t.Fatalf("errors promise broken: ClaimChord of an unknown group returned %v; want driver.ErrGroupNotFound", err)
 	}
 }
 
@@ -202,7 +203,13 @@ func stateWait(t testing.TB, h BackendHarness) {
 	c := newBeCase(t, h, 0)
 	id := name(t, "task")
 	c.set(&errand.TaskState{TaskUUID: id, TaskName: "conformance.wait", State: errand.StateStarted, CreatedAt: time.Now()})
-	r := errand.NewAsyncResult(&errand.Signature{UUID: id}, c.b)
+	br := memorybroker.New(nil)
+	t.Cleanup(func() { br.Close() })
+	srv, err := errand.NewServer(errand.Config{Broker: br, Backend: c.b}) // not closed: that would close c.b
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := srv.Result(id)
 	got := make(chan error, 1)
 	go func() {
 		rs, err := r.Get(c.ctx)
@@ -306,7 +313,7 @@ func groupNonMember(t testing.TB, h BackendHarness) {
 	stray := func(id string) {
 		t.Helper()
 		d, n, err := c.b.CompleteGroupMember(c.ctx, g, id)
-		if !errors.Is(err, errand.ErrNotMember) {
+		if !errors.Is(err, driver.ErrNotMember) {
 			t.Fatalf("member-only count promise broken: completing %s, not a member of group %s, returned %d/%d, %v; want an error satisfying errors.Is(err, ErrNotMember)", id, g, d, n, err)
 		}
 	}

@@ -111,18 +111,23 @@ func BenchmarkWorker(b *testing.B, bh BrokerHarness, beh BackendHarness) {
 	if err != nil {
 		b.Fatalf("NewGroup: %v", err)
 	}
-	if _, err := srv.SendGroup(ctx, g, 4); err != nil {
+	if _, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4)); err != nil {
 		b.Fatalf("SendGroup of %d tasks: %v", n, err)
 	}
 	sendBroker, sendBackend := brokerCalls.Swap(0), backendCalls.Swap(0)
 
 	var succeeded atomic.Int64
 	all := make(chan struct{})
-	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10, PostTaskHook: func(_ context.Context, _ *errand.Signature, st *errand.TaskState) {
-		if st.State == errand.StateSuccess && succeeded.Add(1) == int64(n) {
-			close(all)
+	count := func(next errand.TaskHandler) errand.TaskHandler {
+		return func(ctx context.Context, sig *errand.Signature) (*errand.TaskState, error) {
+			st, err := next(ctx, sig)
+			if st != nil && st.State == errand.StateSuccess && succeeded.Add(1) == int64(n) {
+				close(all)
+			}
+			return st, err
 		}
-	}})
+	}
+	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10, Middleware: []errand.Middleware{count}})
 	b.StartTimer()
 	start := time.Now()
 	wk.Start()

@@ -14,6 +14,7 @@ import (
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/bridge"
 )
 
 // RunBroker runs every broker case against h, as subtests named
@@ -92,7 +93,7 @@ func portable(t testing.TB, drv errand.Broker) errand.Broker {
 		t.Fatalf("NewServer: %v", err)
 	}
 	t.Cleanup(func() { srv.Backend().Close() })
-	return srv.Broker()
+	return bridge.PortableBroker(srv)
 }
 
 func (c *bcase) msg(id string, notBefore time.Time) errand.Message {
@@ -291,9 +292,9 @@ func redeliveryLeaseExpired(t testing.TB, h BrokerHarness) {
 	case !h.Caps.DetectsLostLease:
 		t.Logf("broker declares it cannot detect a lost lease; the crashed consumer's late Ack returned %v", err)
 	case err == nil:
-		t.Errorf("lease promise broken: the crashed consumer's late Ack succeeded although another consumer holds the message; want errand.ErrLeaseLost")
-	case !errors.Is(err, errand.ErrLeaseLost):
-		t.Errorf("late Ack error %v does not satisfy errors.Is(err, errand.ErrLeaseLost)", err)
+		t.Errorf("lease promise broken: the crashed consumer's late Ack succeeded although another consumer holds the message; want driver.ErrLeaseLost")
+	case !errors.Is(err, driver.ErrLeaseLost):
+		t.Errorf("late Ack error %v does not satisfy errors.Is(err, driver.ErrLeaseLost)", err)
 	}
 }
 
@@ -594,24 +595,24 @@ func badMessageSetAside(t testing.TB, h BrokerHarness) {
 	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
 		t.Fatalf("bad input promise broken: a rejected message was delivered again after %v; it must be set aside for good", c.tm.Lease*3)
 	}
-	dl, err := errand.DeadLetters(c.ctx, c.b, c.q)
+	dl, err := deadLetters(c.ctx, c.drv, c.q)
 	switch {
 	case h.Caps.DeadLetters && err != nil:
 		t.Fatalf("DeadLetters: %v", err)
 	case h.Caps.DeadLetters && (len(dl) != 1 || dl[0].ID != bad.ID || !strings.Contains(dl[0].Reason, reason)):
 		t.Fatalf("bad input promise broken: dead letters hold %+v, want the rejected message with its reason", dl)
 	case !h.Caps.DeadLetters && !isUnsupported(err):
-		t.Fatalf("errand.DeadLetters on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+		t.Fatalf("DeadLetters on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 	}
 }
 
 func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	c.publish(c.msg("now", time.Time{}), c.msg("later", time.Now().Add(time.Hour)))
-	pending, delayed, err := errand.Inspect(c.ctx, c.b, c.q)
+	pending, delayed, err := inspect(c.ctx, c.drv, c.q)
 	if !h.Caps.Inspect {
 		if !isUnsupported(err) {
-			t.Fatalf("errand.Inspect on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+			t.Fatalf("Inspect on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 		}
 		return
 	}
@@ -625,18 +626,72 @@ func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
 	if len(ds) != 1 {
 		t.Fatalf("fetched %d, want 1", len(ds))
 	}
-	inflight, err := errand.InFlight(c.ctx, c.b, c.q)
+	inflight, err := inFlight(c.ctx, c.drv, c.q)
 	if err != nil || len(inflight) != 1 || inflight[0].ID != runID+"-now" {
 		t.Fatalf("inspection promise broken: in flight %v, %v; want [now] once it is fetched", msgIDs(inflight), err)
 	}
 	if h.Caps.Stats {
-		st, err := errand.Stats(c.ctx, c.b, c.q)
+		st, err := stats(c.ctx, c.drv, c.q)
 		if err != nil || st.Pending != 0 || st.Delayed != 1 || st.InFlight != 1 {
 			t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed, 1 in flight", st, err)
 		}
-	} else if _, err := errand.Stats(c.ctx, c.b, c.q); !isUnsupported(err) {
-		t.Fatalf("errand.Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+	} else if _, err := stats(c.ctx, c.drv, c.q); !isUnsupported(err) {
+		t.Fatalf("Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 	}
+}
+
+// ability returns b as an I, or an error satisfying
+// errors.Is(err, errors.ErrUnsupported).
+func ability[I any](b errand.Broker) (I, error) {
+	i, ok := b.(I)
+	if !ok {
+		return i, fmt.Errorf("conformance: %T lacks the ability: %w", b, errors.ErrUnsupported)
+	}
+	return i, nil
+}
+
+func deadLetters(ctx context.Context, b errand.Broker, q string) ([]driver.DeadLetter, error) {
+	d, err := ability[driver.DeadLetterInspector](b)
+	if err != nil {
+		return nil, err
+	}
+	return d.DeadLetters(ctx, q)
+}
+
+func inspect(ctx context.Context, b errand.Broker, q string) (pending, delayed []errand.Message, err error) {
+	in, err := ability[driver.Inspector](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if pending, err = in.Pending(ctx, q); err != nil {
+		return nil, nil, err
+	}
+	delayed, err = in.Delayed(ctx, q)
+	return pending, delayed, err
+}
+
+func inFlight(ctx context.Context, b errand.Broker, q string) ([]errand.Message, error) {
+	in, err := ability[driver.Inspector](b)
+	if err != nil {
+		return nil, err
+	}
+	return in.InFlight(ctx, q)
+}
+
+func stats(ctx context.Context, b errand.Broker, q string) (errand.QueueStats, error) {
+	sr, err := ability[driver.StatsReporter](b)
+	if err != nil {
+		return errand.QueueStats{}, err
+	}
+	return sr.Stats(ctx, q)
+}
+
+func purgeQueue(ctx context.Context, b errand.Broker, q string) (int, error) {
+	p, err := ability[driver.Purger](b)
+	if err != nil {
+		return 0, err
+	}
+	return p.Purge(ctx, q)
 }
 
 func msgIDs(ms []errand.Message) []string {
@@ -650,10 +705,10 @@ func msgIDs(ms []errand.Message) []string {
 func purge(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	c.publish(c.msg("p1", time.Time{}), c.msg("p2", time.Time{}), c.msg("p3", time.Now().Add(time.Hour)))
-	n, err := errand.Purge(c.ctx, c.b, c.q)
+	n, err := purgeQueue(c.ctx, c.drv, c.q)
 	if !h.Caps.Purge {
 		if !isUnsupported(err) {
-			t.Fatalf("errand.Purge on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+			t.Fatalf("Purge on a broker without the ability returned %v, want errors.ErrUnsupported", err)
 		}
 		return
 	}

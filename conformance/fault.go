@@ -459,7 +459,7 @@ func serverRestart(t testing.TB, h RestartHarness) {
 	}
 	g, _ := errand.NewGroup(sigs...)
 	ch, _ := errand.NewChord(g, errand.NewSignature("errand.conformance.sum"))
-	chord, err := srv.SendChord(ctx, ch, 2)
+	chord, err := srv.SendChord(ctx, ch, errand.SendConcurrency(2))
 	if err != nil {
 		t.Fatalf("SendChord: %v", err)
 	}

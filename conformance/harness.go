@@ -62,7 +62,7 @@ type BrokerCaps struct {
 	// by Priority/Order).
 	Priority bool
 	// DetectsLostLease: settling a delivery whose lease ran out and whose
-	// message another consumer now holds returns errand.ErrLeaseLost. SQS
+	// message another consumer now holds returns driver.ErrLeaseLost. SQS
 	// cannot tell (a stale receipt handle's delete succeeds); the kit then
 	// checks only that nothing is lost.
 	DetectsLostLease bool

@@ -275,7 +275,7 @@ func (c simBackend) CompleteGroupMember(ctx context.Context, g, id string) (int,
 		return 0, 0, err
 	}
 	done, total, err := b.CompleteGroupMember(ctx, g, id)
-	if c.hang && errors.Is(err, errand.ErrGroupNotFound) {
+	if c.hang && errors.Is(err, driver.ErrGroupNotFound) {
 		return 1, math.MaxInt32, nil // a counter re-created from nothing: never complete
 	}
 	return done, total, err

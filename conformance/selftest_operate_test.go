@@ -180,7 +180,7 @@ var brokenOperators = map[string]BrokerHarness{
 	// Archive succeeds (here: pretends to) while another holds the message.
 	"archive-ignores-lease": brokenBrokerHarness(func(b *brokenBroker) {
 		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
-			if err := b.Broker.Archive(ctx, d, e, keep); !errors.Is(err, errand.ErrLeaseLost) {
+			if err := b.Broker.Archive(ctx, d, e, keep); !errors.Is(err, driver.ErrLeaseLost) {
 				return err
 			}
 			return nil

@@ -570,7 +570,7 @@ var brokenBackends = map[string]BackendHarness{
 			return b.Backend.InitGroup(ctx, g, ids)
 		}
 		b.complete = func(b *brokenBackend, ctx context.Context, g, id string) (int, int, error) {
-			if _, _, err := b.Backend.CompleteGroupMember(ctx, g, id); err != nil && !errors.Is(err, errand.ErrNotMember) {
+			if _, _, err := b.Backend.CompleteGroupMember(ctx, g, id); err != nil && !errors.Is(err, driver.ErrNotMember) {
 				return 0, 0, err
 			}
 			b.mu.Lock()
@@ -624,7 +624,7 @@ var brokenBackends = map[string]BackendHarness{
 			born := b.born[g]
 			b.mu.Unlock()
 			if b.expiry > 0 && time.Since(born) > b.expiry {
-				return 0, 0, errand.ErrGroupNotFound
+				return 0, 0, driver.ErrGroupNotFound
 			}
 			return b.Backend.CompleteGroupMember(ctx, g, id)
 		}

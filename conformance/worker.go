@@ -226,7 +226,7 @@ func (c *wcase) send(sig *errand.Signature) *errand.AsyncResult {
 func (c *wcase) failure(r *errand.AsyncResult, promise string) error {
 	c.t.Helper()
 	_, err := r.Get(c.ctx)
-	if !errand.IsTaskFailure(err) {
+	if !errors.As(err, new(*errand.TaskError)) {
 		c.t.Fatalf("%s promise broken: task %s ended with %v, want FAILURE", promise, r.Signature.Name, err)
 	}
 	return err
@@ -496,7 +496,7 @@ func groupResults(t testing.TB, p workerPair) {
 		sigs = append(sigs, errand.NewSignature("e", fmt.Sprint(i)))
 	}
 	g, _ := errand.NewGroup(sigs...)
-	rs, err := c.srv.SendGroup(c.ctx, g, 3)
+	rs, err := c.srv.SendGroup(c.ctx, g, errand.SendConcurrency(3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +527,7 @@ func chordOrder(t testing.TB, p workerPair) {
 	// Golden: own args, then each member's results member by member.
 	g, _ := errand.NewGroup(errand.NewSignature("pair", "xy"), errand.NewSignature("pair", "abc"))
 	ch, _ := errand.NewChord(g, errand.NewSignature("cb", "P"))
-	r, err := c.srv.SendChord(c.ctx, ch, 2)
+	r, err := c.srv.SendChord(c.ctx, ch, errand.SendConcurrency(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +546,7 @@ func chordOrder(t testing.TB, p workerPair) {
 	}
 	g2, _ := errand.NewGroup(sigs...)
 	ch2, _ := errand.NewChord(g2, errand.NewSignature("count"))
-	r2, err := c.srv.SendChord(c.ctx, ch2, 4)
+	r2, err := c.srv.SendChord(c.ctx, ch2, errand.SendConcurrency(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,12 +573,12 @@ func chordMemberFails(t testing.TB, p workerPair) {
 	cb := errand.NewSignature("never")
 	cb.OnError = []*errand.Signature{errand.NewSignature("onerr")}
 	ch, _ := errand.NewChord(g, cb)
-	r, err := c.srv.SendChord(c.ctx, ch, 1)
+	r, err := c.srv.SendChord(c.ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.Get(c.ctx)
-	if !errand.IsTaskFailure(err) || !strings.Contains(err.Error(), bad.UUID) {
+	if !errors.As(err, new(*errand.TaskError)) || !strings.Contains(err.Error(), bad.UUID) {
 		t.Fatalf("workflows promise broken: chord with a failed member: Get = %v, want FAILURE naming member %s", err, bad.UUID)
 	}
 	if msg := c.recv(ran, "the chord callback's OnError"); msg == "callback" || !strings.Contains(msg, bad.UUID) || !strings.Contains(msg, "member exploded") {
@@ -608,7 +608,7 @@ func chordStrays(t testing.TB, p workerPair) {
 	c.register("gather", func(xs ...string) (string, error) { calls.Add(1); return strings.Join(xs, ","), nil })
 	reports := make(chan error, 16)
 	c.start(errand.WorkerConfig{Concurrency: 8, ErrorHandler: func(err error) {
-		if errors.Is(err, errand.ErrNotMember) {
+		if errors.Is(err, driver.ErrNotMember) {
 			select {
 			case reports <- err:
 			default:
@@ -621,7 +621,7 @@ func chordStrays(t testing.TB, p workerPair) {
 
 	g, _ := errand.NewGroup(errand.NewSignature("hold", "a"), errand.NewSignature("hold", "b"), errand.NewSignature("hold", "c"))
 	ch, _ := errand.NewChord(g, errand.NewSignature("gather"))
-	r, err := c.srv.SendChord(c.ctx, ch, 1)
+	r, err := c.srv.SendChord(c.ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +670,7 @@ func chordStrays(t testing.TB, p workerPair) {
 	}
 	for _, s := range strays {
 		var out string
-		if err := errand.NewAsyncResult(s, c.rec).GetInto(c.ctx, &out); err != nil || out != "stray" {
+		if err := c.srv.Result(s.UUID).GetInto(c.ctx, &out); err != nil || out != "stray" {
 			t.Errorf("a stray task's own result is %q, %v; want it recorded like any task's (only its group completion is refused)", out, err)
 		}
 	}
@@ -754,7 +754,7 @@ func (c *wcase) deadLetter(id, want, promise string) {
 	}
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for {
-		dl, err := errand.DeadLetters(c.ctx, c.broker, c.queue)
+		dl, err := deadLetters(c.ctx, c.broker, c.queue)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -805,7 +805,7 @@ func failureKinds(t testing.TB, p workerPair) {
 	c.register("flaky", func() error { return errors.New("still broken") })
 	c.start(errand.WorkerConfig{UnknownTaskAttempts: 1, RetryPolicy: errand.Fixed(0)})
 	const promise = "error kinds (a failure's kind reaches the producer through the backend)"
-	kind := func(err error, want string) {
+	kind := func(err error, want errand.ErrorKind) {
 		t.Helper()
 		var te *errand.TaskError
 		if errors.As(err, &te) && te.Kind != want {
@@ -877,7 +877,7 @@ func badMessageWorker(t testing.TB, p workerPair) {
 	}
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for {
-		dl, err := errand.DeadLetters(c.ctx, c.broker, c.queue)
+		dl, err := deadLetters(c.ctx, c.broker, c.queue)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1032,7 +1032,7 @@ func foreignBytes(t testing.TB, p workerPair) {
 	}
 	if c.caps.DeadLetters {
 		for {
-			dl, err := errand.DeadLetters(c.ctx, c.broker, c.queue)
+			dl, err := deadLetters(c.ctx, c.broker, c.queue)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,7 +106,7 @@ func TestOtelTwoProcessesRedis(t *testing.T) {
 		return
 	}
 
-	spec := otelWorkerSpec{Prefix: "e2e-otel-" + errand.NewUUID()[:8], Queue: "tasks", Out: filepath.Join(t.TempDir(), "report.json"), Ends: 4}
+	spec := otelWorkerSpec{Prefix: "e2e-otel-" + rand.Text()[:8], Queue: "tasks", Out: filepath.Join(t.TempDir(), "report.json"), Ends: 4}
 	t.Cleanup(func() {
 		keys, _ := rdb.Keys(context.Background(), "*"+spec.Prefix+"*").Result()
 		if len(keys) > 0 {

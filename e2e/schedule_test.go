@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +48,7 @@ func TestScheduleThreeProcessesRedis(t *testing.T) {
 		runSchedulerProcess(t, rdb, prefix)
 		return
 	}
-	prefix := "e2e-schedule-" + errand.NewUUID()[:8]
+	prefix := "e2e-schedule-" + rand.Text()[:8]
 	t.Cleanup(func() {
 		keys, _ := rdb.Keys(context.Background(), "*"+prefix+"*").Result()
 		if len(keys) > 0 {

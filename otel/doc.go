@@ -58,7 +58,7 @@
 // failed and the delivery will come again); errand.tasks.in_flight counts
 // the attempts running; errand.task.duration is their run time in seconds.
 // The send middleware counts errand.tasks.sent. [Instrumentation.ObserveQueues]
-// adds errand.queue.depth, read with errand.Stats at each collection: one
+// adds errand.queue.depth, read with the broker's driver.StatsReporter at each collection: one
 // point per queue and state (pending, delayed, in_flight, dead);
 // [Instrumentation.ObserveAllQueues] does it for every queue a server's
 // broker lists, listed again at each collection. The names are constants

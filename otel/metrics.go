@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
+	"github.com/errand-go/errand/driver"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -69,10 +70,12 @@ func (m *instruments) init(meter metric.Meter) error {
 // StatsTimeout bounds the broker calls of one queue-depth observation.
 const StatsTimeout = 5 * time.Second
 
-// ObserveQueues reports the depth of each queue of broker as the gauge
-// errand.queue.depth, one point per queue and state (pending, delayed,
-// in_flight, dead), read with errand.Stats each time the meter provider
-// collects (a Prometheus scrape, a periodic reader's tick). A queue whose
+// ObserveQueues reports the depth of each queue of broker (a driver, as
+// its constructor, errand.OpenBroker or errand.Server.Broker returns it)
+// as the gauge errand.queue.depth, one point per queue and state (pending,
+// delayed, in_flight, dead), read with the broker's driver.StatsReporter
+// each time the meter provider collects (a Prometheus scrape, a periodic
+// reader's tick). A queue whose
 // stats cannot be read (the broker lacks the ability, or the call fails
 // within [StatsTimeout]) is left out of that collection and logged at Warn
 // on Config.Logger. Unregister the returned registration to stop.
@@ -86,7 +89,7 @@ func (in *Instrumentation) ObserveQueues(broker errand.Broker, queues ...string)
 	queues = append([]string(nil), queues...)
 	return in.observeDepth(func(ctx context.Context, report func(string, errand.QueueStats)) {
 		for _, q := range queues {
-			st, err := errand.Stats(ctx, broker, q)
+			st, err := stats(ctx, broker, q)
 			if err != nil {
 				in.log.WarnContext(ctx, "errandotel: queue depth not observed", "queue", q, "err", err)
 				continue
@@ -150,4 +153,14 @@ func (in *Instrumentation) observeDepth(read func(ctx context.Context, report fu
 		return nil, fmt.Errorf("errandotel: %w", err)
 	}
 	return reg, nil
+}
+
+// stats reads queue's counts from broker's driver.StatsReporter, or
+// returns an error satisfying errors.Is(err, errors.ErrUnsupported).
+func stats(ctx context.Context, broker errand.Broker, queue string) (errand.QueueStats, error) {
+	sr, ok := broker.(driver.StatsReporter)
+	if !ok {
+		return errand.QueueStats{}, fmt.Errorf("errandotel: %T does not count queues (driver.StatsReporter): %w", broker, errors.ErrUnsupported)
+	}
+	return sr.Stats(ctx, queue)
 }

@@ -99,7 +99,7 @@ func TestMetricsCountAttempts(t *testing.T) {
 	}
 }
 
-// The queue-depth gauge reports errand.Stats of each observed queue.
+// The queue-depth gauge reports the driver's Stats of each observed queue.
 func TestMetricsQueueDepth(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, func(*errand.Server) {})
@@ -130,7 +130,7 @@ func TestMetricsQueueDepth(t *testing.T) {
 	} {
 		got, ok := sumOf(rm, errandotel.MetricQueueDepth, attribute.String("messaging.destination.name", tc.queue), attribute.String("state", tc.state))
 		if !ok || got != tc.want {
-			t.Errorf("%s{queue=%s, state=%s} = %d (present: %v), want %d (errand.Stats of the queue)", errandotel.MetricQueueDepth, tc.queue, tc.state, got, ok, tc.want)
+			t.Errorf("%s{queue=%s, state=%s} = %d (present: %v), want %d (the driver's Stats of the queue)", errandotel.MetricQueueDepth, tc.queue, tc.state, got, ok, tc.want)
 		}
 	}
 }

@@ -173,7 +173,7 @@ func TestTraceChordCallbackLinksMembers(t *testing.T) {
 	}
 	g, _ := errand.NewGroup(members...)
 	ch, _ := errand.NewChord(g, errand.NewSignature("sum"))
-	res, err := r.srv.SendChord(ctx, ch, 2)
+	res, err := r.srv.SendChord(ctx, ch, errand.SendConcurrency(2))
 	if err != nil {
 		t.Fatalf("SendChord: %v", err)
 	}
@@ -283,13 +283,13 @@ func TestTraceLargeChordHeaderIsCapped(t *testing.T) {
 			}
 			g, _ := errand.NewGroup(sigs...)
 			ch, _ := errand.NewChord(g, errand.NewSignature("count"))
-			if _, err := r.srv.SendChord(ctx, ch, 4); err == nil {
+			if _, err := r.srv.SendChord(ctx, ch, errand.SendConcurrency(4)); err == nil {
 				t.Fatal("the first SendChord must fail: the inner send middleware refuses it")
 			}
 			if _, ok := ch.Callback.Headers[errandotel.ChordMembersHeader]; ok {
 				t.Errorf("SendMiddleware must not change the caller's callback signature; it set %s on it", errandotel.ChordMembersHeader)
 			}
-			res, err := r.srv.SendChord(ctx, ch, 4)
+			res, err := r.srv.SendChord(ctx, ch, errand.SendConcurrency(4))
 			if err != nil {
 				t.Fatalf("SendChord again: %v", err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/errand-go/errand"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/bridge"
 )
 
 // Config configures a Scheduler.
@@ -54,7 +55,7 @@ func New(srv *errand.Server, cfg Config) (*Scheduler, error) {
 		return nil, errors.New("schedule: New: a server is required")
 	}
 	if cfg.Store == nil {
-		st, err := srv.ScheduleStore()
+		st, err := bridge.ScheduleStore(srv)
 		if err != nil {
 			return nil, fmt.Errorf("schedule: New: %w", err)
 		}

@@ -141,7 +141,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	row := d.row(ctx, qi, d.latestRates())
 	data := queueData{Queue: row, List: l, Page: page, Archived: l == errand.ListArchived, AtLabel: atLabels[l]}
-	for _, ls := range errand.ListStates {
+	for _, ls := range errand.ListStates() {
 		tab := listTab{List: ls, Label: listLabels[ls], Active: ls == l}
 		switch ls {
 		case errand.ListPending:

@@ -2,6 +2,7 @@ package memcachebackend_test
 
 import (
 	"context"
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"strings"
@@ -50,7 +51,7 @@ func TestConformance(t *testing.T) {
 
 func TestOversizedStateFailsClearly(t *testing.T) {
 	b := memcachebackend.New(client(t), &memcachebackend.Options{Prefix: "errand-test"})
-	st := &errand.TaskState{TaskUUID: errand.NewUUID(), State: errand.StateSuccess,
+	st := &errand.TaskState{TaskUUID: rand.Text(), State: errand.StateSuccess,
 		Results: []errand.Result{{Type: "string", Value: []byte(`"` + strings.Repeat("x", 2<<20) + `"`)}}}
 	err := b.SetState(context.Background(), st)
 	if err == nil || !strings.Contains(err.Error(), "item size limit") {

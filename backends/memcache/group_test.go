@@ -3,6 +3,7 @@ package memcachebackend_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -15,8 +16,8 @@ import (
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/errand-go/errand"
 	memcachebackend "github.com/errand-go/errand/backends/memcache"
+	"github.com/errand-go/errand/driver"
 )
 
 // wire records the commands a client sends and the bytes it receives.
@@ -82,7 +83,7 @@ func wiredClient(t *testing.T, w *wire) *gomemcache.Client {
 func members(n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = errand.NewUUID()
+		ids[i] = rand.Text()
 	}
 	return ids
 }
@@ -100,7 +101,7 @@ func TestGroupCompletionIsO1(t *testing.T) {
 		read int64
 	}
 	complete := func(size int, redeliver bool) call {
-		g, ids := errand.NewUUID(), members(size)
+		g, ids := rand.Text(), members(size)
 		if err := b.InitGroup(ctx, g, ids); err != nil {
 			t.Fatal(err)
 		}
@@ -148,14 +149,14 @@ func TestNonMemberDoesNotCount(t *testing.T) {
 	t.Parallel()
 	b := memcachebackend.New(client(t), &memcachebackend.Options{Prefix: "errand-test-nonmember"})
 	ctx := context.Background()
-	g, ids := errand.NewUUID(), members(3)
+	g, ids := rand.Text(), members(3)
 	if err := b.InitGroup(ctx, g, ids); err != nil {
 		t.Fatal(err)
 	}
-	stranger := errand.NewUUID()
+	stranger := rand.Text()
 	for i := range 3 {
 		d, n, err := b.CompleteGroupMember(ctx, g, stranger)
-		if !errors.Is(err, errand.ErrNotMember) || !strings.Contains(err.Error(), stranger) {
+		if !errors.Is(err, driver.ErrNotMember) || !strings.Contains(err.Error(), stranger) {
 			t.Fatalf("membership promise broken: completing non-member %s returned %d/%d, %v; want an error wrapping ErrNotMember that names it", stranger, d, n, err)
 		}
 		if d, n, err := b.CompleteGroupMember(ctx, g, ids[i]); err != nil || d != i+1 || n != 3 {
@@ -163,17 +164,17 @@ func TestNonMemberDoesNotCount(t *testing.T) {
 		}
 	}
 	// Another group's member is not this group's member either.
-	g2, ids2 := errand.NewUUID(), members(2)
+	g2, ids2 := rand.Text(), members(2)
 	if err := b.InitGroup(ctx, g2, ids2); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.CompleteGroupMember(ctx, g2, ids[0]); !errors.Is(err, errand.ErrNotMember) {
+	if _, _, err := b.CompleteGroupMember(ctx, g2, ids[0]); !errors.Is(err, driver.ErrNotMember) {
 		t.Fatalf("membership promise broken: completing group %s's member in group %s returned %v; want ErrNotMember", g, g2, err)
 	}
 	if d, n, err := b.CompleteGroupMember(ctx, g2, ids2[0]); err != nil || d != 1 || n != 2 {
 		t.Fatalf("membership promise broken: group %s's first member completion returned %d/%d, %v; want 1/2", g2, d, n, err)
 	}
-	if _, _, err := b.CompleteGroupMember(ctx, errand.NewUUID(), ids[0]); !errors.Is(err, errand.ErrGroupNotFound) {
+	if _, _, err := b.CompleteGroupMember(ctx, rand.Text(), ids[0]); !errors.Is(err, driver.ErrGroupNotFound) {
 		t.Fatalf("completing a member of an unknown group returned %v; want ErrGroupNotFound", err)
 	}
 }
@@ -188,7 +189,7 @@ func TestLostMemberItemFailsTheGroup(t *testing.T) {
 	mc := client(t)
 	b := memcachebackend.New(mc, &memcachebackend.Options{Prefix: "errand-test-lost"})
 	ctx := context.Background()
-	g, ids := errand.NewUUID(), members(3)
+	g, ids := rand.Text(), members(3)
 	if err := b.InitGroup(ctx, g, ids); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestLostMemberItemFailsTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, n, err := b.CompleteGroupMember(ctx, g, ids[1])
-	if !errors.Is(err, errand.ErrGroupNotFound) || errors.Is(err, errand.ErrNotMember) || !strings.Contains(err.Error(), ids[1]) {
+	if !errors.Is(err, driver.ErrGroupNotFound) || errors.Is(err, driver.ErrNotMember) || !strings.Contains(err.Error(), ids[1]) {
 		t.Fatalf("lossy storage promise broken: a member whose item was evicted completed %d/%d, %v; want ErrGroupNotFound naming it, never ErrNotMember", d, n, err)
 	}
 	if d, n, err := b.CompleteGroupMember(ctx, g, ids[0]); err != nil || d != 1 || n != 3 {
@@ -212,7 +213,7 @@ func TestGroupSizeNeedsNoMemberList(t *testing.T) {
 	mc := client(t)
 	b := memcachebackend.New(mc, &memcachebackend.Options{Prefix: "errand-test-size"})
 	ctx := context.Background()
-	g, ids := errand.NewUUID(), members(4)
+	g, ids := rand.Text(), members(4)
 	if err := b.InitGroup(ctx, g, ids); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/driver"
 )
 
 func TestExpiryAndWait(t *testing.T) {
@@ -48,7 +49,7 @@ func TestGroupCompletionIdempotentAndChordClaimOnce(t *testing.T) {
 	if wins.Load() != 1 {
 		t.Fatalf("%d claimers won the chord, want exactly 1", wins.Load())
 	}
-	if _, err := b.ClaimChord(ctx, "nope", "x"); !errors.Is(err, errand.ErrGroupNotFound) {
+	if _, err := b.ClaimChord(ctx, "nope", "x"); !errors.Is(err, driver.ErrGroupNotFound) {
 		t.Fatalf("claim on unknown group = %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"crypto/rand"
 	"os"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestOpenByURL(t *testing.T) {
 	if e := b.(driver.Expirer).ResultExpiry(); e != time.Minute {
 		t.Fatalf("result_expiry=1m gave %v", e)
 	}
-	id := errand.NewUUID()
+	id := rand.Text()
 	if err := b.SetState(ctx, &errand.TaskState{TaskUUID: id, State: errand.StatePending}); err != nil {
 		t.Fatal(err)
 	}

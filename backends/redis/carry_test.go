@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"testing"
 	"time"
@@ -24,11 +25,11 @@ func TestQueuePendingIfAbsent(t *testing.T) {
 			if b.Client() != rdb {
 				t.Fatalf("Client() is not the client the backend was made with")
 			}
-			started := &errand.TaskState{TaskUUID: errand.NewUUID(), TaskName: "t", State: errand.StateStarted, Attempt: 1, CreatedAt: time.Now()}
+			started := &errand.TaskState{TaskUUID: rand.Text(), TaskName: "t", State: errand.StateStarted, Attempt: 1, CreatedAt: time.Now()}
 			if err := b.SetState(ctx, started); err != nil {
 				t.Fatal(err)
 			}
-			fresh := &errand.TaskState{TaskUUID: errand.NewUUID(), TaskName: "t", State: errand.StatePending, CreatedAt: time.Now()}
+			fresh := &errand.TaskState{TaskUUID: rand.Text(), TaskName: "t", State: errand.StatePending, CreatedAt: time.Now()}
 			pending := &errand.TaskState{TaskUUID: started.TaskUUID, TaskName: "t", State: errand.StatePending, CreatedAt: time.Now()}
 
 			pipe := rdb.Pipeline()
@@ -51,7 +52,7 @@ func TestQueuePendingIfAbsent(t *testing.T) {
 				t.Fatalf("PENDING written with TTL %v; want the ResultExpiry of 1m", ttl)
 			}
 
-			bad := &errand.TaskState{TaskUUID: errand.NewUUID(), State: errand.StatePending, Results: []errand.Result{{Type: "x", Value: json.RawMessage("{not json")}}}
+			bad := &errand.TaskState{TaskUUID: rand.Text(), State: errand.StatePending, Results: []errand.Result{{Type: "x", Value: json.RawMessage("{not json")}}}
 			pipe = rdb.Pipeline()
 			if err := b.QueuePendingIfAbsent(ctx, pipe, []*errand.TaskState{fresh, bad}); err == nil {
 				t.Fatal("a state that cannot be encoded: no error")

@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestStartBatchAfterScriptFlush(t *testing.T) {
 			}
 			var reqs []driver.StartRequest
 			for range 8 {
-				st := &errand.TaskState{TaskUUID: errand.NewUUID(), TaskName: "t", State: errand.StateReceived, Attempt: 1, CreatedAt: time.Now()}
+				st := &errand.TaskState{TaskUUID: rand.Text(), TaskName: "t", State: errand.StateReceived, Attempt: 1, CreatedAt: time.Now()}
 				started := st.Copy()
 				started.State = errand.StateStarted
 				reqs = append(reqs, driver.StartRequest{Received: st, Started: started, FirstDelivery: true})

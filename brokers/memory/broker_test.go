@@ -63,7 +63,7 @@ func TestReleaseNotBeforeAndPriority(t *testing.T) {
 	if err := b.Release(ctx, ds[1], time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Ack(ctx, ds[0]); !errors.Is(err, errand.ErrLeaseLost) {
+	if err := b.Ack(ctx, ds[0]); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("ack after release = %v, want ErrLeaseLost", err)
 	}
 	d1, _ := b.Fetch(ctx, "q", 1, time.Minute)
@@ -83,19 +83,20 @@ func TestInspectPurgeStatsDeadLetters(t *testing.T) {
 	b.Publish(ctx, msg("now1", time.Time{}), msg("now2", time.Time{}), msg("later", time.Now().Add(time.Hour)))
 	ds, _ := b.Fetch(ctx, "q", 1, time.Minute)
 	b.Reject(ctx, ds[0], "bad body")
-	pending, delayed, err := errand.Inspect(ctx, b, "q")
-	if err != nil || len(pending) != 1 || len(delayed) != 1 || delayed[0].ID != "later" {
+	pending, err := b.Pending(ctx, "q")
+	delayed, err2 := b.Delayed(ctx, "q")
+	if err = errors.Join(err, err2); err != nil || len(pending) != 1 || len(delayed) != 1 || delayed[0].ID != "later" {
 		t.Fatalf("Inspect = %v, %v, %v", pending, delayed, err)
 	}
-	dl, _ := errand.DeadLetters(ctx, b, "q")
+	dl, _ := b.DeadLetters(ctx, "q")
 	if len(dl) != 1 || dl[0].ID != "now1" || dl[0].Reason != "bad body" {
 		t.Fatalf("DeadLetters = %+v", dl)
 	}
-	st, _ := errand.Stats(ctx, b, "q")
+	st, _ := b.Stats(ctx, "q")
 	if st != (errand.QueueStats{Pending: 1, Delayed: 1, Dead: 1}) {
 		t.Fatalf("Stats = %+v", st)
 	}
-	if n, err := errand.Purge(ctx, b, "q"); n != 2 || err != nil {
+	if n, err := b.Purge(ctx, "q"); n != 2 || err != nil {
 		t.Fatalf("Purge = %d, %v; want 2", n, err)
 	}
 }

@@ -2,6 +2,7 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"os"
 	"strings"
 	"testing"
@@ -105,7 +106,7 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatalf("open cluster by URL: %v", err)
 	}
 	defer cb.Close()
-	q := "url-" + errand.NewUUID()
+	q := "url-" + rand.Text()
 	for _, br := range []errand.Broker{b, cb} {
 		if err := br.Publish(ctx, errand.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,7 +16,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
@@ -235,11 +235,11 @@ func TestCarryPending(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			started := errand.NewUUID()
+			started := rand.Text()
 			if err := rdb.Set(ctx, be.key(started), `{"task_uuid":"`+started+`","state":"STARTED"}`, time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			ids := []string{errand.NewUUID(), errand.NewUUID(), started, errand.NewUUID()}
+			ids := []string{rand.Text(), rand.Text(), started, rand.Text()}
 			msgs := []driver.Message{
 				{ID: ids[0], Queue: "a", Body: []byte("0")},
 				{ID: ids[1], Queue: "b", Body: []byte("1")},
@@ -253,7 +253,7 @@ func TestCarryPending(t *testing.T) {
 				if round == 0 {
 					sts, ms = pendingStates(ids...), msgs
 				} else { // a lone send, as a sequential SendTask makes
-					id := errand.NewUUID()
+					id := rand.Text()
 					sts, ms = pendingStates(id), []driver.Message{{ID: id, Queue: "c", Body: []byte(id)}}
 				}
 				published, err := carry(ctx, sts, ms)
@@ -322,7 +322,7 @@ func TestCarryPendingAfterScriptFlush(t *testing.T) {
 			var ids []string
 			var msgs []driver.Message
 			for i := range 12 { // queues on every node of the cluster
-				id := errand.NewUUID()
+				id := rand.Text()
 				ids = append(ids, id)
 				msgs = append(msgs, driver.Message{ID: id, Queue: "q" + strconv.Itoa(i), Body: []byte(id)})
 			}
@@ -391,7 +391,7 @@ func TestCarryPendingRefusals(t *testing.T) {
 		t.Fatal("CarryPending with a backend on another client of the same server and DB: nil; want a carrier")
 	}
 	ctx := context.Background()
-	id := errand.NewUUID()
+	id := rand.Text()
 	big := make([]byte, redisbroker.DefaultMaxPayload+1)
 	for what, m := range map[string]driver.Message{
 		"a body over MaxPayload": {ID: id, Queue: "q", Body: big},
@@ -424,7 +424,7 @@ func TestCarryPendingFailures(t *testing.T) {
 
 			// States that fail: a SET the server refuses, then one that
 			// cannot be encoded.
-			id := errand.NewUUID()
+			id := rand.Text()
 			be.queue = func(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
 				pipe.Do(ctx, "SET", be.key(sts[0].TaskUUID)) // wrong number of arguments
 				return nil
@@ -448,7 +448,7 @@ func TestCarryPendingFailures(t *testing.T) {
 
 			be.queue = nil
 			rdb.Close()
-			id = errand.NewUUID()
+			id = rand.Text()
 			published, err = carry(ctx, pendingStates(id), []driver.Message{{ID: id, Queue: "q", Body: []byte("z")}})
 			if published || !errors.Is(err, driver.ErrClosed) {
 				t.Fatalf("carried publish on a closed client = %v, %v; want not published, ErrClosed", published, err)
@@ -495,7 +495,7 @@ func TestPublishRedoFails(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		m := driver.Message{ID: errand.NewUUID(), Queue: "redo-" + tc.name, Body: []byte("x")}
+		m := driver.Message{ID: rand.Text(), Queue: "redo-" + tc.name, Body: []byte("x")}
 		published, err := tc.send(m)
 		if !f.failed.Load() {
 			// Another package's tests loaded the script again between the

@@ -79,7 +79,7 @@ func TestUniqueFiftyConcurrentSends(t *testing.T) {
 			if dups != n-1 {
 				t.Fatalf("%d sends: 1 task and %d ErrDuplicate, want %d", n, dups, n-1)
 			}
-			ins, _, err := errand.Inspect(ctx, b, errand.DefaultQueue)
+			ins, err := b.Pending(ctx, errand.DefaultQueue)
 			if err != nil {
 				t.Fatal(err)
 			}

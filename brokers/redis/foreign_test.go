@@ -2,6 +2,7 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 // TestForeignTextIsSetAside reproduces issue 14, item 1: text pushed
@@ -39,7 +41,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 		conformance.ServiceUnavailable(t, "Redis unreachable: "+err.Error())
 	}
 
-	prefix := "errand-foreign-" + errand.NewUUID()[:8]
+	prefix := "errand-foreign-" + rand.Text()[:8]
 	queue := "tasks"
 	t.Cleanup(func() {
 		keys, _ := rdb.Keys(context.Background(), "{"+prefix+":*").Result()
@@ -67,11 +69,15 @@ func TestForeignTextIsSetAside(t *testing.T) {
 
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	t.Cleanup(func() { b.Close() })
-	st, err := errand.Stats(ctx, b, queue)
+	st, err := b.Stats(ctx, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, late, err := errand.Inspect(ctx, b, queue)
+	listed, err := b.Pending(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := b.Delayed(ctx, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,10 +125,10 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 
 	// Poll, with a deadline, for the dead letters to hold every foreign text.
-	var dl []errand.DeadLetter
+	var dl []driver.DeadLetter
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if dl, err = errand.DeadLetters(ctx, b, queue); err != nil {
+		if dl, err = b.DeadLetters(ctx, queue); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -157,7 +163,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 	// The real task's result is stored before its ack: poll until the ack.
 	for {
-		if st, err = errand.Stats(ctx, b, queue); err != nil {
+		if st, err = b.Stats(ctx, queue); err != nil {
 			t.Fatal(err)
 		}
 		if st.Pending == 0 && st.Delayed == 0 && st.InFlight == 0 && st.Dead == len(foreign) {

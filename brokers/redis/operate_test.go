@@ -7,6 +7,7 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"slices"
@@ -17,7 +18,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/errand-go/errand"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
 )
@@ -25,7 +25,7 @@ import (
 // freshPrefix returns a prefix of its own for one test and deletes its keys
 // (queue keys and global keys, on every master of a cluster) at the end.
 func freshPrefix(t *testing.T, rdb goredis.UniversalClient) string {
-	prefix := "errand-op-" + errand.NewUUID()[:8]
+	prefix := "errand-op-" + rand.Text()[:8]
 	t.Cleanup(func() {
 		ctx := context.Background()
 		del := func(ctx context.Context, c *goredis.Client) error {

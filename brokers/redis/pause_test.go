@@ -7,6 +7,7 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os/exec"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 // pausable starts a private redis-server and returns its address.
@@ -59,7 +61,7 @@ func (p pauseRun) run(t *testing.T, addr string) pauseResult {
 	defer cancel()
 	be := memorybackend.New(nil) // only the broker is paused
 	t.Cleanup(func() { be.Close() })
-	queue := "pause-" + errand.NewUUID()
+	queue := "pause-" + rand.Text()
 
 	var mu sync.Mutex
 	res := pauseResult{runs: map[string]int{}}
@@ -106,7 +108,7 @@ func (p pauseRun) run(t *testing.T, addr string) pauseResult {
 		mu.Lock()
 		defer mu.Unlock()
 		res.reports = append(res.reports, err)
-		if errors.Is(err, errand.ErrLeaseLost) {
+		if errors.Is(err, driver.ErrLeaseLost) {
 			res.leaseLost++
 		}
 	}

@@ -5,6 +5,7 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"strings"
@@ -26,7 +27,7 @@ func TestPayloadBoundByDefault(t *testing.T) {
 	rdb := servers(t)["Single"]
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	prefix := "errand-test-payload-" + errand.NewUUID()[:8]
+	prefix := "errand-test-payload-" + rand.Text()[:8]
 	dropKeys(t, rdb, prefix) // should the refusal fail, 50 MB must not stay behind
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	defer b.Close()
@@ -57,7 +58,7 @@ func TestPayloadOverride(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	prefix := "errand-test-payload-" + errand.NewUUID()[:8]
+	prefix := "errand-test-payload-" + rand.Text()[:8]
 	dropKeys(t, rdb, prefix)
 	small := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix, MaxPayload: 4096})
 	defer small.Close()

@@ -16,6 +16,7 @@ package redisbroker_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"io"
 	"log/slog"
 	"os"
@@ -132,7 +133,7 @@ func outage(t *testing.T, logger *slog.Logger) []byte {
 	srv, err := errand.NewServer(errand.Config{ // default Logger
 		Broker:       redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-quiet", Logger: logger}),
 		Backend:      be,
-		DefaultQueue: "quiet-" + errand.NewUUID(),
+		DefaultQueue: "quiet-" + rand.Text(),
 	})
 	if err != nil {
 		t.Fatal(err)

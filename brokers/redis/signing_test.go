@@ -3,6 +3,7 @@ package redisbroker_test
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"strings"
@@ -24,7 +25,7 @@ func TestSignedMessagesOverRedis(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			br := redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-test-signing-" + errand.NewUUID()})
+			br := redisbroker.New(rdb, &redisbroker.Options{Prefix: "errand-test-signing-" + rand.Text()})
 			be := memorybackend.New(nil)
 			t.Cleanup(func() { br.Close(); be.Close() })
 			key := []byte("0123456789abcdef0123456789abcdef")
@@ -71,7 +72,7 @@ func TestSignedMessagesOverRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			for {
-				dl, err := errand.DeadLetters(ctx, br, errand.DefaultQueue)
+				dl, err := br.DeadLetters(ctx, errand.DefaultQueue)
 				if err != nil {
 					t.Fatal(err)
 				}

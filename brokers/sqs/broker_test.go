@@ -2,6 +2,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"net/http"
 	"os"
 	"strings"
@@ -69,7 +70,7 @@ func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
 			in := &awssqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(string(raw))}
 			if fifo {
 				in.MessageGroupId = aws.String("raw")
-				in.MessageDeduplicationId = aws.String(errand.NewUUID())
+				in.MessageDeduplicationId = aws.String(rand.Text())
 			}
 			if _, err := c.SendMessage(ctx, in); err != nil {
 				t.Fatalf("PushRaw: SendMessage: %v", err)
@@ -109,7 +110,7 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatalf("max_hop=1m gave MaxDelay %v", l.MaxDelay)
 	}
 	ctx := context.Background()
-	q := "url-" + errand.NewUUID()[:8]
+	q := "url-" + rand.Text()[:8]
 	if err := b.Publish(ctx, errand.Message{ID: "m", Queue: q, Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}

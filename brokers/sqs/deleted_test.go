@@ -6,6 +6,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 // TestQueueDeletedUnderRunningSystem: a producer and a running worker, each
@@ -42,7 +44,7 @@ func TestQueueDeletedUnderRunningSystem(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), scaled(90*time.Second))
 			defer cancel()
-			prefix := "errand-test-del-" + errand.NewUUID()[:8] + "-"
+			prefix := "errand-test-del-" + rand.Text()[:8] + "-"
 			queue, dead := queueNames(prefix, "q", fifo)
 			defer deleteQueues(c, queue, dead)
 			backend := memorybackend.New(nil)
@@ -113,7 +115,7 @@ func TestQueueDeletedProducerAlone(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), scaled(30*time.Second))
 			defer cancel()
-			prefix := "errand-test-delp-" + errand.NewUUID()[:8] + "-"
+			prefix := "errand-test-delp-" + rand.Text()[:8] + "-"
 			queue, _ := queueNames(prefix, "q", fifo)
 			defer deleteQueues(c, queue)
 			b := sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: prefix, FIFO: fifo})
@@ -153,7 +155,7 @@ func TestQueueDeletedProducerAlone(t *testing.T) {
 			if _, err := c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: u.QueueUrl}); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Ack(ctx, ds[0]); !errors.Is(err, errand.ErrLeaseLost) || !strings.Contains(err.Error(), "no longer exists") {
+			if err := b.Ack(ctx, ds[0]); !errors.Is(err, driver.ErrLeaseLost) || !strings.Contains(err.Error(), "no longer exists") {
 				t.Fatalf("missing-queue promise broken: acking a message whose queue was deleted returned %v; want ErrLeaseLost saying the queue no longer exists", err)
 			}
 			publish("after the second deletion")
@@ -185,7 +187,7 @@ func TestQueueDeletedNoCreate(t *testing.T) {
 	c := client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scaled(60*time.Second))
 	defer cancel()
-	prefix := "errand-test-nocreate-" + errand.NewUUID()[:8] + "-"
+	prefix := "errand-test-nocreate-" + rand.Text()[:8] + "-"
 	queue, _ := queueNames(prefix, "q", false)
 	if _, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(queue)}); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -10,7 +11,6 @@ import (
 
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/errand-go/errand"
 	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/driver"
 )
@@ -35,12 +35,12 @@ func TestHopResendFailureKeepsMessage(t *testing.T) {
 		}
 		return nil
 	}))
-	prefix := "errand-test-hop-" + errand.NewUUID()[:8] + "-"
+	prefix := "errand-test-hop-" + rand.Text()[:8] + "-"
 	t.Cleanup(func() { deletePrefix(c, prefix) })
 	b := sqsbroker.New(fc, &sqsbroker.Options{QueuePrefix: prefix, MaxHop: time.Second})
 	defer b.Close()
 
-	id := errand.NewUUID()
+	id := rand.Text()
 	notBefore := time.Now().Add(4 * time.Second)
 	if err := b.Publish(ctx, driver.Message{ID: id, Queue: "q", Body: []byte(`{"hop":1}`), NotBefore: notBefore}); err != nil {
 		t.Fatalf("Publish: %v", err)

@@ -2,6 +2,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"strings"
 	"sync"
 	"testing"
@@ -10,7 +11,6 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/errand-go/errand"
 	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/driver"
 )
@@ -52,14 +52,14 @@ func TestCreatedQueueNamesValid(t *testing.T) {
 		}
 		return nil
 	}))
-	prefix := "errand-test-nm-" + errand.NewUUID()[:8] + "-"
+	prefix := "errand-test-nm-" + rand.Text()[:8] + "-"
 	t.Cleanup(func() { deletePrefix(c, prefix) })
 	keys := []string{"a", "emails.high", strings.Repeat("x", 70-len(prefix)), strings.Repeat("y", 100)}
 	for _, fifo := range []bool{false, true} {
 		b := sqsbroker.New(fc, &sqsbroker.Options{QueuePrefix: prefix, FIFO: fifo})
 		defer b.Close()
 		for _, key := range keys {
-			if err := b.Publish(ctx, driver.Message{ID: errand.NewUUID(), Queue: key, Body: []byte(`{}`)}); err != nil {
+			if err := b.Publish(ctx, driver.Message{ID: rand.Text(), Queue: key, Body: []byte(`{}`)}); err != nil {
 				t.Fatalf("Publish to %q (FIFO %v): %v", key, fifo, err)
 			}
 			ds, err := b.Fetch(ctx, key, 1, time.Minute)

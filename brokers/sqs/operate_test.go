@@ -2,6 +2,7 @@ package sqsbroker_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/errand-go/errand"
 	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 	"github.com/errand-go/errand/driver"
 )
@@ -28,7 +28,7 @@ func TestQueuesListsQueuesNotDeadLetters(t *testing.T) {
 	c := client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), scaled(60*time.Second))
 	defer cancel()
-	prefix := "errand-test-ql-" + errand.NewUUID()[:8] + "-"
+	prefix := "errand-test-ql-" + rand.Text()[:8] + "-"
 	t.Cleanup(func() { deletePrefix(c, prefix) })
 	long := "long-" + strings.Repeat("x", 80)
 	std := sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: prefix})
@@ -39,7 +39,7 @@ func TestQueuesListsQueuesNotDeadLetters(t *testing.T) {
 	publish := func(b *sqsbroker.Broker, queue string, n int) {
 		t.Helper()
 		for i := range n {
-			if err := b.Publish(ctx, driver.Message{ID: errand.NewUUID(), Queue: queue, Body: []byte(`{"i":` + string(rune('0'+i)) + `}`)}); err != nil {
+			if err := b.Publish(ctx, driver.Message{ID: rand.Text(), Queue: queue, Body: []byte(`{"i":` + string(rune('0'+i)) + `}`)}); err != nil {
 				t.Fatalf("Publish to %s: %v", queue, err)
 			}
 		}

@@ -125,7 +125,7 @@ func demo(ctx context.Context, out io.Writer) error {
 				sigs = append(sigs, errand.NewSignature("mul", i, i))
 			}
 			g, _ := errand.NewGroup(sigs...)
-			rs, err := srv.SendGroup(ctx, g, 4)
+			rs, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4))
 			if err != nil {
 				return "", err
 			}
@@ -148,7 +148,7 @@ func demo(ctx context.Context, out io.Writer) error {
 			}
 			g, _ := errand.NewGroup(sigs...)
 			c, _ := errand.NewChord(g, errand.NewSignature("sum"))
-			r, err := srv.SendChord(ctx, c, 4)
+			r, err := srv.SendChord(ctx, c, errand.SendConcurrency(4))
 			if err != nil {
 				return "", err
 			}

@@ -85,11 +85,7 @@ func runStats(c *cli, args []string) error {
 func (c *cli) queueInfo(srv *errand.Server, queue string) (errand.QueueInfo, error) {
 	qs, err := srv.Queues(c.ctx)
 	if errors.Is(err, errors.ErrUnsupported) {
-		st, err := errand.Stats(c.ctx, srv.Broker(), queue)
-		if err != nil {
-			return errand.QueueInfo{}, err
-		}
-		return errand.QueueInfo{Name: queue, Stats: st}, nil
+		return srv.Queue(c.ctx, queue) // a broker that does not list queues: its counts only
 	}
 	if err != nil {
 		return errand.QueueInfo{}, err
@@ -165,8 +161,9 @@ func runList(c *cli, args []string) error {
 }
 
 func listNames() string {
-	names := make([]string, len(errand.ListStates))
-	for i, l := range errand.ListStates {
+	ls := errand.ListStates()
+	names := make([]string, len(ls))
+	for i, l := range ls {
 		names[i] = string(l)
 	}
 	return strings.Join(names, ", ")
@@ -258,7 +255,7 @@ func withState(c *cli, srv *errand.Server, ti errand.QueuedTask) (errand.QueuedT
 	if ti.Signature != nil {
 		id = ti.Signature.UUID
 	}
-	st, err := srv.Backend().GetState(c.ctx, id)
+	st, err := srv.Result(id).State(c.ctx)
 	switch {
 	case errors.Is(err, errand.ErrTaskNotFound):
 	case err != nil:
@@ -442,7 +439,7 @@ func runPurge(c *cli, args []string) error {
 		return usageErrorf("would drop %d tasks of queue %q (%d pending, %d scheduled or retrying); add --yes (or -f) to drop them",
 			qi.Stats.Pending+qi.Stats.Delayed, *queue, qi.Stats.Pending, qi.Stats.Delayed)
 	}
-	n, err := errand.Purge(c.ctx, srv.Broker(), *queue)
+	n, err := srv.Purge(c.ctx, *queue)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,7 +89,7 @@ func redisDeployment(t *testing.T) *deployment {
 		t.Fatalf("ERRAND_REDIS_URL: %v", err)
 	}
 	q := u.Query()
-	prefix := fmt.Sprintf("errand-test-cli-%s-%d", errand.NewUUID()[:8], time.Now().UnixNano())
+	prefix := fmt.Sprintf("errand-test-cli-%s-%d", rand.Text()[:8], time.Now().UnixNano())
 	q.Set("prefix", prefix)
 	u.RawQuery = q.Encode()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

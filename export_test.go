@@ -1,0 +1,11 @@
+package errand
+
+// What the external tests (package errand_test) reach of the unexported.
+var (
+	NewUUID       = newUUID
+	FibonacciNext = fibonacciNext
+)
+
+// PortableBroker returns s's broker in the portable layer, as the server
+// calls it.
+func PortableBroker(s *Server) Broker { return s.broker }
