@@ -163,5 +163,3 @@ func (b *Broker) Unbeat(ctx context.Context, id string) error {
 	})
 	return b.err(ctx, err)
 }
-
-func (b *Broker) beatKeys() []string { return []string{b.global("workers"), b.global("beats")} }
