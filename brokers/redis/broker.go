@@ -125,7 +125,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 		b.opts.Prefix = "errand"
 	}
 	if b.opts.CallTimeout == 0 {
-		b.opts.CallTimeout = 10 * time.Second
+		b.opts.CallTimeout = defaultCallTimeout
 	}
 	switch {
 	case b.opts.MaxPayload == 0:
@@ -134,13 +134,19 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 		b.opts.MaxPayload = -1
 	}
 	if b.opts.MaxBlock <= 0 {
-		b.opts.MaxBlock = 250 * time.Millisecond
+		b.opts.MaxBlock = defaultMaxBlock
 	}
 	b.opts.ArchiveMaxCount = orDefault(b.opts.ArchiveMaxCount, DefaultArchiveMaxCount)
 	b.opts.ArchiveMaxAge = orDefault(b.opts.ArchiveMaxAge, DefaultArchiveMaxAge)
 	b.opts.CompletedMax = orDefault(b.opts.CompletedMax, DefaultCompletedMax)
 	return b
 }
+
+// The defaults of Options.CallTimeout and Options.MaxBlock.
+const (
+	defaultCallTimeout = 10 * time.Second
+	defaultMaxBlock    = 250 * time.Millisecond
+)
 
 // orDefault is v, or def when v is zero, or zero (no bound, none) when v
 // is negative.
