@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -69,10 +70,13 @@ func New(rdb goredis.UniversalClient, opts *Options) *Backend {
 	}
 	b.opts.ResultExpiry, b.opts.GroupExpiry = driver.ExpiryDefaults(b.opts.ResultExpiry, b.opts.GroupExpiry)
 	if b.opts.CallTimeout == 0 {
-		b.opts.CallTimeout = 10 * time.Second
+		b.opts.CallTimeout = defaultCallTimeout
 	}
 	return b
 }
+
+// defaultCallTimeout is the default of Options.CallTimeout.
+const defaultCallTimeout = 10 * time.Second
 
 func init() {
 	driver.RegisterBackend("redis", Open)
@@ -97,6 +101,20 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 // ResultExpiry returns the configured result expiry.
 func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
 
+// The keys (G = {prefix:group:GROUP}, one hash tag per group, so each
+// group script runs on one slot of a cluster):
+//
+//	prefix:task:UUID  string  the task's state (JSON), expiring ResultExpiry
+//	                          after its last write
+//	G:meta     hash  "total" -> the group's size; "m:UUID" -> 1 per member;
+//	                 "claimer" -> the chord's claimer, once claimed
+//	G:members  list  member UUIDs in group order
+//	G:done     set   the completed members
+//
+// Each script opens with a prologue that names its KEYS and ARGV (-- KEYS[1]
+// -> G:meta) and binds them to locals; the Go helper beside it builds its
+// KEYS in that order (TestScriptPrologues checks that they agree).
+
 func (b *Backend) taskKey(id string) string { return b.opts.Prefix + ":task:" + id }
 
 type groupKeys struct{ meta, members, done string }
@@ -104,6 +122,18 @@ type groupKeys struct{ meta, members, done string }
 func (b *Backend) groupKeys(g string) groupKeys {
 	k := "{" + b.opts.Prefix + ":group:" + g + "}:"
 	return groupKeys{k + "meta", k + "members", k + "done"}
+}
+
+// scriptText is the text of every script made by newScript, for the test
+// of prologues. It is written only while the package initialises.
+var scriptText = map[*goredis.Script]string{}
+
+// newScript is a script whose text is parts joined.
+func newScript(parts ...string) *goredis.Script {
+	text := strings.Join(parts, "")
+	s := goredis.NewScript(text)
+	scriptText[s] = text
+	return s
 }
 
 func (b *Backend) err(ctx context.Context, err error) error {
@@ -191,50 +221,84 @@ func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, e
 	return decodeState(id, v)
 }
 
-// initGroupScript: KEYS meta, members, done; ARGV expiry ms, member IDs...
-// The meta hash holds the size ("total"), one field "m:ID" per member (for
-// the completion's membership check) and, later, the chord's claimer.
-var initGroupScript = goredis.NewScript(`
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-for i = 2, #ARGV, 1000 do
-  local j = math.min(i + 999, #ARGV)
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, j))
+// initGroupScript records a group afresh: its size ("total"), one field
+// "m:UUID" per member in G:meta (for the completion's membership check)
+// and its members in order in G:members, with no member done.
+var initGroupScript = newScript(`
+-- initGroup
+-- KEYS[1] -> G:meta
+-- KEYS[2] -> G:members
+-- KEYS[3] -> G:done
+-- ARGV[1]   -> expiry (ms)
+-- ARGV[1+i] -> UUID of member i (i = 1, 2, ...)
+local meta, members, done = KEYS[1], KEYS[2], KEYS[3]
+local expiry = ARGV[1]
+local CHUNK = 1000 -- members per RPUSH and HSET: unpack's stack is bounded
+redis.call('DEL', meta, members, done)
+for i = 2, #ARGV, CHUNK do
+  local j = math.min(i + CHUNK - 1, #ARGV)
+  redis.call('RPUSH', members, unpack(ARGV, i, j))
   local fields = {}
   for k = i, j do
     fields[#fields + 1] = 'm:' .. ARGV[k]
     fields[#fields + 1] = 1
   end
-  redis.call('HSET', KEYS[1], unpack(fields))
+  redis.call('HSET', meta, unpack(fields))
 end
-redis.call('HSET', KEYS[1], 'total', #ARGV - 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('HSET', meta, 'total', #ARGV - 1)
+redis.call('PEXPIRE', meta, expiry)
+redis.call('PEXPIRE', members, expiry)
 return 1
 `)
+
+// groupScriptKeys are the keys of initGroupScript and completeScript.
+func (b *Backend) groupScriptKeys(g string) []string {
+	k := b.groupKeys(g)
+	return []string{k.meta, k.members, k.done}
+}
 
 // InitGroup records the members in order, atomically.
 func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	k := b.groupKeys(g)
 	args := make([]any, 0, len(ids)+1)
 	args = append(args, b.opts.GroupExpiry.Milliseconds())
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return b.err(ctx, initGroupScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, args...).Err())
+	return b.err(ctx, initGroupScript.Run(ctx, b.rdb, b.groupScriptKeys(g), args...).Err())
 }
 
-// completeScript: KEYS meta, members, done; ARGV member, expiry ms.
-// Returns {done, total}, {-1, 0} for an unknown group, or {-2, total} for
-// a UUID that is not a member (nothing changed).
-var completeScript = goredis.NewScript(`
-local total = redis.call('HGET', KEYS[1], 'total')
-if not total then return {-1, 0} end
-if redis.call('HEXISTS', KEYS[1], 'm:' .. ARGV[1]) == 0 then return {-2, tonumber(total)} end
-redis.call('SADD', KEYS[3], ARGV[1])
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
-return {redis.call('SCARD', KEYS[3]), tonumber(total)}
+// What the group scripts answer instead of a count or a claim.
+const (
+	groupUnknown = -1 // completeScript, claimScript: the group has no G:meta
+	notMember    = -2 // completeScript: the UUID is not a member
+)
+
+// luaGroupAnswers names groupUnknown and notMember in Lua.
+var luaGroupAnswers = fmt.Sprintf(`
+local GROUP_UNKNOWN, NOT_MEMBER = %d, %d
+`, groupUnknown, notMember)
+
+// completeScript marks a member done and extends the group's life.
+// Returns {members done, total}, {GROUP_UNKNOWN, 0}, or {NOT_MEMBER,
+// total} having changed nothing.
+var completeScript = newScript(`
+-- complete
+-- KEYS[1] -> G:meta
+-- KEYS[2] -> G:members
+-- KEYS[3] -> G:done
+-- ARGV[1] -> member UUID
+-- ARGV[2] -> expiry (ms)
+local meta, members, done = KEYS[1], KEYS[2], KEYS[3]
+local id, expiry = ARGV[1], ARGV[2]
+`, luaGroupAnswers, `
+local total = redis.call('HGET', meta, 'total')
+if not total then return {GROUP_UNKNOWN, 0} end
+if redis.call('HEXISTS', meta, 'm:' .. id) == 0 then return {NOT_MEMBER, tonumber(total)} end
+redis.call('SADD', done, id)
+for _, key in ipairs({meta, members, done}) do redis.call('PEXPIRE', key, expiry) end
+return {redis.call('SCARD', done), tonumber(total)}
 `)
 
 // CompleteGroupMember marks the member done (idempotent, O(1)) and extends
@@ -244,44 +308,60 @@ return {redis.call('SCARD', KEYS[3]), tonumber(total)}
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	k := b.groupKeys(g)
-	r, err := completeScript.Run(ctx, b.rdb, []string{k.meta, k.members, k.done}, id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
+	r, err := completeScript.Run(ctx, b.rdb, b.groupScriptKeys(g), id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, b.err(ctx, err)
 	}
 	switch r[0] {
-	case -1:
+	case groupUnknown:
 		return 0, 0, fmt.Errorf("redis backend: group %s: %w", g, driver.ErrGroupNotFound)
-	case -2:
+	case notMember:
 		return 0, 0, fmt.Errorf("redis backend: task %s, group %s: %w", id, g, driver.ErrNotMember)
 	}
 	return int(r[0]), int(r[1]), nil
 }
 
-// claimScript: KEYS meta; ARGV claimer. 1 won, 0 lost, -1 unknown group.
-var claimScript = goredis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local c = redis.call('HGET', KEYS[1], 'claimer')
+// claimWon is claimScript's answer when the claimer now stored is the
+// caller (0: another claimer's; GROUP_UNKNOWN).
+const claimWon = 1
+
+// claimScript sets the chord's claimer unless one is set. Returns
+// CLAIM_WON when the claimer stored is the caller, 0 when it is another,
+// GROUP_UNKNOWN.
+var claimScript = newScript(`
+-- claim
+-- KEYS[1] -> G:meta
+-- ARGV[1] -> claimer
+local meta = KEYS[1]
+local claimer = ARGV[1]
+`, luaGroupAnswers, fmt.Sprintf(`
+local CLAIM_WON = %d
+`, claimWon), `
+if redis.call('EXISTS', meta) == 0 then return GROUP_UNKNOWN end
+local c = redis.call('HGET', meta, 'claimer')
 if not c then
-  redis.call('HSET', KEYS[1], 'claimer', ARGV[1])
-  return 1
+  redis.call('HSET', meta, 'claimer', claimer)
+  return CLAIM_WON
 end
-if c == ARGV[1] then return 1 end
+if c == claimer then return CLAIM_WON end
 return 0
 `)
+
+// claimKeys are the keys of claimScript.
+func (b *Backend) claimKeys(g string) []string { return []string{b.groupKeys(g).meta} }
 
 // ClaimChord is a compare-and-set on the group's claimer.
 func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	n, err := claimScript.Run(ctx, b.rdb, []string{b.groupKeys(g).meta}, claimer).Int()
+	n, err := claimScript.Run(ctx, b.rdb, b.claimKeys(g), claimer).Int()
 	if err != nil {
 		return false, b.err(ctx, err)
 	}
-	if n < 0 {
+	if n == groupUnknown {
 		return false, fmt.Errorf("redis backend: group %s: %w", g, driver.ErrGroupNotFound)
 	}
-	return n == 1, nil
+	return n == claimWon, nil
 }
 
 // GroupStates reads the member list, then all member states in one

@@ -17,35 +17,53 @@ var (
 	_ driver.PendingWriter = (*Backend)(nil)
 )
 
-// startScript: KEYS task key; ARGV name, attempt, first delivery ("1" or
-// "0"), expiry ms, then the STARTED state's JSON cut around its created_at
-// value: head (up to and including `"created_at":`), own value (a JSON
-// string), tail. Returns {1, prev or false} when it wrote STARTED, {0,
-// prev} when the task's previous state forbids it (driver.Starter's
-// table; driver.StartRequest.Allows is the same rule in Go).
+// startScript writes the STARTED state unless the task's previous state
+// forbids it (driver.Starter's table; driver.StartRequest.Allows is the
+// same rule in Go). Returns {startWritten, prev or false} when it wrote
+// STARTED, {0, prev} otherwise.
 //
 // Only STARTED is stored: a key holds the current state alone, and no
 // reader can see RECEIVED between two writes of one script. A written
 // state keeps prev's created_at, spliced in as a JSON string, so the rest
 // of the JSON is Go's own encoding, never re-encoded by cjson.
-var startScript = goredis.NewScript(`
-local raw = redis.call('GET', KEYS[1])
-local created = ARGV[6]
+var startScript = newScript(`
+-- start
+-- KEYS[1] -> prefix:task:UUID
+-- ARGV[1] -> task name
+-- ARGV[2] -> attempt
+-- ARGV[3] -> first delivery ('1') or a redelivery ('0')
+-- ARGV[4] -> expiry (ms)
+-- ARGV[5] -> the STARTED state's JSON up to and including "created_at":
+-- ARGV[6] -> its own created_at (a JSON string)
+-- ARGV[7] -> the rest of its JSON
+local task = KEYS[1]
+local name, attempt, first, expiry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local head, created, tail = ARGV[5], ARGV[6], ARGV[7]
+`, fmt.Sprintf(`
+local WRITTEN = %d
+`, startWritten), `
+local raw = redis.call('GET', task)
 if raw then
   local p = cjson.decode(raw)
-  local name = p.task_name
-  if type(name) ~= 'string' then name = '' end
+  local prevName = p.task_name
+  if type(prevName) ~= 'string' then prevName = '' end
   local st = p.state
   local att = tonumber(p.attempt) or 0
-  if name ~= '' and name ~= ARGV[1] then return {0, raw} end
+  if prevName ~= '' and prevName ~= name then return {0, raw} end
   if st == 'SUCCESS' or st == 'FAILURE' then return {0, raw} end
-  if att > tonumber(ARGV[2]) then return {0, raw} end
-  if st == 'STARTED' and ARGV[3] == '1' then return {0, raw} end
+  if att > attempt then return {0, raw} end
+  if st == 'STARTED' and first == '1' then return {0, raw} end
   if type(p.created_at) == 'string' then created = cjson.encode(p.created_at) end
 end
-redis.call('SET', KEYS[1], ARGV[5] .. created .. ARGV[7], 'PX', ARGV[4])
-return {1, raw or false}
+redis.call('SET', task, head .. created .. tail, 'PX', expiry)
+return {WRITTEN, raw or false}
 `)
+
+// startWritten is startScript's first answer when it wrote STARTED.
+const startWritten = 1
+
+// startKeys are the keys of startScript for task id.
+func (b *Backend) startKeys(id string) []string { return []string{b.taskKey(id)} }
 
 // createdKey is where encoding/json puts a TaskState's created_at: the
 // last occurrence in its encoding (only times follow it, and an earlier
@@ -90,26 +108,26 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driv
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	args := make([][]any, len(reqs))
-	keys := make([]string, len(reqs))
+	keys := make([][]string, len(reqs))
 	for i, r := range reqs {
 		a, err := b.startArgs(r)
 		if err != nil {
 			return nil, err
 		}
-		args[i], keys[i] = a, b.taskKey(r.Started.TaskUUID)
+		args[i], keys[i] = a, b.startKeys(r.Started.TaskUUID)
 	}
 	cmds := make([]*goredis.Cmd, len(reqs))
 	if len(reqs) == 1 {
-		cmds[0] = startScript.Run(ctx, b.rdb, keys[:1], args[0]...)
+		cmds[0] = startScript.Run(ctx, b.rdb, keys[0], args[0]...)
 	} else {
 		pipe := b.rdb.Pipeline()
 		for i := range reqs {
-			cmds[i] = startScript.EvalSha(ctx, pipe, keys[i:i+1], args[i]...)
+			cmds[i] = startScript.EvalSha(ctx, pipe, keys[i], args[i]...)
 		}
 		pipe.Exec(ctx) // errors are read per command below
 		for i, c := range cmds {
 			if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				cmds[i] = startScript.Run(ctx, b.rdb, keys[i:i+1], args[i]...)
+				cmds[i] = startScript.Run(ctx, b.rdb, keys[i], args[i]...)
 			}
 		}
 	}
@@ -123,7 +141,7 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driv
 			return nil, fmt.Errorf("redis backend: start %s: unexpected reply %v", reqs[i].Started.TaskUUID, r)
 		}
 		written, _ := r[0].(int64)
-		out[i].Written = written == 1
+		out[i].Written = written == startWritten
 		if raw, ok := r[1].(string); ok {
 			if out[i].Prev, err = decodeState(reqs[i].Started.TaskUUID, raw); err != nil {
 				return nil, err

@@ -72,7 +72,7 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 		return fmt.Errorf("redis broker: archive %q: %w", e.ID, err)
 	}
 	k := b.keys(d.Queue)
-	return b.settle(ctx, d, archiveScript, []string{k.inflight, k.tokens, k.msgs, k.count, k.archive, k.archived, k.prio},
+	return b.settle(ctx, d, archiveScript, k.archiveKeys(),
 		e.ID, e.At.UnixMilli(), entry, max(keep.MaxCount, 0), max(keep.MaxAge.Milliseconds(), 0))
 }
 
@@ -82,7 +82,7 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 // Where K:dead does not exist the script returns at once (one EXISTS).
 func (b *Broker) migrate(ctx context.Context, queue string) error {
 	k := b.keys(queue)
-	if err := migrateScript.Run(ctx, b.rdb, []string{k.dead, k.reasons, k.msgs, k.archive, k.archived}).Err(); err != nil {
+	if err := migrateScript.Run(ctx, b.rdb, k.migrateKeys()).Err(); err != nil {
 		return b.err(ctx, err)
 	}
 	return nil
@@ -114,7 +114,7 @@ func (b *Broker) archivedPage(ctx context.Context, queue string, offset, limit i
 		stop = offset + limit - 1
 	}
 	k := b.keys(queue)
-	ss, err := archivedScript.Run(ctx, b.rdb, []string{k.archive, k.archived}, offset, stop).StringSlice()
+	ss, err := archivedScript.Run(ctx, b.rdb, k.archivedKeys(), offset, stop).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -169,13 +169,13 @@ func (b *Broker) Requeue(ctx context.Context, queue, id string, m driver.Message
 	var res *goredis.Cmd
 	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
 		pipe.SAdd(ctx, b.global("queues"), queue)
-		res = eval(requeueScript, ctx, pipe, []string{k.archive, k.archived, k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq},
+		res = eval(requeueScript, ctx, pipe, k.requeueKeys(),
 			id, randomID(), env, dueMillis(m.NotBefore), m.Priority)
 	})
 	if err != nil {
 		return b.err(ctx, err)
 	}
-	if n, _ := res.Int(); n == 0 {
+	if n, _ := res.Int(); n == notArchived {
 		return fmt.Errorf("redis broker: requeue %q of queue %q: %w", id, queue, driver.ErrNotArchived)
 	}
 	return nil
@@ -192,6 +192,6 @@ func (b *Broker) DeleteArchived(ctx context.Context, queue string, ids ...string
 		return 0, err
 	}
 	k := b.keys(queue)
-	n, err := deleteArchivedScript.Run(ctx, b.rdb, []string{k.archive, k.archived}, anys(ids)...).Int()
+	n, err := deleteArchivedScript.Run(ctx, b.rdb, k.deleteArchivedKeys(), anys(ids)...).Int()
 	return n, b.err(ctx, err)
 }

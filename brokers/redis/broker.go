@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,7 +125,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 		b.opts.Prefix = "errand"
 	}
 	if b.opts.CallTimeout == 0 {
-		b.opts.CallTimeout = 10 * time.Second
+		b.opts.CallTimeout = defaultCallTimeout
 	}
 	switch {
 	case b.opts.MaxPayload == 0:
@@ -133,13 +134,19 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 		b.opts.MaxPayload = -1
 	}
 	if b.opts.MaxBlock <= 0 {
-		b.opts.MaxBlock = 250 * time.Millisecond
+		b.opts.MaxBlock = defaultMaxBlock
 	}
 	b.opts.ArchiveMaxCount = orDefault(b.opts.ArchiveMaxCount, DefaultArchiveMaxCount)
 	b.opts.ArchiveMaxAge = orDefault(b.opts.ArchiveMaxAge, DefaultArchiveMaxAge)
 	b.opts.CompletedMax = orDefault(b.opts.CompletedMax, DefaultCompletedMax)
 	return b
 }
+
+// The defaults of Options.CallTimeout and Options.MaxBlock.
+const (
+	defaultCallTimeout = 10 * time.Second
+	defaultMaxBlock    = 250 * time.Millisecond
+)
 
 // orDefault is v, or def when v is zero, or zero (no bound, none) when v
 // is negative.
@@ -294,7 +301,7 @@ func (p *publishBatch) queue(ctx context.Context, pipe goredis.Pipeliner, eval e
 	scripts := make([]*goredis.Cmd, len(p.order))
 	for i, q := range p.order {
 		k := p.b.keys(q)
-		scripts[i] = eval(publishScript, ctx, pipe, []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}, p.byQueue[q]...)
+		scripts[i] = eval(publishScript, ctx, pipe, k.publishKeys(), p.byQueue[q]...)
 	}
 	return scripts
 }
@@ -388,7 +395,7 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // any priority), the next due time, or MaxBlock.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
-	keys := []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq}
+	keys := k.fetchKeys()
 	b.register(ctx, queue)
 	for {
 		if b.closed.Load() {
@@ -398,7 +405,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 			return nil, err
 		}
 		sctx, cancel := b.bound(ctx)
-		res, err := fetchScript.Run(sctx, b.rdb, keys, limit, lease.Milliseconds(), 1000, randomID()).Slice()
+		res, err := fetchScript.Run(sctx, b.rdb, keys, limit, lease.Milliseconds(), promoteBatch, randomID()).Slice()
 		cancel()
 		if err != nil {
 			return nil, b.err(ctx, err)
@@ -448,13 +455,13 @@ func (b *Broker) wake(notify string) {
 	defer cancel()
 	pipe := b.rdb.Pipeline()
 	pipe.LPush(ctx, notify, "1")
-	pipe.LTrim(ctx, notify, 0, 255)
+	pipe.LTrim(ctx, notify, 0, wakeKeep-1)
 	pipe.Exec(ctx) // best effort: a lost token only means waking at MaxBlock
 }
 
 func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
-	out := make([]*driver.Delivery, 0, len(res)/5)
-	for i := 0; i+4 < len(res); i += 5 {
+	out := make([]*driver.Delivery, 0, len(res)/fetchReply)
+	for i := 0; i+fetchReply <= len(res); i += fetchReply {
 		mid, _ := res[i].(string)
 		env, _ := res[i+1].(string)
 		tok, _ := res[i+2].(string)
@@ -465,13 +472,16 @@ func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
 			body = env // not written by this broker: surface it as is
 		}
 		out = append(out, &driver.Delivery{
-			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: uint8(min(max(p, 0), 255))},
+			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: clampPriority(p)},
 			Attempt: int(n),
 			Handle:  handle{mid: mid, token: tok},
 		})
 	}
 	return out, nil
 }
+
+// clampPriority is a priority read from Redis as a driver.Message's.
+func clampPriority[T int | int64](p T) uint8 { return uint8(min(max(p, 0), math.MaxUint8)) }
 
 func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis.Script, keys []string, args ...any) error {
 	ctx, cancel := b.bound(ctx)
@@ -486,7 +496,7 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 	if err != nil {
 		return b.err(ctx, err)
 	}
-	if n == 0 {
+	if n == leaseLost {
 		return fmt.Errorf("redis broker: message %q: %w", d.ID, driver.ErrLeaseLost)
 	}
 	return nil
@@ -537,7 +547,7 @@ func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
 			args = append(args, h.mid, h.token)
 		}
 		acked, err := honourCancel(ctx, func() ([]int64, error) {
-			return ackScript.Run(ctx, b.rdb, []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio}, args...).Int64Slice()
+			return ackScript.Run(ctx, b.rdb, k.ackKeys(), args...).Int64Slice()
 		})
 		if err == nil && len(acked) != len(idx) {
 			err = fmt.Errorf("redis broker: ack script answered %d results for %d deliveries", len(acked), len(idx))
@@ -546,7 +556,7 @@ func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
 			switch {
 			case err != nil:
 				errs[i] = b.err(ctx, err)
-			case acked[j] == 0:
+			case acked[j] == leaseLost:
 				errs[i] = fmt.Errorf("redis broker: message %q: %w", ds[i].ID, driver.ErrLeaseLost)
 			}
 		}
@@ -561,13 +571,13 @@ func (b *Broker) Release(ctx context.Context, d *driver.Delivery, notBefore time
 	if !notBefore.IsZero() {
 		nb = notBefore.UnixMilli() + 1
 	}
-	return b.settle(ctx, d, releaseScript, []string{k.inflight, k.tokens, k.pending, k.delayed, k.notify, k.prio, k.ppending, k.pseq}, nb)
+	return b.settle(ctx, d, releaseScript, k.releaseKeys(), nb)
 }
 
 // Extend renews the delivery's lease.
 func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
 	k := b.keys(d.Queue)
-	return b.settle(ctx, d, extendScript, []string{k.inflight, k.tokens}, lease.Milliseconds())
+	return b.settle(ctx, d, extendScript, k.extendKeys(), lease.Milliseconds())
 }
 
 // Reject archives the delivered message (see Archive) with reason as both
@@ -637,7 +647,7 @@ func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, e
 // (inclusive; -1: to the end) in delivery order, with their priorities.
 func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int) ([]driver.Listed, error) {
 	k := b.keys(queue)
-	envs, err := pendingScript.Run(ctx, b.rdb, []string{k.ppending, k.pending, k.msgs, k.prio}, start, stop).StringSlice()
+	envs, err := pendingScript.Run(ctx, b.rdb, k.pendingKeys(), start, stop).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -645,7 +655,7 @@ func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int)
 	for i := 0; i+1 < len(envs); i += 2 {
 		id, body, _ := strings.Cut(envs[i], "\n")
 		p, _ := strconv.Atoi(envs[i+1])
-		out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: uint8(min(max(p, 0), 255))}})
+		out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: clampPriority(p)}})
 	}
 	return out, nil
 }
@@ -709,7 +719,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	k := b.keys(queue)
-	n, err := purgeScript.Run(ctx, b.rdb, []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending}).Int()
+	n, err := purgeScript.Run(ctx, b.rdb, k.purgeKeys()).Int()
 	return n, b.err(ctx, err)
 }
 

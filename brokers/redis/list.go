@@ -41,14 +41,24 @@ func (b *Broker) List(ctx context.Context, queue string, state driver.ListState,
 		}
 		return out, nil
 	}
-	var src, kind, foreign string
 	switch state {
 	case driver.ListPending:
 		return b.pendingPage(ctx, queue, start, stop) // by priority, then FIFO
 	case driver.ListScheduled:
-		src, kind, foreign = k.delayed, "zset", "1"
+		res, err := scheduledScript.Run(ctx, b.rdb, k.scheduledKeys(), start, stop).StringSlice()
+		if err != nil {
+			return nil, b.err(ctx, err)
+		}
+		out := make([]driver.Listed, 0, len(res)/2)
+		for i := 0; i+1 < len(res); i += 2 {
+			id, body, _ := strings.Cut(res[i], "\n")
+			due, _ := strconv.ParseFloat(res[i+1], 64)
+			at := time.UnixMilli(int64(due))
+			out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), NotBefore: at}, At: at})
+		}
+		return out, nil
 	case driver.ListInFlight:
-		res, err := inflightScript.Run(ctx, b.rdb, []string{k.inflight, k.tokens, k.msgs}, start, stop).StringSlice()
+		res, err := inflightScript.Run(ctx, b.rdb, k.inflightKeys(), start, stop).StringSlice()
 		if err != nil {
 			return nil, b.err(ctx, err)
 		}
@@ -58,26 +68,9 @@ func (b *Broker) List(ctx context.Context, queue string, state driver.ListState,
 			out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)}})
 		}
 		return out, nil
-	default:
-		return nil, fmt.Errorf("redis broker: List: unknown state %q (want %q, %q, %q or %q)", state,
-			driver.ListPending, driver.ListScheduled, driver.ListInFlight, driver.ListCompleted)
 	}
-	res, err := listScript.Run(ctx, b.rdb, []string{src, k.msgs}, kind, start, stop, foreign).StringSlice()
-	if err != nil {
-		return nil, b.err(ctx, err)
-	}
-	out := make([]driver.Listed, 0, len(res)/2)
-	for i := 0; i+1 < len(res); i += 2 {
-		id, body, _ := strings.Cut(res[i], "\n")
-		l := driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body)}}
-		if state == driver.ListScheduled {
-			due, _ := strconv.ParseFloat(res[i+1], 64)
-			l.At = time.UnixMilli(int64(due))
-			l.NotBefore = l.At
-		}
-		out = append(out, l)
-	}
-	return out, nil
+	return nil, fmt.Errorf("redis broker: List: unknown state %q (want %q, %q, %q or %q)", state,
+		driver.ListPending, driver.ListScheduled, driver.ListInFlight, driver.ListCompleted)
 }
 
 // Find returns the message of queue whose task ID is id, with its list, in
@@ -90,7 +83,7 @@ func (b *Broker) Find(ctx context.Context, queue, id string) (driver.Listed, dri
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	k := b.keys(queue)
-	res, err := findScript.Run(ctx, b.rdb, []string{k.msgs, k.inflight, k.ppending, k.pending, k.delayed, k.done}, id).StringSlice()
+	res, err := findScript.Run(ctx, b.rdb, k.findKeys(), id).StringSlice()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			return driver.Listed{}, "", false, nil

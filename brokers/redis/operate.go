@@ -36,6 +36,10 @@ func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 // queueSuffixes end the keys by which discover recognises a queue.
 var queueSuffixes = []string{":pending", ":ppending", ":delayed", ":inflight", ":dead", ":archive"}
 
+// scanCount is the COUNT hint of each SCAN of discover: keys a node looks
+// at per call.
+const scanCount = 1000
+
 // discover scans for the keys of queues under the prefix and adds their
 // queues to P:queues.
 func (b *Broker) discover(ctx context.Context) error {
@@ -44,7 +48,7 @@ func (b *Broker) discover(ctx context.Context) error {
 	var mu sync.Mutex
 	found := map[string]bool{}
 	scan := func(ctx context.Context, c goredis.Cmdable) error {
-		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		it := c.Scan(ctx, 0, pattern, scanCount).Iterator()
 		for it.Next(ctx) {
 			key := it.Val()
 			for _, suf := range queueSuffixes {
@@ -163,5 +167,3 @@ func (b *Broker) Unbeat(ctx context.Context, id string) error {
 	})
 	return b.err(ctx, err)
 }
-
-func (b *Broker) beatKeys() []string { return []string{b.global("workers"), b.global("beats")} }

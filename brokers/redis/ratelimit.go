@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/errand-go/errand/driver"
 )
 
@@ -24,17 +22,23 @@ var _ driver.RateLimiter = (*Broker)(nil)
 // It expires once it would be full again and no refused caller is due
 // (a full bucket is what a missing one means).
 
-// take: KEYS bucket; ARGV rate (tokens a second), burst. Returns the wait
-// in microseconds: 0 when a token was taken. Everything, the clock
-// included (TIME), happens in the one script, so every worker of every
-// process shares one bucket and one clock. The memory broker's take does
-// the same arithmetic.
-var takeScript = goredis.NewScript(`
+// takeScript takes a token from the bucket. Returns the wait in
+// microseconds: 0 when a token was taken. Everything, the clock included
+// (TIME, here to the microsecond), happens in the one script, so every
+// worker of every process shares one bucket and one clock. The memory
+// broker's take does the same arithmetic.
+var takeScript = newScript(`
+-- take
+-- KEYS[1] -> P:rate:KEY
+-- ARGV[1] -> rate (tokens a second)
+-- ARGV[2] -> burst (tokens)
+local bucket = KEYS[1]
+local rate, burst = tonumber(ARGV[1]) / 1000, tonumber(ARGV[2]) -- rate: tokens a ms
+local EPSILON = 1e-9      -- a token short by less than this is a whole token
+local KEEP_MARGIN = 1000  -- ms the bucket outlives the moment it would be full
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local rate = tonumber(ARGV[1]) / 1000
-local burst = tonumber(ARGV[2])
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'next')
+local s = redis.call('HMGET', bucket, 'tokens', 'ts', 'next')
 local tokens = tonumber(s[1]) or burst
 local ts = tonumber(s[2]) or now
 local nxt = tonumber(s[3]) or 0
@@ -44,7 +48,7 @@ if now > ts then
 end
 if tokens > burst then tokens = burst end
 local wait = 0
-if tokens >= 1 - 1e-9 then
+if tokens >= 1 - EPSILON then
   tokens = tokens - 1
 else
   local due = now + (1 - tokens) / rate
@@ -52,12 +56,15 @@ else
   wait = nxt - now
   nxt = nxt + 1 / rate
 end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', string.format('%.3f', ts), 'next', string.format('%.3f', nxt))
-local keep = math.max(nxt - now, (burst - tokens) / rate) + 1000
-redis.call('PEXPIRE', KEYS[1], math.ceil(keep))
+redis.call('HSET', bucket, 'tokens', string.format('%.6f', tokens), 'ts', string.format('%.3f', ts), 'next', string.format('%.3f', nxt))
+local keep = math.max(nxt - now, (burst - tokens) / rate) + KEEP_MARGIN
+redis.call('PEXPIRE', bucket, math.ceil(keep))
 if wait > 0 then return math.max(1, math.ceil(wait * 1000)) end
 return 0
 `)
+
+// takeKeys are the keys of takeScript for the bucket key.
+func (b *Broker) takeKeys(key string) []string { return []string{b.global("rate:" + key)} }
 
 // Take takes a token from the bucket key (see driver.RateLimiter).
 func (b *Broker) Take(ctx context.Context, key string, rate float64, burst int) (time.Duration, error) {
@@ -67,7 +74,7 @@ func (b *Broker) Take(ctx context.Context, key string, rate float64, burst int) 
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	us, err := honourCancel(ctx, func() (int64, error) {
-		return takeScript.Run(ctx, b.rdb, []string{b.global("rate:" + key)}, strconv.FormatFloat(rate, 'g', -1, 64), burst).Int64()
+		return takeScript.Run(ctx, b.rdb, b.takeKeys(key), strconv.FormatFloat(rate, 'g', -1, 64), burst).Int64()
 	})
 	if err != nil {
 		return 0, b.err(ctx, err)

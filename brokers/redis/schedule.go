@@ -22,27 +22,40 @@ import (
 
 var _ driver.ScheduleStore = (*Broker)(nil)
 
-// claimTickScript: KEYS schedules, ticks; ARGV schedule ID, tick (ms).
-// Records the tick and returns 1 when the schedule exists and the tick is
-// later than the one recorded; returns 0 and changes nothing otherwise.
-// One script is one atomic step: of concurrent claims of one tick, the
-// first to run wins and every other sees its tick.
-var claimTickScript = goredis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-local cur = redis.call('HGET', KEYS[2], ARGV[1])
-if cur and tonumber(cur) >= tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+// claimTickScript records the tick and returns 1 when the schedule exists
+// and the tick is later than the one recorded; returns 0 and changes
+// nothing otherwise. One script is one atomic step: of concurrent claims
+// of one tick, the first to run wins and every other sees its tick.
+var claimTickScript = newScript(`
+-- claimTick
+-- KEYS[1] -> P:schedules
+-- KEYS[2] -> P:ticks
+-- ARGV[1] -> schedule ID
+-- ARGV[2] -> tick (Unix ms)
+local schedules, ticks = KEYS[1], KEYS[2]
+local id, tick = ARGV[1], ARGV[2]
+if redis.call('HEXISTS', schedules, id) == 0 then return 0 end
+local cur = redis.call('HGET', ticks, id)
+if cur and tonumber(cur) >= tonumber(tick) then return 0 end
+redis.call('HSET', ticks, id, tick)
 return 1
 `)
 
-// deleteScheduleScript: KEYS schedules, ticks; ARGV schedule ID. Removes
-// the definition and the claimed tick together.
-var deleteScheduleScript = goredis.NewScript(`
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
+// deleteScheduleScript removes the definition and the claimed tick
+// together.
+var deleteScheduleScript = newScript(`
+-- deleteSchedule
+-- KEYS[1] -> P:schedules
+-- KEYS[2] -> P:ticks
+-- ARGV[1] -> schedule ID
+local schedules, ticks = KEYS[1], KEYS[2]
+local id = ARGV[1]
+redis.call('HDEL', schedules, id)
+redis.call('HDEL', ticks, id)
 return 1
 `)
 
+// scheduleKeys are the keys of claimTickScript and deleteScheduleScript.
 func (b *Broker) scheduleKeys() []string {
 	return []string{b.global("schedules"), b.global("ticks")}
 }

@@ -1,6 +1,11 @@
 package redisbroker
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
 
 // Every script takes all its keys in KEYS, and every key of a queue shares
 // the hash tag {prefix:queue}, so the scripts run on Redis Cluster. Times
@@ -65,110 +70,205 @@ import goredis "github.com/redis/go-redis/v9"
 // None of these keys has a TTL: recovery of a crashed consumer's messages
 // depends only on K:inflight and K:msgs, which nothing expires.
 
+// How a script reads: it opens with a prologue that names each of its
+// KEYS and ARGV (-- KEYS[1] -> K:pending) and binds them to locals named
+// after them; the shared snippets below come next, written against those
+// locals; then the body. Beside each script, a Go helper (publishKeys, ...)
+// builds its KEYS in the prologue's order, so no call site assembles a key
+// list of its own; TestScriptPrologues checks that the two agree.
+
+// scriptText is the text of every script made by newScript, for the test
+// of prologues. It is written only while the package initialises.
+var scriptText = map[*goredis.Script]string{}
+
+// newScript is a script whose text is parts joined: its prologue, the
+// snippets it uses, its body.
+func newScript(parts ...string) *goredis.Script {
+	text := strings.Join(parts, "")
+	s := goredis.NewScript(text)
+	scriptText[s] = text
+	return s
+}
+
+// luaNow sets now: the server's clock (TIME) in whole ms.
 const luaNow = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// luaPush defines push(pending, ppending, prio, pseq, id, head): put
-// message id on its queue's due messages by its priority (K:prio): on the
-// list K:pending for priority 0 (at its head when head), else on the zset
-// K:ppending, after (before, when head) the others of its priority.
+// luaPush defines, over the locals pending, ppending, prio and pseq of the
+// script's prologue:
+//
+//	priority(id): message id's priority (K:prio; 0 when it has none)
+//	push(id, head, p): put message id, of priority p (nil: priority(id)),
+//	  on its queue's due messages: on the list K:pending for priority 0
+//	  (at its head when head), else on the zset K:ppending, after (before,
+//	  when head) the others of its priority
+//
+// A due message of priority p (1-255) scores (PRIORITY_TOP - p) *
+// PRIORITY_BAND + n on K:ppending, n a sequence number (K:pseq), negated
+// at the head: highest priority first, then FIFO within a priority.
 const luaPush = `
-local function push(pending, ppending, prio, pseq, id, head)
-  local p = tonumber(redis.call('HGET', prio, id) or '0') or 0
+local PRIORITY_TOP, PRIORITY_BAND = 256, 17592186044416 -- 2^44
+local function priority(id)
+  return tonumber(redis.call('HGET', prio, id) or '0') or 0
+end
+local function push(id, head, p)
+  p = p or priority(id)
   if p <= 0 then
     if head then redis.call('LPUSH', pending, id) else redis.call('RPUSH', pending, id) end
     return
   end
   local n = redis.call('INCR', pseq)
   if head then n = -n end
-  redis.call('ZADD', ppending, (256 - p) * 17592186044416 + n, id)
+  redis.call('ZADD', ppending, (PRIORITY_TOP - p) * PRIORITY_BAND + n, id)
 end
 `
 
-const luaNotify = `
-local function notify(key, n)
-  for i = 1, math.min(n, 64) do redis.call('LPUSH', key, '1') end
-  redis.call('LTRIM', key, 0, 255)
-end
-`
+// Wake-up tokens on a queue's K:notify, on which idle fetchers block.
+const (
+	wakeBurst = 64  // the most tokens one script (one publish) pushes
+	wakeKeep  = 256 // the most tokens K:notify keeps
+)
 
-// publish: KEYS pending, delayed, msgs, notify, prio, ppending, pseq;
-// ARGV quadruples (id, envelope, due ms or 0, priority).
-var publishScript = goredis.NewScript(luaNow + luaNotify + luaPush + `
+// luaEnqueue is "due later, or push and wake", written once for every
+// script that queues a message (publish, release, requeue). After luaNow
+// and over the locals delayed and notify as well as luaPush's, it defines
+// push and priority (luaPush) and:
+//
+//	enqueue(id, due, p): message id (priority p; nil: look it up) waits
+//	  on K:delayed when due (ms) is later than now, else joins the due
+//	  messages (push)
+//	wake(n): n messages were queued: push a wake-up token for each, at
+//	  most WAKE_BURST, keeping at most WAKE_KEEP on K:notify
+var luaEnqueue = luaPush + fmt.Sprintf(`
+local WAKE_BURST, WAKE_KEEP = %d, %d
+local function enqueue(id, due, p)
+  if due > now then redis.call('ZADD', delayed, due, id) else push(id, false, p) end
+end
+local function wake(n)
+  for i = 1, math.min(n, WAKE_BURST) do redis.call('LPUSH', notify, '1') end
+  redis.call('LTRIM', notify, 0, WAKE_KEEP - 1)
+end
+`, wakeBurst, wakeKeep)
+
+// publishScript stores and queues messages of one queue (enqueue: due
+// later, or due now by priority), then wakes as many blocked fetchers.
+// Returns how many it stored.
+var publishScript = newScript(`
+-- publish
+-- KEYS[1] -> K:pending
+-- KEYS[2] -> K:delayed
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:notify
+-- KEYS[5] -> K:prio
+-- KEYS[6] -> K:ppending
+-- KEYS[7] -> K:pseq
+-- ARGV[4i-3] -> message ID of message i (i = 1, 2, ...)
+-- ARGV[4i-2] -> its envelope (task ID, newline, body)
+-- ARGV[4i-1] -> when it is due (ms; 0: now)
+-- ARGV[4i]   -> its priority (0-255)
+local pending, delayed, msgs, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prio, ppending, pseq = KEYS[5], KEYS[6], KEYS[7]
+`, luaNow, luaEnqueue, `
 local n = 0
 for i = 1, #ARGV, 4 do
   local id, env, due, p = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  redis.call('HSET', KEYS[3], id, env)
-  if p > 0 then redis.call('HSET', KEYS[5], id, p) end
-  if due > now then
-    redis.call('ZADD', KEYS[2], due, id)
-  elseif p > 0 then
-    push(KEYS[1], KEYS[6], KEYS[5], KEYS[7], id, false)
-  else
-    redis.call('RPUSH', KEYS[1], id)
-  end
+  redis.call('HSET', msgs, id, env)
+  if p > 0 then redis.call('HSET', prio, id, p) end
+  enqueue(id, due, p)
   n = n + 1
 end
-notify(KEYS[4], n)
+wake(n)
 return n
 `)
 
-// fetch: KEYS pending, delayed, inflight, msgs, tokens, count, seq, prio,
-// ppending, pseq; ARGV max, lease ms, promote batch, token prefix.
-// Returns {id, envelope, token, deliveries, priority, ...} or {'wait',
-// next wake ms or -1, now}. The due messages of priority 1-255 (K:ppending)
-// go first, highest first; then those of priority 0 (K:pending).
-var fetchScript = goredis.NewScript(luaNow + luaPush + `
-local batch = tonumber(ARGV[3])
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, batch)
+func (k keys) publishKeys() []string {
+	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}
+}
+
+// promoteBatch is the most delayed messages that came due, and the most
+// expired leases, one fetch moves to the due messages (fetchScript's
+// ARGV[3]); the next fetch moves more.
+const promoteBatch = 1000
+
+// fetchReply is the length of one delivery in fetchScript's reply: message
+// ID, envelope, lease token, deliveries so far, priority.
+const fetchReply = 5
+
+// fetchScript moves the delayed messages that came due and the messages
+// whose lease ran out (at the head of their priority) to the due
+// messages, then leases up to ARGV[1] of them: priority 1-255 first
+// (K:ppending), highest first; then priority 0 (K:pending). Returns
+// {message ID, envelope, token, deliveries, priority, ...}, or, when none
+// is due, {'wait', next wake (ms; -1: none), now (ms)}: the next wake is
+// the earliest due time or lease deadline.
+var fetchScript = newScript(`
+-- fetch
+-- KEYS[1]  -> K:pending
+-- KEYS[2]  -> K:delayed
+-- KEYS[3]  -> K:inflight
+-- KEYS[4]  -> K:msgs
+-- KEYS[5]  -> K:tokens
+-- KEYS[6]  -> K:count
+-- KEYS[7]  -> K:seq
+-- KEYS[8]  -> K:prio
+-- KEYS[9]  -> K:ppending
+-- KEYS[10] -> K:pseq
+-- ARGV[1] -> the most messages to lease
+-- ARGV[2] -> lease (ms)
+-- ARGV[3] -> the most delayed messages, and expired leases, to promote
+-- ARGV[4] -> this fetch's random token (starts its lease tokens)
+local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+`, luaNow, luaPush, `
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
-  redis.call('ZREM', KEYS[2], id)
-  push(KEYS[1], KEYS[9], KEYS[8], KEYS[10], id, false)
+  redis.call('ZREM', delayed, id)
+  push(id, false)
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
+local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, batch)
 for i = #expired, 1, -1 do
   local id = expired[i]
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[5], id)
-  push(KEYS[1], KEYS[9], KEYS[8], KEYS[10], id, true)
+  redis.call('ZREM', inflight, id)
+  redis.call('HDEL', tokens, id)
+  push(id, true)
 end
 local out = {}
-local want = tonumber(ARGV[1])
 local ids, prios = {}, {}
-local z = redis.call('ZPOPMIN', KEYS[9], want)
+local z = redis.call('ZPOPMIN', ppending, want)
 for i = 1, #z, 2 do
   ids[#ids + 1] = z[i]
-  prios[#ids] = 256 - math.floor(tonumber(z[i + 1]) / 17592186044416 + 0.5)
+  prios[#ids] = PRIORITY_TOP - math.floor(tonumber(z[i + 1]) / PRIORITY_BAND + 0.5)
 end
 if #ids < want then
-  local l = redis.call('LPOP', KEYS[1], want - #ids)
+  local l = redis.call('LPOP', pending, want - #ids)
   if l then
     for _, id in ipairs(l) do ids[#ids + 1] = id end
   end
 end
 if #ids > 0 then
-  local deadline = now + tonumber(ARGV[2])
-  local seq = redis.call('INCRBY', KEYS[7], #ids) - #ids
+  local deadline = now + lease
+  local first = redis.call('INCRBY', seq, #ids) - #ids
   for i, id in ipairs(ids) do
-    local env = redis.call('HGET', KEYS[4], id)
+    local env = redis.call('HGET', msgs, id)
     if not env then
       -- Foreign: text put on the list by something other than errand, with
       -- no stored envelope. Never dropped: it gets an ID and an envelope
       -- whose body is the text itself, and is handed out like any message
       -- (a worker that cannot decode it rejects it into the archive).
       local raw = id
-      id = ARGV[4] .. ':f' .. i
+      id = random .. ':f' .. i
       env = id .. '\n' .. raw
-      redis.call('HSET', KEYS[4], id, env)
+      redis.call('HSET', msgs, id, env)
     end
     -- The token starts with the delivery's number, so List can give the
     -- in-flight messages in delivery order.
-    local tok = (seq + i) .. ':' .. ARGV[4]
-    redis.call('ZADD', KEYS[3], deadline, id)
-    redis.call('HSET', KEYS[5], id, tok)
-    local n = redis.call('HINCRBY', KEYS[6], id, 1)
+    local tok = (first + i) .. ':' .. random
+    redis.call('ZADD', inflight, deadline, id)
+    redis.call('HSET', tokens, id, tok)
+    local n = redis.call('HINCRBY', count, id, 1)
     out[#out + 1] = id
     out[#out + 1] = env
     out[#out + 1] = tok
@@ -178,167 +278,303 @@ if #ids > 0 then
 end
 if #out > 0 then return out end
 local nextAt = -1
-local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local d = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if #d > 0 then nextAt = tonumber(d[2]) end
-local l = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+local l = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
 if #l > 0 and (nextAt < 0 or tonumber(l[2]) < nextAt) then nextAt = tonumber(l[2]) end
 return {'wait', nextAt, now}
 `)
 
-// luaOwns checks that ARGV[2] is the current lease token of message ARGV[1]
-// in the tokens hash KEYS[2].
-const luaOwns = `
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+func (k keys) fetchKeys() []string {
+	return []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq}
+}
+
+// What the settling scripts answer for a delivery: ack per delivery;
+// release, extend and archive for their one.
+const (
+	leaseLost = 0 // its token is not the message's current one: nothing done
+	settled   = 1
+)
+
+// luaSettled names the settling answers in Lua.
+var luaSettled = fmt.Sprintf(`
+local SETTLED, LEASE_LOST = %d, %d
+`, settled, leaseLost)
+
+// luaOwns returns LEASE_LOST unless token is the current lease token of
+// message id (K:tokens): the locals tokens, id and token of the script's
+// prologue.
+var luaOwns = luaSettled + `
+if redis.call('HGET', tokens, id) ~= token then return LEASE_LOST end
 `
 
-// ack: KEYS inflight, tokens, msgs, count, done, acked, prio; ARGV
-// completed cap (0: keep none), then one id and lease token per delivery
-// (AckBatch: any number; Ack: one). Acks each delivery whose token is
-// current, keeping its envelope in K:done and counting it in K:acked in
-// the same step; returns one 1 (acked) or 0 (lease lost) per delivery.
-var ackScript = goredis.NewScript(luaNow + `
-local cap = tonumber(ARGV[1])
-local out, acked = {}, 0
+// luaForget defines forget(id): delete message id and its delivery (its
+// priority, lease, token, envelope and count of deliveries), over the
+// locals prio, inflight, tokens, msgs and count of the script's prologue.
+const luaForget = `
+local function forget(id)
+  redis.call('HDEL', prio, id)
+  redis.call('ZREM', inflight, id)
+  redis.call('HDEL', tokens, id)
+  redis.call('HDEL', msgs, id)
+  redis.call('HDEL', count, id)
+end
+`
+
+// ackScript acks each delivery whose token is current (Ack: one;
+// AckBatch: any number), keeping its envelope in K:done and counting it
+// in K:acked in the same step. Returns one SETTLED or LEASE_LOST per
+// delivery.
+var ackScript = newScript(`
+-- ack
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:count
+-- KEYS[5] -> K:done
+-- KEYS[6] -> K:acked
+-- KEYS[7] -> K:prio
+-- ARGV[1]    -> how many acked messages K:done keeps (0: none)
+-- ARGV[2i]   -> message ID of delivery i (i = 1, 2, ...)
+-- ARGV[2i+1] -> its lease token
+local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local keep = tonumber(ARGV[1])
+`, luaNow, luaSettled, luaForget, `
+local out, n = {}, 0
 for i = 2, #ARGV - 1, 2 do
   local id = ARGV[i]
-  if redis.call('HGET', KEYS[2], id) ~= ARGV[i + 1] then
-    out[#out + 1] = 0
+  if redis.call('HGET', tokens, id) ~= ARGV[i + 1] then
+    out[#out + 1] = LEASE_LOST
   else
-    local env = redis.call('HGET', KEYS[3], id)
-    redis.call('HDEL', KEYS[7], id)
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-    if env and cap > 0 then
-      redis.call('LPUSH', KEYS[5], now .. '\n' .. env)
+    local env = redis.call('HGET', msgs, id)
+    forget(id)
+    if env and keep > 0 then
+      redis.call('LPUSH', done, now .. '\n' .. env)
     end
-    acked = acked + 1
-    out[#out + 1] = 1
+    n = n + 1
+    out[#out + 1] = SETTLED
   end
 end
-if acked > 0 then
-  if cap > 0 then redis.call('LTRIM', KEYS[5], 0, cap - 1) end
-  redis.call('INCRBY', KEYS[6], acked)
+if n > 0 then
+  if keep > 0 then redis.call('LTRIM', done, 0, keep - 1) end
+  redis.call('INCRBY', acked, n)
 end
 return out
 `)
 
-// release: KEYS inflight, tokens, pending, delayed, notify, prio,
-// ppending, pseq; ARGV id, token, not-before ms (0: now).
-var releaseScript = goredis.NewScript(luaOwns + luaNow + luaNotify + luaPush + `
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-local nb = tonumber(ARGV[3])
-if nb > now then
-  redis.call('ZADD', KEYS[4], nb, ARGV[1])
-else
-  push(KEYS[3], KEYS[7], KEYS[6], KEYS[8], ARGV[1], false)
-end
-notify(KEYS[5], 1)
-return 1
+func (k keys) ackKeys() []string {
+	return []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio}
+}
+
+// releaseScript ends the delivery and queues its message again
+// (enqueue: due later, or due now at the tail of its priority), then
+// wakes a blocked fetcher. Returns SETTLED or LEASE_LOST.
+var releaseScript = newScript(`
+-- release
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- KEYS[3] -> K:pending
+-- KEYS[4] -> K:delayed
+-- KEYS[5] -> K:notify
+-- KEYS[6] -> K:prio
+-- KEYS[7] -> K:ppending
+-- KEYS[8] -> K:pseq
+-- ARGV[1] -> message ID
+-- ARGV[2] -> lease token
+-- ARGV[3] -> when it is due again (ms; 0: now)
+local inflight, tokens, pending, delayed, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8]
+local id, token, due = ARGV[1], ARGV[2], tonumber(ARGV[3])
+`, luaOwns, luaNow, luaEnqueue, `
+redis.call('ZREM', inflight, id)
+redis.call('HDEL', tokens, id)
+enqueue(id, due)
+wake(1)
+return SETTLED
 `)
 
-// extend: KEYS inflight, tokens; ARGV id, token, lease ms.
-var extendScript = goredis.NewScript(luaOwns + luaNow + `
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
-return 1
+func (k keys) releaseKeys() []string {
+	return []string{k.inflight, k.tokens, k.pending, k.delayed, k.notify, k.prio, k.ppending, k.pseq}
+}
+
+// extendScript moves the delivery's lease deadline to now + lease.
+// Returns SETTLED or LEASE_LOST.
+var extendScript = newScript(`
+-- extend
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- ARGV[1] -> message ID
+-- ARGV[2] -> lease token
+-- ARGV[3] -> lease (ms)
+local inflight, tokens = KEYS[1], KEYS[2]
+local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+`, luaOwns, luaNow, `
+redis.call('ZADD', inflight, 'XX', now + lease, id)
+return SETTLED
 `)
 
-// luaArchive defines archive(zset, hash, id, at ms, entry, max count, max
-// age ms): keep entry as id's archive entry (replacing any), ordered by at
-// (ties in archive order), then drop the entries beyond max count (oldest
-// first) and those archived more than max age ago (0: no bound).
+func (k keys) extendKeys() []string { return []string{k.inflight, k.tokens} }
+
+// luaArchive defines keepArchived(taskID, at, entry, maxCount, maxAge),
+// over luaNow and the locals archive and archived of the script's
+// prologue: keep entry as the task's archive entry (replacing any),
+// ordered by at (ms; ties in archive order, up to ARCHIVE_TIES of them),
+// then drop the entries beyond maxCount (oldest first) and those archived
+// more than maxAge ms ago (0: no bound).
 const luaArchive = `
-local function archive(zkey, hkey, id, at, entry, maxCount, maxAge)
-  redis.call('ZREM', zkey, id)
-  local base = at * 1000
-  local seq = redis.call('ZCOUNT', zkey, base, base + 999)
-  redis.call('ZADD', zkey, base + math.min(seq, 999), id)
-  redis.call('HSET', hkey, id, entry)
+local ARCHIVE_TIES = 1000 -- K:archive scores: ms * ARCHIVE_TIES + tie-breaker
+local function keepArchived(taskID, at, entry, maxCount, maxAge)
+  redis.call('ZREM', archive, taskID)
+  local base = at * ARCHIVE_TIES
+  local tie = redis.call('ZCOUNT', archive, base, base + ARCHIVE_TIES - 1)
+  redis.call('ZADD', archive, base + math.min(tie, ARCHIVE_TIES - 1), taskID)
+  redis.call('HSET', archived, taskID, entry)
   if maxAge > 0 then
-    local cut = string.format('(%.0f', (now - maxAge) * 1000)
-    local old = redis.call('ZRANGEBYSCORE', zkey, '-inf', cut)
-    for _, o in ipairs(old) do redis.call('HDEL', hkey, o) end
-    if #old > 0 then redis.call('ZREMRANGEBYSCORE', zkey, '-inf', cut) end
+    local cut = string.format('(%.0f', (now - maxAge) * ARCHIVE_TIES)
+    local old = redis.call('ZRANGEBYSCORE', archive, '-inf', cut)
+    for _, o in ipairs(old) do redis.call('HDEL', archived, o) end
+    if #old > 0 then redis.call('ZREMRANGEBYSCORE', archive, '-inf', cut) end
   end
   if maxCount > 0 then
-    local over = redis.call('ZCARD', zkey) - maxCount
+    local over = redis.call('ZCARD', archive) - maxCount
     if over > 0 then
-      local gone = redis.call('ZPOPMIN', zkey, over)
-      for i = 1, #gone, 2 do redis.call('HDEL', hkey, gone[i]) end
+      local gone = redis.call('ZPOPMIN', archive, over)
+      for i = 1, #gone, 2 do redis.call('HDEL', archived, gone[i]) end
     end
   end
 end
 `
 
-// archive: KEYS inflight, tokens, msgs, count, archive, archived, prio;
-// ARGV message ID, token, task ID, at ms, entry, max count, max age ms.
-// Settles the delivery like ack (0 on a lost lease, nothing archived) and
-// archives the entry. Reject uses it too.
-var archiveScript = goredis.NewScript(luaOwns + luaNow + luaArchive + `
-redis.call('HDEL', KEYS[7], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-archive(KEYS[5], KEYS[6], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]))
+// archiveScript ends the delivery as ack does (without K:done) and keeps
+// the entry in the archive. Reject uses it too. Returns SETTLED, or
+// LEASE_LOST having archived nothing.
+var archiveScript = newScript(`
+-- archive
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:count
+-- KEYS[5] -> K:archive
+-- KEYS[6] -> K:archived
+-- KEYS[7] -> K:prio
+-- ARGV[1] -> message ID
+-- ARGV[2] -> lease token
+-- ARGV[3] -> task ID
+-- ARGV[4] -> archive time (ms)
+-- ARGV[5] -> archive entry
+-- ARGV[6] -> the most entries to keep (0: no bound)
+-- ARGV[7] -> how long to keep an entry (ms; 0: no bound)
+local inflight, tokens, msgs, count, archive, archived, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local id, token, taskID, at, entry = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local maxCount, maxAge = tonumber(ARGV[6]), tonumber(ARGV[7])
+`, luaOwns, luaNow, luaForget, luaArchive, `
+forget(id)
+keepArchived(taskID, at, entry, maxCount, maxAge)
+return SETTLED
+`)
+
+func (k keys) archiveKeys() []string {
+	return []string{k.inflight, k.tokens, k.msgs, k.count, k.archive, k.archived, k.prio}
+}
+
+// notArchived is requeueScript's answer when the task ID is not archived.
+const notArchived = 0
+
+// requeueScript takes the task out of the archive and queues its message
+// under a fresh message ID (enqueue: due later, or due now by priority),
+// then wakes a blocked fetcher. Returns 1, or NOT_ARCHIVED having done
+// nothing.
+var requeueScript = newScript(`
+-- requeue
+-- KEYS[1] -> K:archive
+-- KEYS[2] -> K:archived
+-- KEYS[3] -> K:pending
+-- KEYS[4] -> K:delayed
+-- KEYS[5] -> K:msgs
+-- KEYS[6] -> K:notify
+-- KEYS[7] -> K:prio
+-- KEYS[8] -> K:ppending
+-- KEYS[9] -> K:pseq
+-- ARGV[1] -> task ID
+-- ARGV[2] -> the message's new ID
+-- ARGV[3] -> its envelope
+-- ARGV[4] -> when it is due (ms; 0: now)
+-- ARGV[5] -> its priority (0-255)
+local archive, archived, pending, delayed, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local notify, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local taskID, id, env, due, p = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]) or 0
+`, luaNow, luaEnqueue, fmt.Sprintf(`
+local NOT_ARCHIVED = %d
+`, notArchived), `
+if redis.call('HDEL', archived, taskID) == 0 then return NOT_ARCHIVED end
+redis.call('ZREM', archive, taskID)
+redis.call('HSET', msgs, id, env)
+if p > 0 then redis.call('HSET', prio, id, p) end
+enqueue(id, due, p)
+wake(1)
 return 1
 `)
 
-// requeue: KEYS archive, archived, pending, delayed, msgs, notify, prio,
-// ppending, pseq; ARGV task ID, message ID, envelope, due ms (0: now),
-// priority. Returns 0, having done nothing, when the task ID is not
-// archived.
-var requeueScript = goredis.NewScript(luaNow + luaNotify + luaPush + `
-if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
-local p = tonumber(ARGV[5]) or 0
-if p > 0 then redis.call('HSET', KEYS[7], ARGV[2], p) end
-local due = tonumber(ARGV[4])
-if due > now then
-  redis.call('ZADD', KEYS[4], due, ARGV[2])
-else
-  push(KEYS[3], KEYS[8], KEYS[7], KEYS[9], ARGV[2], false)
-end
-notify(KEYS[6], 1)
-return 1
-`)
+func (k keys) requeueKeys() []string {
+	return []string{k.archive, k.archived, k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}
+}
 
-// archived: KEYS archive, archived; ARGV start, stop (newest first).
-// Returns the entries of that page.
-var archivedScript = goredis.NewScript(`
+// archivedScript returns the entries of one page of the archive, newest
+// first.
+var archivedScript = newScript(`
+-- archived
+-- KEYS[1] -> K:archive
+-- KEYS[2] -> K:archived
+-- ARGV[1] -> first index of the page (0: the newest)
+-- ARGV[2] -> last index (-1: the oldest)
+local archive, archived = KEYS[1], KEYS[2]
+local start, stop = ARGV[1], ARGV[2]
 local out = {}
-for _, id in ipairs(redis.call('ZREVRANGE', KEYS[1], ARGV[1], ARGV[2])) do
-  local e = redis.call('HGET', KEYS[2], id)
+for _, id in ipairs(redis.call('ZREVRANGE', archive, start, stop)) do
+  local e = redis.call('HGET', archived, id)
   if e then out[#out + 1] = e end
 end
 return out
 `)
 
-// deleteArchived: KEYS archive, archived; ARGV task IDs. Returns how many
-// were archived.
-var deleteArchivedScript = goredis.NewScript(`
+func (k keys) archivedKeys() []string { return []string{k.archive, k.archived} }
+
+// deleteArchivedScript drops tasks from the archive. Returns how many of
+// them were archived.
+var deleteArchivedScript = newScript(`
+-- deleteArchived
+-- KEYS[1] -> K:archive
+-- KEYS[2] -> K:archived
+-- ARGV[i] -> task ID (i = 1, 2, ...)
+local archive, archived = KEYS[1], KEYS[2]
 local n = 0
 for _, id in ipairs(ARGV) do
-  n = n + redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
+  n = n + redis.call('HDEL', archived, id)
+  redis.call('ZREM', archive, id)
 end
 return n
 `)
 
-// migrate: KEYS dead, reasons, msgs, archive, archived. Moves the rejected
-// messages an older version kept in K:dead into the archive (attempts
-// unknown: 0). Returns how many it moved.
-var migrateScript = goredis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-` + luaNow + luaArchive + `
-local ids = redis.call('LRANGE', KEYS[1], 0, -1)
+func (k keys) deleteArchivedKeys() []string { return []string{k.archive, k.archived} }
+
+// migrateScript moves the rejected messages an older version kept in
+// K:dead into the archive (attempts unknown: 0), at once when K:dead does
+// not exist. Returns how many it moved.
+var migrateScript = newScript(`
+-- migrate
+-- KEYS[1] -> K:dead
+-- KEYS[2] -> K:reasons
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:archive
+-- KEYS[5] -> K:archived
+local dead, reasons, msgs, archive, archived = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if redis.call('EXISTS', dead) == 0 then return 0 end
+`, luaNow, luaArchive, `
+local ids = redis.call('LRANGE', dead, 0, -1)
 local n = 0
 for _, mid in ipairs(ids) do
-  local env = redis.call('HGET', KEYS[3], mid)
-  local r = redis.call('HGET', KEYS[2], mid) or ''
+  local env = redis.call('HGET', msgs, mid)
+  local r = redis.call('HGET', reasons, mid) or ''
   local sp = string.find(r, ' ', 1, true)
   local at, reason = now, r
   if sp then
@@ -350,102 +586,145 @@ for _, mid in ipairs(ids) do
     local id = mid
     if nl then id = string.sub(env, 1, nl - 1) else env = mid .. '\n' .. env end
     local meta = cjson.encode({reason = reason, error = reason, at = at})
-    archive(KEYS[4], KEYS[5], id, at, meta .. '\n' .. env, 0, 0)
-    redis.call('HDEL', KEYS[3], mid)
+    keepArchived(id, at, meta .. '\n' .. env, 0, 0)
+    redis.call('HDEL', msgs, mid)
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', dead, reasons)
 return n
 `)
 
-// luaPrune drops the workers of KEYS workers, beats whose expiry passed.
+func (k keys) migrateKeys() []string {
+	return []string{k.dead, k.reasons, k.msgs, k.archive, k.archived}
+}
+
+// luaPrune drops the workers whose expiry passed, over luaNow and the
+// locals workers and beats of the script's prologue.
 const luaPrune = `
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for _, id in ipairs(gone) do redis.call('HDEL', KEYS[1], id) end
-if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+local gone = redis.call('ZRANGEBYSCORE', beats, '-inf', now)
+for _, id in ipairs(gone) do redis.call('HDEL', workers, id) end
+if #gone > 0 then redis.call('ZREMRANGEBYSCORE', beats, '-inf', now) end
 `
 
-// beat: KEYS workers, beats; ARGV worker ID, data, ttl ms. Prunes the
+// beatScript stores a worker's heartbeat with its expiry. It prunes the
 // expired too, so crashed workers do not pile up when nobody reads Beats.
-var beatScript = goredis.NewScript(luaNow + luaPrune + `
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+var beatScript = newScript(`
+-- beat
+-- KEYS[1] -> P:workers
+-- KEYS[2] -> P:beats
+-- ARGV[1] -> worker ID
+-- ARGV[2] -> its data
+-- ARGV[3] -> ttl (ms)
+local workers, beats = KEYS[1], KEYS[2]
+local id, data, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+`, luaNow, luaPrune, `
+redis.call('HSET', workers, id, data)
+redis.call('ZADD', beats, now + ttl, id)
 return 1
 `)
 
-// beats: KEYS workers, beats. Drops the workers whose ttl ran out and
-// returns the data of the others.
-var beatsScript = goredis.NewScript(luaNow + luaPrune + `
+// beatsScript drops the workers whose ttl ran out and returns the data of
+// the others.
+var beatsScript = newScript(`
+-- beats
+-- KEYS[1] -> P:workers
+-- KEYS[2] -> P:beats
+local workers, beats = KEYS[1], KEYS[2]
+`, luaNow, luaPrune, `
 local out = {}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local d = redis.call('HGET', KEYS[1], id)
+for _, id in ipairs(redis.call('ZRANGE', beats, 0, -1)) do
+  local d = redis.call('HGET', workers, id)
   if d then out[#out + 1] = d end
 end
 return out
 `)
 
-// unbeat: KEYS workers, beats; ARGV worker ID.
-var unbeatScript = goredis.NewScript(`
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
+// unbeatScript removes a worker at once.
+var unbeatScript = newScript(`
+-- unbeat
+-- KEYS[1] -> P:workers
+-- KEYS[2] -> P:beats
+-- ARGV[1] -> worker ID
+local workers, beats = KEYS[1], KEYS[2]
+local id = ARGV[1]
+redis.call('HDEL', workers, id)
+redis.call('ZREM', beats, id)
 return 1
 `)
 
-// purge: KEYS pending, delayed, msgs, count, prio, ppending. Returns how
-// many were dropped.
-var purgeScript = goredis.NewScript(`
+// beatKeys are the keys of beatScript, beatsScript and unbeatScript.
+func (b *Broker) beatKeys() []string { return []string{b.global("workers"), b.global("beats")} }
+
+// purgeScript drops the pending and delayed messages of a queue. Returns
+// how many it dropped.
+var purgeScript = newScript(`
+-- purge
+-- KEYS[1] -> K:pending
+-- KEYS[2] -> K:delayed
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:count
+-- KEYS[5] -> K:prio
+-- KEYS[6] -> K:ppending
+local pending, delayed, msgs, count, prio, ppending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local n = 0
-for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
+for _, id in ipairs(redis.call('LRANGE', pending, 0, -1)) do
+  redis.call('HDEL', msgs, id)
+  redis.call('HDEL', count, id)
   n = n + 1
 end
-for _, key in ipairs({KEYS[2], KEYS[6]}) do
+for _, key in ipairs({delayed, ppending}) do
   for _, id in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-    redis.call('HDEL', KEYS[5], id)
+    redis.call('HDEL', msgs, id)
+    redis.call('HDEL', count, id)
+    redis.call('HDEL', prio, id)
     n = n + 1
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[6])
+redis.call('DEL', pending, delayed, ppending)
 return n
 `)
 
-// list: KEYS source (list or zset), msgs; ARGV 'list' or 'zset', start,
-// stop, '1' to list foreign entries. Returns {envelope, score (empty for a list), ...};
-// a foreign entry's envelope is a newline then its text (an empty ID).
-var listScript = goredis.NewScript(`
-local ids, scores = {}, {}
-if ARGV[1] == 'list' then
-  ids = redis.call('LRANGE', KEYS[1], ARGV[2], ARGV[3])
-else
-  local z = redis.call('ZRANGE', KEYS[1], ARGV[2], ARGV[3], 'WITHSCORES')
-  for i = 1, #z, 2 do
-    ids[#ids + 1] = z[i]
-    scores[#scores + 1] = z[i + 1]
-  end
-end
+func (k keys) purgeKeys() []string {
+	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending}
+}
+
+// scheduledScript returns one page of the delayed messages, earliest
+// first: {envelope, due (ms), ...}; a foreign entry's envelope is a
+// newline then its text (an empty ID).
+var scheduledScript = newScript(`
+-- scheduled
+-- KEYS[1] -> K:delayed
+-- KEYS[2] -> K:msgs
+-- ARGV[1] -> first index of the page (0: the earliest)
+-- ARGV[2] -> last index
+local delayed, msgs = KEYS[1], KEYS[2]
+local start, stop = ARGV[1], ARGV[2]
 local out = {}
-for i, id in ipairs(ids) do
-  local env = redis.call('HGET', KEYS[2], id)
-  if not env and ARGV[4] == '1' then env = '\n' .. id end
-  if env then
-    out[#out + 1] = env
-    out[#out + 1] = scores[i] or ''
-  end
+local z = redis.call('ZRANGE', delayed, start, stop, 'WITHSCORES')
+for i = 1, #z, 2 do
+  out[#out + 1] = redis.call('HGET', msgs, z[i]) or ('\n' .. z[i])
+  out[#out + 1] = z[i + 1]
 end
 return out
 `)
 
-// inflight: KEYS inflight, tokens, msgs; ARGV start, stop. Returns the
-// envelopes of that page of the in-flight messages in delivery order (by
-// the number their tokens start with).
-var inflightScript = goredis.NewScript(`
+func (k keys) scheduledKeys() []string { return []string{k.delayed, k.msgs} }
+
+// inflightScript returns the envelopes of one page of the in-flight
+// messages in delivery order (by the number their tokens start with).
+var inflightScript = newScript(`
+-- inflight
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- KEYS[3] -> K:msgs
+-- ARGV[1] -> first index of the page (0: the earliest delivered)
+-- ARGV[2] -> last index
+local inflight, tokens, msgs = KEYS[1], KEYS[2], KEYS[3]
+local start, stop = tonumber(ARGV[1]), tonumber(ARGV[2])
 local all = {}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local tok = redis.call('HGET', KEYS[2], id) or ''
+for _, id in ipairs(redis.call('ZRANGE', inflight, 0, -1)) do
+  local tok = redis.call('HGET', tokens, id) or ''
   local n = string.match(tok, '^(%d+):')
   all[#all + 1] = {id = id, n = tonumber(n) or 0}
 end
@@ -454,67 +733,89 @@ table.sort(all, function(a, b)
   return a.id < b.id
 end)
 local out = {}
-local stop = math.min(tonumber(ARGV[2]), #all - 1)
-for n = tonumber(ARGV[1]), stop do
-  local env = redis.call('HGET', KEYS[3], all[n + 1].id)
+for n = start, math.min(stop, #all - 1) do
+  local env = redis.call('HGET', msgs, all[n + 1].id)
   if env then out[#out + 1] = env end
 end
 return out
 `)
 
-// pending: KEYS ppending, pending, msgs, prio; ARGV start, stop (-1: the
-// end). Returns {envelope, priority, ...} for that page of the due
-// messages in delivery order: priorities 1-255 (K:ppending, highest first)
-// then priority 0 (K:pending); a foreign entry's envelope is a newline then
-// its text (an empty ID).
-var pendingScript = goredis.NewScript(`
+func (k keys) inflightKeys() []string { return []string{k.inflight, k.tokens, k.msgs} }
+
+// pendingScript returns {envelope, priority, ...} for one page of the due
+// messages in delivery order: priorities 1-255 (K:ppending, highest
+// first) then priority 0 (K:pending); a foreign entry's envelope is a
+// newline then its text (an empty ID).
+var pendingScript = newScript(`
+-- pending
+-- KEYS[1] -> K:ppending
+-- KEYS[2] -> K:pending
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:prio
+-- ARGV[1] -> first index of the page (0: the next to be delivered)
+-- ARGV[2] -> last index (-1: the end)
+local ppending, pending, msgs, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local start, stop = tonumber(ARGV[1]), tonumber(ARGV[2])
-local zn = redis.call('ZCARD', KEYS[1])
+local zn = redis.call('ZCARD', ppending)
 local ids = {}
-if stop < 0 then stop = zn + redis.call('LLEN', KEYS[2]) - 1 end
+if stop < 0 then stop = zn + redis.call('LLEN', pending) - 1 end
 if start < zn then
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[1], start, math.min(stop, zn - 1))) do ids[#ids + 1] = id end
+  for _, id in ipairs(redis.call('ZRANGE', ppending, start, math.min(stop, zn - 1))) do ids[#ids + 1] = id end
 end
 if stop >= zn then
-  for _, id in ipairs(redis.call('LRANGE', KEYS[2], math.max(start - zn, 0), stop - zn)) do ids[#ids + 1] = id end
+  for _, id in ipairs(redis.call('LRANGE', pending, math.max(start - zn, 0), stop - zn)) do ids[#ids + 1] = id end
 end
 local out = {}
 for _, id in ipairs(ids) do
-  out[#out + 1] = redis.call('HGET', KEYS[3], id) or ('\n' .. id)
-  out[#out + 1] = redis.call('HGET', KEYS[4], id) or '0'
+  out[#out + 1] = redis.call('HGET', msgs, id) or ('\n' .. id)
+  out[#out + 1] = redis.call('HGET', prio, id) or '0'
 end
 return out
 `)
 
-// find: KEYS msgs, inflight, ppending, pending, delayed, done; ARGV task
-// ID. Returns {list, envelope, at ms or ”} for the first message whose
-// envelope names the task ID (in flight, pending, scheduled, completed),
-// or false.
-var findScript = goredis.NewScript(`
+func (k keys) pendingKeys() []string { return []string{k.ppending, k.pending, k.msgs, k.prio} }
+
+// findScript returns {list, envelope, at (ms) or empty} for the first
+// message whose envelope names the task ID, looking in flight, then
+// pending, scheduled and completed; or false.
+var findScript = newScript(`
+-- find
+-- KEYS[1] -> K:msgs
+-- KEYS[2] -> K:inflight
+-- KEYS[3] -> K:ppending
+-- KEYS[4] -> K:pending
+-- KEYS[5] -> K:delayed
+-- KEYS[6] -> K:done
+-- ARGV[1] -> task ID
+local msgs, inflight, ppending, pending, delayed, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix = ARGV[1] .. '\n'
 local function named(env)
   return env and string.sub(env, 1, #prefix) == prefix
 end
-for _, mid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local env = redis.call('HGET', KEYS[1], mid)
+for _, mid in ipairs(redis.call('ZRANGE', inflight, 0, -1)) do
+  local env = redis.call('HGET', msgs, mid)
   if named(env) then return {'inflight', env, ''} end
 end
-for _, mid in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  local env = redis.call('HGET', KEYS[1], mid)
+for _, mid in ipairs(redis.call('ZRANGE', ppending, 0, -1)) do
+  local env = redis.call('HGET', msgs, mid)
   if named(env) then return {'pending', env, ''} end
 end
-for _, mid in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
-  local env = redis.call('HGET', KEYS[1], mid)
+for _, mid in ipairs(redis.call('LRANGE', pending, 0, -1)) do
+  local env = redis.call('HGET', msgs, mid)
   if named(env) then return {'pending', env, ''} end
 end
-local d = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
+local d = redis.call('ZRANGE', delayed, 0, -1, 'WITHSCORES')
 for i = 1, #d, 2 do
-  local env = redis.call('HGET', KEYS[1], d[i])
+  local env = redis.call('HGET', msgs, d[i])
   if named(env) then return {'scheduled', env, d[i + 1]} end
 end
-for _, e in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
+for _, e in ipairs(redis.call('LRANGE', done, 0, -1)) do
   local nl = string.find(e, '\n', 1, true)
   if nl and named(string.sub(e, nl + 1)) then return {'completed', string.sub(e, nl + 1), string.sub(e, 1, nl - 1)} end
 end
 return false
 `)
+
+func (k keys) findKeys() []string {
+	return []string{k.msgs, k.inflight, k.ppending, k.pending, k.delayed, k.done}
+}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/errand-go/errand/driver"
 )
 
@@ -22,21 +20,34 @@ var _ driver.Uniquer = (*Broker)(nil)
 // (SET ... PX, as SET NX PX would, but also renewing our own), and
 // compare-and-delete.
 
-// lock: KEYS lock key; ARGV id, ttl ms. Returns the holder's ID.
-var lockScript = goredis.NewScript(`
-local h = redis.call('GET', KEYS[1])
-if h and h ~= ARGV[1] then return h end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return ARGV[1]
+// lockScript takes the lock for a task when it is free or the task's
+// own. Returns the holder's ID.
+var lockScript = newScript(`
+-- lock
+-- KEYS[1] -> P:unique:KEY
+-- ARGV[1] -> task ID
+-- ARGV[2] -> ttl (ms)
+local lock = KEYS[1]
+local id, ttl = ARGV[1], ARGV[2]
+local h = redis.call('GET', lock)
+if h and h ~= id then return h end
+redis.call('SET', lock, id, 'PX', ttl)
+return id
 `)
 
-// unlock: KEYS lock key; ARGV id. Deletes the key only if id holds it.
-var unlockScript = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+// unlockScript deletes the lock only if the task holds it.
+var unlockScript = newScript(`
+-- unlock
+-- KEYS[1] -> P:unique:KEY
+-- ARGV[1] -> task ID
+local lock = KEYS[1]
+local id = ARGV[1]
+if redis.call('GET', lock) == id then redis.call('DEL', lock) end
 return 1
 `)
 
-func (b *Broker) lockKey(key string) string { return b.global("unique:" + key) }
+// lockKeys are the keys of lockScript and unlockScript for unique key key.
+func (b *Broker) lockKeys(key string) []string { return []string{b.global("unique:" + key)} }
 
 // Lock takes key for id for ttl (at least 1ms) unless another task holds
 // it, and returns the holder.
@@ -45,7 +56,7 @@ func (b *Broker) Lock(ctx context.Context, key, id string, ttl time.Duration) (s
 	defer cancel()
 	ms := max(ttl.Milliseconds(), 1)
 	holder, err := honourCancel(ctx, func() (string, error) {
-		return lockScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, id, ms).Text()
+		return lockScript.Run(ctx, b.rdb, b.lockKeys(key), id, ms).Text()
 	})
 	return holder, b.err(ctx, err)
 }
@@ -55,7 +66,7 @@ func (b *Broker) Unlock(ctx context.Context, key, id string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return unlockScript.Run(ctx, b.rdb, []string{b.lockKey(key)}, id).Result()
+		return unlockScript.Run(ctx, b.rdb, b.lockKeys(key), id).Result()
 	})
 	return b.err(ctx, err)
 }
