@@ -249,14 +249,36 @@
 //
 // # Operating
 //
-// Every operator call is a method of [Server]: [Server.Queues] and
-// [Server.Queue] (counts, paused, archive size), [Server.List] (a queue's
-// tasks by [ListState]), [Server.Task], [Server.Requeue],
-// [Server.DeleteArchived], [Server.Purge], [Server.Pause] and
-// [Server.Resume], [Server.Workers]. Each needs an optional ability of the
-// broker and returns an error satisfying errors.Is(err,
-// errors.ErrUnsupported) without it. Messages a worker cannot decode are
-// set aside with their reason ([ErrBadMessage]) in the queue's archive
+// Every operator call is a method of [Server], the same calls the errand
+// command and the web dashboard make:
+//
+//   - [Server.Queues] lists the broker's queues, each a [QueueInfo] (its
+//     [QueueStats] counts, whether it is paused, its archive's size);
+//     [Server.Queue] answers for one queue, or [ErrUnknownQueue];
+//   - [Server.List] pages through a queue's tasks in one list
+//     ([ListPending], [ListScheduled], [ListRetrying], [ListInFlight],
+//     [ListArchived], [ListCompleted]; [ListStates] gives them all), each
+//     a [QueuedTask] with its decoded signature and backend state;
+//   - [Server.Task] finds one task on its queue, or in the backend alone;
+//     [Server.ArchivedTask] one task of the archive, with its reason and
+//     last error ([ErrNotArchived] when it is not there);
+//   - [Server.Requeue] and [Server.RequeueAll] send archived tasks again as
+//     fresh attempts; [Server.DeleteArchived] and
+//     [Server.DeleteAllArchived] drop them;
+//   - [Server.Purge] drops a queue's pending and scheduled tasks;
+//   - [Server.Pause] and [Server.Resume] stop and restart fetching of a
+//     queue by every worker of every process; [Server.Paused] lists the
+//     paused queues;
+//   - [Server.Workers] lists the live workers of every process, from their
+//     heartbeats;
+//   - [Server.Result] is a handle on a task's outcome from its UUID alone.
+//
+// Each needs an optional ability of the broker (the driver package's
+// Archiver, Lister, QueueLister, StatsReporter, Purger, Pauser or
+// Heartbeater) and returns an error satisfying errors.Is(err,
+// errors.ErrUnsupported) without it. A task that fails for good, and a
+// message a worker cannot run (its reason wrapping [ErrBadMessage],
+// [ErrUnknownTask], ...), is set aside in the queue's archive
 // ([ListArchived]) where the broker keeps one.
 //
 // # Errors

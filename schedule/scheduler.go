@@ -29,8 +29,9 @@ type Config struct {
 	// CallTimeout bounds each call to the broker and each send. Default:
 	// 10s.
 	CallTimeout time.Duration
-	// Store holds the schedules. Default: the server's broker
-	// (errand.Server.ScheduleStore); New fails when it keeps none.
+	// Store holds the schedules. Default: the server's broker, when it
+	// keeps schedules (driver.ScheduleStore), with the server's closed and
+	// ctx checks; New fails when it keeps none.
 	Store driver.ScheduleStore
 	// Logger receives warnings and errors. Default: discards everything.
 	Logger *slog.Logger
