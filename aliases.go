@@ -18,11 +18,8 @@ type (
 	TaskState = driver.TaskState
 	// Result is one value a task returned.
 	Result = driver.Result
-	// Message is one encoded task on a queue, as [Inspect] lists it.
+	// Message is one encoded task on a queue, as [Server.List] lists it.
 	Message = driver.Message
-	// DeadLetter is a message set aside by the broker, as [DeadLetters]
-	// lists it.
-	DeadLetter = driver.DeadLetter
 	// ArchiveEntry is a task set aside for good, as the archive keeps it.
 	ArchiveEntry = driver.ArchiveEntry
 	// Retention bounds a queue's archive (WorkerConfig.ArchiveRetention).

@@ -17,44 +17,20 @@ func unsupported(what string, v any) error {
 	return fmt.Errorf("errand: %T does not support %s: %w", v, what, errors.ErrUnsupported)
 }
 
-// ability returns b's driver as an I, or an unsupported error.
+// ability returns b's ability I, discovered when b's driver was wrapped
+// (abilities.go), after the portable checks of b (ErrClosed, ctx.Err()),
+// or an unsupported error naming what. The caller maps the ability's
+// errors with after; use does both.
 func ability[I any](ctx context.Context, b Broker, what string) (*broker, I, error) {
-	pb, ok := b.(*broker)
-	if !ok {
-		pb = &broker{drv: b} // a driver's own value: checks only, no ack batching
-	}
-	var zero I
+	pb := asBroker(b) // a driver's own value: wrapped for this call
+	var i I
 	if err := pb.before(ctx); err != nil {
-		return nil, zero, err
+		return nil, i, err
 	}
-	i, ok := pb.drv.(I)
-	if !ok {
-		return nil, zero, unsupported(what, pb.drv)
+	if !pb.can.get(&i) {
+		return nil, i, unsupported(what, pb.drv)
 	}
 	return pb, i, nil
-}
-
-// Inspect returns the pending and delayed messages of queue.
-func Inspect(ctx context.Context, b Broker, queue string) (pending, delayed []Message, err error) {
-	pb, in, err := ability[driver.Inspector](ctx, b, "inspection")
-	if err != nil {
-		return nil, nil, err
-	}
-	if pending, err = in.Pending(ctx, queue); err != nil {
-		return nil, nil, pb.after(ctx, err)
-	}
-	delayed, err = in.Delayed(ctx, queue)
-	return pending, delayed, pb.after(ctx, err)
-}
-
-// InFlight returns the messages of queue delivered and still leased.
-func InFlight(ctx context.Context, b Broker, queue string) ([]Message, error) {
-	pb, in, err := ability[driver.Inspector](ctx, b, "inspection")
-	if err != nil {
-		return nil, err
-	}
-	ms, err := in.InFlight(ctx, queue)
-	return ms, pb.after(ctx, err)
 }
 
 // Purge drops every pending and delayed message of queue and returns how
@@ -76,14 +52,4 @@ func Stats(ctx context.Context, b Broker, queue string) (QueueStats, error) {
 	}
 	st, err := s.Stats(ctx, queue)
 	return st, pb.after(ctx, err)
-}
-
-// DeadLetters lists the messages of queue the broker set aside.
-func DeadLetters(ctx context.Context, b Broker, queue string) ([]DeadLetter, error) {
-	pb, d, err := ability[driver.DeadLetterInspector](ctx, b, "dead-letter inspection")
-	if err != nil {
-		return nil, err
-	}
-	dl, err := d.DeadLetters(ctx, queue)
-	return dl, pb.after(ctx, err)
 }

@@ -13,8 +13,8 @@ import (
 // It returns an error satisfying errors.Is(err, errors.ErrUnsupported) when
 // the broker keeps no schedules.
 func (s *Server) ScheduleStore() (driver.ScheduleStore, error) {
-	st, ok := s.broker.drv.(driver.ScheduleStore)
-	if !ok {
+	st := s.broker.can.schedules
+	if st == nil {
 		return nil, unsupported("schedules", s.broker.drv)
 	}
 	return &scheduleStore{pb: s.broker, st: st}, nil
