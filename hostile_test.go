@@ -30,7 +30,7 @@ func publishRaw(t *testing.T, ctx context.Context, br errand.Broker, be errand.B
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := be.SetState(ctx, &errand.TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: errand.StatePending, CreatedAt: time.Now()}); err != nil {
+	if err := setState(ctx, be, &errand.TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: errand.StatePending, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := br.Publish(ctx, errand.Message{ID: sig.UUID, Queue: queue, Body: body}); err != nil {
@@ -75,7 +75,8 @@ func TestNoRoutingKeyStaysOnTheDeliveryQueue(t *testing.T) {
 		r := publishRaw(t, ctx, e.broker, e.rec, q, sig)
 		var out string
 		if err := r.GetInto(ctx, &out); err != nil || out != "ok" {
-			pending, delayed, _ := errand.Inspect(context.Background(), e.broker, "")
+			pending, _ := listed(context.Background(), e.broker, "", driver.ListPending)
+			delayed, _ := listed(context.Background(), e.broker, "", driver.ListScheduled)
 			t.Fatalf("routing promise broken: a task sent to %q without a RoutingKey ended %q, %v; want its retry on %q (queue \"\" holds %d pending, %d delayed)", q, out, err, q, len(pending), len(delayed))
 		}
 		if m := recvOr(t, ctx, got, "routing promise broken: the OnSuccess callback without a RoutingKey never ran on the parent's queue"); m != "callback ok" {
@@ -212,9 +213,9 @@ func TestUnknownTaskFailsAtTheBound(t *testing.T) {
 		if p := fmt.Sprint(e.rec.path(r.Signature.UUID)); p != "[PENDING RECEIVED FAILURE]" {
 			t.Errorf("states promise broken: path %s, want [PENDING RECEIVED FAILURE] (nothing recorded while the task is given back)", p)
 		}
-		var dl []errand.DeadLetter
+		var dl []errand.ArchiveEntry
 		waitFor(t, "the unknown task in the dead letters", func() bool {
-			dl, _ = errand.DeadLetters(ctx, e.broker, errand.DefaultQueue)
+			dl, _ = setAside(ctx, e.broker, errand.DefaultQueue)
 			return len(dl) == 1
 		})
 		if dl[0].ID != r.Signature.UUID || !strings.Contains(dl[0].Reason, "unknown task") {
@@ -297,9 +298,9 @@ func TestOversizedDeliverySetAside(t *testing.T) {
 			if err := small.GetInto(ctx, &n); err != nil || n != 2 {
 				t.Fatalf("bad input promise broken: the worker did not go on after an oversized message: %d, %v", n, err)
 			}
-			var dl []errand.DeadLetter
+			var dl []errand.ArchiveEntry
 			waitFor(t, "the oversized message in the dead letters", func() bool {
-				dl, _ = errand.DeadLetters(ctx, br, errand.DefaultQueue)
+				dl, _ = setAside(ctx, br, errand.DefaultQueue)
 				return len(dl) == 1
 			})
 			if !strings.Contains(dl[0].Reason, fmt.Sprint(c.limit)) || !strings.Contains(dl[0].Reason, "MaxMessageSize") {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
+	"github.com/errand-go/errand/driver"
 )
 
 // returnsWithin runs f on its own goroutine and fails t if it has not
@@ -82,11 +83,11 @@ func TestHugeRetryTimeoutDoesNotSpin(t *testing.T) {
 			t.Errorf("shutdown promise broken: Shutdown = %v after a huge retry delay", err)
 		}
 	})
-	_, delayed, err := errand.Inspect(ctx, e.broker, errand.DefaultQueue)
+	delayed, err := listed(ctx, e.broker, errand.DefaultQueue, driver.ListScheduled)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(delayed) != 1 || !delayed[0].NotBefore.After(time.Now().Add(100*365*24*time.Hour)) {
+	if len(delayed) != 1 || !delayed[0].At.After(time.Now().Add(100*365*24*time.Hour)) {
 		t.Fatalf("retry arithmetic promise broken: the delayed retries are %+v, want one message delayed by the saturated delay (centuries)", delayed)
 	}
 }

@@ -58,7 +58,7 @@ func startWorker(t *testing.T, srv *errand.Server) {
 func waitDeadLetter(t *testing.T, ctx context.Context, br errand.Broker, id, want string) {
 	t.Helper()
 	for {
-		dl, err := errand.DeadLetters(ctx, br, errand.DefaultQueue)
+		dl, err := setAside(ctx, br, errand.DefaultQueue)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -283,3 +283,15 @@ func (c valuesCtx) Value(key any) any {
 	}
 	return c.Context.Value(key)
 }
+
+// Queued reports how many requests wait for a call, over every key (for
+// tests).
+func (c *Coalescer[Req, Res]) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, g := range c.groups {
+		n += len(g.pending)
+	}
+	return n
+}

@@ -391,14 +391,3 @@ func TestCloseUnderLoadLeavesNothing(t *testing.T) {
 		}
 	})
 }
-
-// queued is how many requests wait for a call, over every key.
-func (c *Coalescer[Req, Res]) queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, g := range c.groups {
-		n += len(g.pending)
-	}
-	return n
-}
