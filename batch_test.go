@@ -216,4 +216,3 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 		})
 	}
 }
-
