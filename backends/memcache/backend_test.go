@@ -2,6 +2,7 @@ package memcachebackend_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -52,9 +53,9 @@ func TestOversizedStateFailsClearly(t *testing.T) {
 	b := memcachebackend.New(client(t), &memcachebackend.Options{Prefix: "errand-test"})
 	st := &errand.TaskState{TaskUUID: errand.NewUUID(), State: errand.StateSuccess,
 		Results: []errand.Result{{Type: "string", Value: []byte(`"` + strings.Repeat("x", 2<<20) + `"`)}}}
-	err := b.SetState(context.Background(), st)
+	err := errors.Join(b.SetStates(context.Background(), []*errand.TaskState{st})...)
 	if err == nil || !strings.Contains(err.Error(), "item size limit") {
-		t.Fatalf("SetState of a 2 MiB state = %v, want a clear size error", err)
+		t.Fatalf("SetStates of a 2 MiB state = %v, want a clear size error", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 // TestForeignTextIsSetAside reproduces issue 14, item 1: text pushed
@@ -67,16 +68,20 @@ func TestForeignTextIsSetAside(t *testing.T) {
 
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	t.Cleanup(func() { b.Close() })
-	st, err := errand.Stats(ctx, b, queue)
+	st, err := b.Stats(ctx, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, late, err := errand.Inspect(ctx, b, queue)
+	listed, err := b.List(ctx, queue, driver.ListPending, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := b.List(ctx, queue, driver.ListScheduled, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Pending != len(foreign)-1 || len(listed) != st.Pending || st.Delayed != 1 || len(late) != 1 {
-		t.Errorf("inspection promise broken: with %d foreign entries on the pending list and 1 on the delayed set, Stats counts %d pending, %d delayed and Inspect lists %d pending, %d delayed; both must count every entry a worker will take", len(foreign)-1, st.Pending, st.Delayed, len(listed), len(late))
+		t.Errorf("inspection promise broken: with %d foreign entries on the pending list and 1 on the delayed set, Stats counts %d pending, %d delayed and List lists %d pending, %d scheduled; both must count every entry a worker will take", len(foreign)-1, st.Pending, st.Delayed, len(listed), len(late))
 	}
 	for _, m := range append(listed, late...) {
 		if !contains(foreign, string(m.Body)) {
@@ -119,10 +124,10 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 
 	// Poll, with a deadline, for the dead letters to hold every foreign text.
-	var dl []errand.DeadLetter
+	var dl []driver.ArchiveEntry
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if dl, err = errand.DeadLetters(ctx, b, queue); err != nil {
+		if dl, err = setAside(ctx, b, queue); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -157,7 +162,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 	// The real task's result is stored before its ack: poll until the ack.
 	for {
-		if st, err = errand.Stats(ctx, b, queue); err != nil {
+		if st, err = b.Stats(ctx, queue); err != nil {
 			t.Fatal(err)
 		}
 		if st.Pending == 0 && st.Delayed == 0 && st.InFlight == 0 && st.Dead == len(foreign) {

@@ -71,7 +71,7 @@ func TestSignedMessagesOverRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			for {
-				dl, err := errand.DeadLetters(ctx, br, errand.DefaultQueue)
+				dl, err := setAside(ctx, br, errand.DefaultQueue)
 				if err != nil {
 					t.Fatal(err)
 				}
