@@ -80,8 +80,10 @@ type Broker interface {
 	Extend(ctx context.Context, d *Delivery, lease time.Duration) error
 
 	// Reject sets a delivered message aside for good (a dead-letter queue or
-	// list), with a reason, so it is never delivered again. errand rejects
-	// messages it cannot decode.
+	// list), with a reason, so it is never delivered again. A broker that is
+	// an Archiver keeps it in its queue's archive, with reason as its
+	// Reason. errand rejects messages it cannot decode (and archives them
+	// instead on an Archiver).
 	Reject(ctx context.Context, d *Delivery, reason string) error
 
 	// Close releases the broker's resources and makes blocked Fetch calls
