@@ -641,8 +641,10 @@ func badMessageSetAside(t testing.TB, h BrokerHarness) {
 	}
 }
 
-// statsCounts checks a StatsReporter's counts of a queue's pending,
-// delayed and in-flight messages.
+// statsCounts checks a StatsReporter's counts of what a queue holds: a
+// due and a delayed message, then one of them in flight. (A broker that
+// cannot tell a delayed message from a due one, as SQS FIFO queues, may
+// count both pending.)
 func statsCounts(t testing.TB, h BrokerHarness) {
 	if !h.Caps.Stats {
 		t.Logf("broker does not declare Stats")
@@ -651,16 +653,16 @@ func statsCounts(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	c.publish(c.msg("now", time.Time{}), c.msg("later", time.Now().Add(time.Hour)))
 	st, err := statsOf(c.ctx, c.drv, c.q)
-	if err != nil || st.Pending != 1 || st.Delayed != 1 || st.InFlight != 0 {
-		t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 pending, 1 delayed", st, err)
+	if err != nil || st.Pending+st.Delayed != 2 || st.Delayed > 1 || st.InFlight != 0 {
+		t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 pending and 1 delayed (or 2 pending where delays are not told apart), none in flight", st, err)
 	}
 	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
 	if len(ds) != 1 {
 		t.Fatalf("fetched %d, want 1", len(ds))
 	}
 	st, err = statsOf(c.ctx, c.drv, c.q)
-	if err != nil || st.Pending != 0 || st.Delayed != 1 || st.InFlight != 1 {
-		t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed, 1 in flight", st, err)
+	if err != nil || st.Pending+st.Delayed != 1 || st.InFlight != 1 {
+		t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed (or pending) and 1 in flight", st, err)
 	}
 }
 
