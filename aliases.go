@@ -18,7 +18,7 @@ type (
 	TaskState = driver.TaskState
 	// Result is one value a task returned.
 	Result = driver.Result
-	// Message is one encoded task on a queue, as [QueuedTask] carries it.
+	// Message is one encoded task on a queue, as [Server.List] lists it.
 	Message = driver.Message
 	// ArchiveEntry is a task set aside for good, as the archive keeps it.
 	ArchiveEntry = driver.ArchiveEntry

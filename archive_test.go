@@ -25,7 +25,7 @@ func TestRedeliveredFailureWithoutKindIsArchived(t *testing.T) {
 	// What an older worker left: FAILURE with text only, message not acked.
 	st := &errand.TaskState{TaskUUID: sig.UUID, TaskName: "old", State: errand.StateFailure, Attempt: 1,
 		Error: "boom from an older worker", CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
-	if err := e.srv.Backend().SetState(ctx, st); err != nil {
+	if err := setState(ctx, e.srv.Backend(), st); err != nil {
 		t.Fatal(err)
 	}
 	e.start(t, errand.WorkerConfig{})

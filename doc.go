@@ -231,10 +231,11 @@
 //     errors.Is(err, ctx.Err()) whatever the driver wrapped;
 //   - a message larger than the broker's declared maximum is refused with a
 //     [PayloadError] before anything of its batch is sent;
-//   - on brokers that ack many deliveries in one call (SQS, memory), the
-//     acks of concurrent tasks on one queue share calls, up to the broker's
-//     batch size, each ack returning its own result; a lone ack is sent at
-//     once, never held back to fill a batch;
+//   - the acks of concurrent tasks on one queue share the driver's
+//     batch-shaped Ack calls, up to the broker's batch size, and their
+//     attempt starts and state writes share the backend's, each item
+//     answered on its own; a lone call is sent at once, never held back to
+//     fill a batch;
 //   - errors of [OpenBroker] and [OpenBackend] hide the URL's secrets and
 //     still satisfy errors.Is and errors.As for what the driver returned;
 //   - an ability the driver lacks is an error satisfying

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/errand-go/errand/driver"
 )
 
 // Live workers: each worker on a broker that keeps a registry
@@ -68,7 +66,7 @@ func (w *Worker) heartbeat() {
 	if w.fetchCtx.Err() != nil {
 		return // shut down before the first beat: nothing to show or remove
 	}
-	h := w.srv.broker.drv.(driver.Heartbeater)
+	h := w.srv.broker.can.heartbeater
 	host, _ := os.Hostname()
 	info := WorkerInfo{ID: w.id, Host: host, PID: os.Getpid(), Queues: w.queueNames(),
 		Concurrency: w.cfg.Concurrency, StartedAt: time.Now().UTC()}

@@ -3,6 +3,7 @@ package errand_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -22,35 +23,34 @@ type recorder struct {
 	paths map[string][]errand.State
 }
 
-func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
+func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	r.mu.Lock()
-	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+	for _, st := range sts {
+		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+	}
 	r.mu.Unlock()
-	return r.Backend.SetState(ctx, st)
+	return r.Backend.SetStates(ctx, sts)
 }
 
 // Start records RECEIVED and STARTED for each request the backend wrote,
 // so the tests drive the one-call path errand takes on a driver.Starter.
-func (r *recorder) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
-	res, err := r.Backend.(driver.Starter).Start(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
+func (r *recorder) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
+	res := r.Backend.(driver.Starter).Start(ctx, reqs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, x := range res {
-		if x.Written {
+		if x.Err == nil && x.Written {
 			id := reqs[i].Started.TaskUUID
 			r.paths[id] = append(r.paths[id], reqs[i].Received.State, reqs[i].Started.State)
 		}
 	}
-	return res, nil
+	return res
 }
 
 // SetPendingIfAbsent records PENDING first in each task's path: a PENDING
 // the backend drops (a worker recorded the task first) still came before
 // every state of the task.
-func (r *recorder) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+func (r *recorder) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) []error {
 	r.mu.Lock()
 	for _, st := range sts {
 		r.paths[st.TaskUUID] = append([]errand.State{st.State}, r.paths[st.TaskUUID]...)
@@ -155,4 +155,35 @@ func checkNoLeak(t *testing.T) {
 func isTaskFailure(err error) bool {
 	var te *errand.TaskError
 	return errors.As(err, &te)
+}
+
+// setState writes st on be as one SetStates call of one state.
+func setState(ctx context.Context, be errand.Backend, st *errand.TaskState) error {
+	return errors.Join(be.SetStates(ctx, []*errand.TaskState{st})...)
+}
+
+// setAside lists queue's archive on br (a driver.Archiver), newest first,
+// with each entry's Error after its Reason where it says more: what the
+// tests check a set-aside message's reason against.
+func setAside(ctx context.Context, br errand.Broker, queue string) ([]errand.ArchiveEntry, error) {
+	a, ok := br.(driver.Archiver)
+	if !ok {
+		return nil, fmt.Errorf("%T keeps no archive", br)
+	}
+	es, err := a.Archived(ctx, queue, 0, 1000)
+	for i := range es {
+		if es[i].Error != "" && es[i].Error != es[i].Reason {
+			es[i].Reason += ": " + es[i].Error
+		}
+	}
+	return es, err
+}
+
+// listed lists queue's messages in state l on br (a driver.Lister).
+func listed(ctx context.Context, br errand.Broker, queue string, l driver.ListState) ([]driver.Listed, error) {
+	ls, ok := br.(driver.Lister)
+	if !ok {
+		return nil, fmt.Errorf("%T lists no queues", br)
+	}
+	return ls.List(ctx, queue, l, 0, 1000)
 }

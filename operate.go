@@ -168,7 +168,7 @@ func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
 	}
 	slices.Sort(names)
 	var paused []string
-	if p, ok := pb.drv.(driver.Pauser); ok {
+	if p := pb.can.pauser; p != nil {
 		if paused, err = p.Paused(ctx); err != nil {
 			return nil, pb.after(ctx, err)
 		}
@@ -176,7 +176,7 @@ func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
 	out := make([]QueueInfo, 0, len(names))
 	for _, n := range names {
 		qi := QueueInfo{Name: n, Paused: slices.Contains(paused, n)}
-		if sr, ok := pb.drv.(driver.StatsReporter); ok {
+		if sr := pb.can.stats; sr != nil {
 			if qi.Stats, err = sr.Stats(ctx, n); err != nil {
 				return nil, pb.after(ctx, err)
 			}
@@ -337,7 +337,7 @@ const findLimit = 100_000
 // an error satisfying errors.Is(err, ErrTaskNotFound) when neither the
 // queue's lists nor the backend know id.
 func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error) {
-	if _, ok := s.broker.drv.(driver.Archiver); ok {
+	if s.broker.can.archiver != nil {
 		ti, err := s.ArchivedTask(ctx, queue, id)
 		if err == nil {
 			return ti, nil
@@ -349,7 +349,7 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 	found := func(m driver.Listed, l driver.ListState) (QueuedTask, error) {
 		return s.withState(ctx, s.describe(m.Message, l, m.At))
 	}
-	if f, ok := s.broker.drv.(driver.Finder); ok {
+	if f := s.broker.can.finder; f != nil {
 		if err := s.broker.before(ctx); err != nil {
 			return QueuedTask{}, err
 		}
@@ -360,7 +360,7 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 		if ok {
 			return found(m, l)
 		}
-	} else if ls, ok := s.broker.drv.(driver.Lister); ok {
+	} else if ls := s.broker.can.lister; ls != nil {
 		for _, l := range []driver.ListState{driver.ListInFlight, driver.ListPending, driver.ListScheduled, driver.ListCompleted} {
 			for from := 0; from < findLimit; from += scanPage {
 				ms, err := ls.List(ctx, queue, l, from, scanPage)
@@ -444,7 +444,7 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 		err = pb.after(ctx, err)
 		if prev != nil && !errors.Is(err, ErrNotArchived) {
 			// Nothing was sent: put the recorded state back.
-			if rerr := s.backend.SetState(ctx, prev); rerr != nil {
+			if rerr := s.backend.setState(ctx, prev); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("restore state %s: %w", prev.State, rerr))
 			}
 		}

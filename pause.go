@@ -51,7 +51,7 @@ func (p *pauseFlag) wait() <-chan struct{} {
 // startBackground starts the pause poller and the heartbeat, where the
 // broker has them.
 func (w *Worker) startBackground() {
-	if _, ok := w.srv.broker.drv.(driver.Pauser); ok && w.cfg.PausePoll > 0 {
+	if w.srv.broker.can.pauser != nil && w.cfg.PausePoll > 0 {
 		w.bg.Go(func() {
 			t := time.NewTicker(w.cfg.PausePoll)
 			defer t.Stop()
@@ -73,8 +73,8 @@ func (w *Worker) startBackground() {
 // pollPause asks the broker which queues are paused, and sets the flag of
 // each of the worker's queues. On an error the flags stay as they were.
 func (w *Worker) pollPause() {
-	p, ok := w.srv.broker.drv.(driver.Pauser)
-	if !ok || w.cfg.PausePoll <= 0 || w.fetchCtx.Err() != nil {
+	p := w.srv.broker.can.pauser
+	if p == nil || w.cfg.PausePoll <= 0 || w.fetchCtx.Err() != nil {
 		return
 	}
 	ctx, cancel := w.call()

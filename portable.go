@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/coalesce"
 )
 
 // The portable layer: every driver errand uses is wrapped in a *broker or a
@@ -19,23 +20,27 @@ import (
 //   - ctx checks: a call whose ctx is already done returns ctx.Err() without
 //     reaching the driver, and an error returned while ctx is done satisfies
 //     errors.Is(err, ctx.Err()) whatever the driver wrapped;
+//   - the driver's optional abilities, discovered once when it is wrapped
+//     (abilities.go) and each called through use, which makes both checks;
 //   - payload limits, checked against the driver's Limits before anything
 //     of a batch is sent;
-//   - batching of concurrent acks, attempt starts and state writes where
-//     the driver takes batches (batch.go);
+//   - the batch error convention of driver/doc.go, checked on every answer
+//     of a batch call (checkBatch);
+//   - joining concurrent acks, attempt starts and state writes into batch
+//     calls (batch.go);
 //   - redaction of URL secrets in open errors (url.go).
 
 // broker is the portable wrapper of a driver.Broker. It implements
 // driver.Broker itself, so OpenBroker can return it as a Broker.
 type broker struct {
 	drv    driver.Broker
+	can    brokerAbilities // drv's optional interfaces
 	limits driver.Limits
-	acks   *coalescer[*driver.Delivery, struct{}] // nil unless drv is a driver.BatchAcker
+	acks   *coalesce.Coalescer[*driver.Delivery, struct{}] // concurrent acks, per queue (batch.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
-	stop      context.CancelFunc // ends background ack flushes on Close
 }
 
 var _ driver.Broker = (*broker)(nil)
@@ -48,15 +53,11 @@ func asBroker(b driver.Broker) *broker {
 	if pb, ok := b.(*broker); ok {
 		return pb
 	}
-	pb := &broker{drv: b}
-	if l, ok := b.(driver.Limiter); ok {
-		pb.limits = l.Limits()
+	pb := &broker{drv: b, can: discoverBroker(b)}
+	if pb.can.limiter != nil {
+		pb.limits = pb.can.limiter.Limits()
 	}
-	if ba, ok := b.(driver.BatchAcker); ok {
-		var ctx context.Context
-		ctx, pb.stop = context.WithCancel(context.Background())
-		pb.acks = newAckCoalescer(ctx, ba, pb.limits.MaxAckBatch)
-	}
+	pb.acks = pb.newAckCoalescer()
 	return pb
 }
 
@@ -115,15 +116,23 @@ func (b *broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 	return ds, b.after(ctx, err)
 }
 
-func (b *broker) Ack(ctx context.Context, d *driver.Delivery) error {
+// Ack acks ds (all from one queue) in one call of the driver, and
+// answers one error per delivery (driver/doc.go's convention, checked).
+func (b *broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
+	if err := b.before(ctx); err != nil {
+		return driver.BatchErrors(len(ds), err)
+	}
+	return mapBatch(ctx, b.after, checkBatch(b.drv, "Ack", len(ds), b.drv.Ack(ctx, ds)))
+}
+
+// ack acks d, in one Ack call with the acks of d's queue that concurrent
+// callers make (batch.go).
+func (b *broker) ack(ctx context.Context, d *driver.Delivery) error {
 	if err := b.before(ctx); err != nil {
 		return err
 	}
-	if b.acks != nil {
-		_, err := b.acks.do(ctx, d.Queue, d)
-		return b.after(ctx, err)
-	}
-	return b.after(ctx, b.drv.Ack(ctx, d))
+	_, err := b.acks.Do(ctx, d.Queue, d)
+	return b.after(ctx, err)
 }
 
 func (b *broker) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
@@ -151,36 +160,32 @@ func (b *broker) Reject(ctx context.Context, d *driver.Delivery, reason string) 
 func (b *broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		if b.stop != nil {
-			b.stop()
-		}
+		b.acks.Close()
 		b.closeErr = b.drv.Close()
 	})
 	return b.closeErr
 }
 
-// backend is the portable wrapper of a driver.Backend.
+// backend is the portable wrapper of a driver.Backend. It implements
+// driver.Backend itself.
 type backend struct {
-	drv     driver.Backend
-	batcher driver.StateBatcher  // nil unless drv batches writes
-	waiter  driver.StateWaiter   // nil unless drv wakes waiters
-	starter driver.Starter       // nil unless drv begins attempts in one call (start.go)
-	pending driver.PendingWriter // nil unless drv writes PENDING only where absent
+	drv driver.Backend
+	// drv's optional interfaces, nil where it lacks one.
+	waiter  driver.StateWaiter   // wakes waiters
+	starter driver.Starter       // begins attempts in one call (start.go)
+	pending driver.PendingWriter // writes PENDING only where absent
+	expirer driver.Expirer       // its results expire
 
 	// Concurrent calls joined into batch calls (batch.go).
-	states *coalescer[*TaskState, struct{}]                    // nil unless batcher
-	starts *coalescer[driver.StartRequest, driver.StartResult] // nil unless starter
+	states *coalesce.Coalescer[*TaskState, struct{}]
+	starts *coalesce.Coalescer[driver.StartRequest, driver.StartResult] // nil unless starter
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
-	stop      context.CancelFunc // ends batch calls in flight on Close
 }
 
-var (
-	_ driver.Backend      = (*backend)(nil)
-	_ driver.StateBatcher = (*backend)(nil)
-)
+var _ driver.Backend = (*backend)(nil)
 
 // asBackend returns b's portable wrapper: b itself when it is one.
 func asBackend(b driver.Backend) *backend {
@@ -188,17 +193,10 @@ func asBackend(b driver.Backend) *backend {
 		return pb
 	}
 	pb := &backend{drv: b}
-	pb.batcher, _ = b.(driver.StateBatcher)
-	pb.waiter, _ = b.(driver.StateWaiter)
-	pb.starter, _ = b.(driver.Starter)
-	pb.pending, _ = b.(driver.PendingWriter)
-	var ctx context.Context
-	ctx, pb.stop = context.WithCancel(context.Background())
-	if pb.batcher != nil {
-		pb.states = newStateCoalescer(ctx, b, pb.batcher)
-	}
+	discoverBackend(pb)
+	pb.states = pb.newStateCoalescer()
 	if pb.starter != nil {
-		pb.starts = pb.newStartCoalescer(ctx)
+		pb.starts = pb.newStartCoalescer()
 	}
 	return pb
 }
@@ -212,31 +210,31 @@ func (b *backend) before(ctx context.Context) error {
 
 func (b *backend) after(ctx context.Context, err error) error { return mapErr(ctx, &b.closed, err) }
 
-// SetState writes st; where the driver batches, in one SetStates call
-// with the states concurrent callers write (batch.go).
-func (b *backend) SetState(ctx context.Context, st *TaskState) error {
+// SetStates writes sts in one call of the driver, and answers one error
+// per state (driver/doc.go's convention, checked).
+func (b *backend) SetStates(ctx context.Context, sts []*TaskState) []error {
 	if err := b.before(ctx); err != nil {
-		return err
+		return driver.BatchErrors(len(sts), err)
 	}
-	if b.states != nil {
-		_, err := b.states.do(ctx, "", st)
-		return b.after(ctx, err)
-	}
-	return b.after(ctx, b.drv.SetState(ctx, st))
+	return mapBatch(ctx, b.after, checkBatch(b.drv, "SetStates", len(sts), b.drv.SetStates(ctx, sts)))
 }
 
-// SetStates writes sts in order: in one call where the driver batches,
-// else one by one.
-func (b *backend) SetStates(ctx context.Context, sts []*TaskState) error {
+// setState writes st, in one SetStates call with the states concurrent
+// callers write (batch.go).
+func (b *backend) setState(ctx context.Context, st *TaskState) error {
 	if err := b.before(ctx); err != nil {
 		return err
 	}
-	if b.batcher != nil {
-		return b.after(ctx, b.batcher.SetStates(ctx, sts))
-	}
-	for _, st := range sts {
-		if err := b.drv.SetState(ctx, st); err != nil {
-			return b.after(ctx, err)
+	_, err := b.states.Do(ctx, "", st)
+	return b.after(ctx, err)
+}
+
+// setStates writes sts, in order, in one SetStates call, and returns the
+// first state's error, naming its task, when any failed.
+func (b *backend) setStates(ctx context.Context, sts []*TaskState) error {
+	for i, err := range b.SetStates(ctx, sts) {
+		if err != nil {
+			return fmt.Errorf("task %s: set %s: %w", sts[i].TaskUUID, sts[i].State, err)
 		}
 	}
 	return nil
@@ -318,7 +316,10 @@ func (b *backend) waitState(ctx context.Context, id string, done func(*TaskState
 func (b *backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		b.stop()
+		b.states.Close()
+		if b.starts != nil {
+			b.starts.Close()
+		}
 		b.closeErr = b.drv.Close()
 	})
 	return b.closeErr
@@ -330,8 +331,8 @@ func (b *broker) Limits() driver.Limits { return b.limits }
 // ResultExpiry reports how long the driver keeps results (driver.Expirer),
 // or 0 when its results do not expire.
 func (b *backend) ResultExpiry() time.Duration {
-	if e, ok := b.drv.(driver.Expirer); ok {
-		return e.ResultExpiry()
+	if b.expirer != nil {
+		return b.expirer.ResultExpiry()
 	}
 	return 0
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,8 +54,11 @@ func TestClosedServerAnswersErrClosed(t *testing.T) {
 	if _, err := errand.PortableBroker(srv).Fetch(ctx, "q", 1, time.Second); !errors.Is(err, errand.ErrClosed) {
 		t.Fatalf("Fetch after Close = %v, want ErrClosed", err)
 	}
-	if _, err := srv.Queue(ctx, "q"); !errors.Is(err, errand.ErrClosed) {
-		t.Fatalf("Queue after Close = %v, want ErrClosed", err)
+	if _, err := srv.Queues(ctx); !errors.Is(err, errand.ErrClosed) {
+		t.Fatalf("Queues after Close = %v, want ErrClosed (an optional ability's call is checked as every call)", err)
+	}
+	if errs := srv.Broker().Ack(ctx, []*driver.Delivery{{}, {}}); len(errs) != 2 || !errors.Is(errs[0], errand.ErrClosed) || !errors.Is(errs[1], errand.ErrClosed) {
+		t.Fatalf("Ack of two deliveries after Close = %v, want ErrClosed for each", errs)
 	}
 	if n := drv.publishes.Load(); n != 0 {
 		t.Fatalf("%d Publish calls reached a closed driver; want none", n)
@@ -106,88 +108,6 @@ func TestPublishBatchRefusedWholeOverLimit(t *testing.T) {
 	}
 	if n := drv.publishes.Load(); n != 0 {
 		t.Fatalf("a batch with an oversized message reached the driver; nothing may be sent")
-	}
-}
-
-// batchingBroker is a memory broker whose AckBatch is gated and recorded.
-type batchingBroker struct {
-	*memorybroker.Broker
-	limit int
-	gate  chan struct{} // each AckBatch waits for it to close
-
-	mu      sync.Mutex
-	batches []int
-}
-
-func (b *batchingBroker) Limits() driver.Limits { return driver.Limits{MaxAckBatch: b.limit} }
-
-func (b *batchingBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
-	b.mu.Lock()
-	b.batches = append(b.batches, len(ds))
-	b.mu.Unlock()
-	select {
-	case <-b.gate:
-	case <-ctx.Done():
-	}
-	return b.Broker.AckBatch(ctx, ds)
-}
-
-func TestAcksCoalesceIntoBatches(t *testing.T) {
-	for _, limit := range []int{0, 5} {
-		t.Run(fmt.Sprintf("limit%d", limit), func(t *testing.T) {
-			ctx := ctxT(t)
-			drv := &batchingBroker{Broker: memorybroker.New(nil), limit: limit, gate: make(chan struct{})}
-			srv, _ := errand.NewServer(errand.Config{Broker: drv, Backend: memorybackend.New(nil)})
-			b := errand.PortableBroker(srv)
-			const n = 40
-			for i := range n {
-				if err := b.Publish(ctx, errand.Message{ID: fmt.Sprint(i), Queue: "q", Body: []byte("x")}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			ds, err := b.Fetch(ctx, "q", n, time.Minute)
-			if err != nil || len(ds) != n {
-				t.Fatalf("Fetch = %d, %v", len(ds), err)
-			}
-			errs := make(chan error, n)
-			var calling atomic.Int32
-			for _, d := range ds {
-				go func() { calling.Add(1); errs <- b.Ack(ctx, d) }()
-			}
-			// While the first calls are held (every flight busy), the rest
-			// queue up behind them.
-			waitFor(t, "every flight busy and every ack called", func() bool {
-				drv.mu.Lock()
-				defer drv.mu.Unlock()
-				return len(drv.batches) == 4 && calling.Load() == n
-			})
-			close(drv.gate)
-			for range n {
-				if err := <-errs; err != nil {
-					t.Fatalf("Ack: %v", err)
-				}
-			}
-			drv.mu.Lock()
-			batches := append([]int(nil), drv.batches...)
-			drv.mu.Unlock()
-			total, biggest := 0, 0
-			for _, s := range batches {
-				total += s
-				biggest = max(biggest, s)
-				if limit > 0 && s > limit {
-					t.Errorf("an AckBatch call carried %d deliveries; the driver's MaxAckBatch is %d", s, limit)
-				}
-			}
-			if total != n {
-				t.Fatalf("AckBatch calls carried %d deliveries in all (%v), want %d", total, batches, n)
-			}
-			if len(batches) >= n || biggest < 2 {
-				t.Fatalf("%d concurrent acks made %d AckBatch calls %v; want them coalesced", n, len(batches), batches)
-			}
-			if qi, _ := srv.Queue(ctx, "q"); qi.Stats.InFlight != 0 || qi.Stats.Pending != 0 {
-				t.Fatalf("after every ack the queue holds %+v, want nothing", qi.Stats)
-			}
-		})
 	}
 }
 

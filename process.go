@@ -63,7 +63,7 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery, ran func()) (settle
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
 	}
 	if cannotRun != nil {
-		if err := be.SetState(ctx, st); err != nil {
+		if err := be.setState(ctx, st); err != nil {
 			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 		}
 		outcome, _, err := w.fail(ctx, sig, st, cannotRun)
@@ -100,7 +100,7 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery, ran func()) (settle
 				return nil, notRun(sig, outErr)
 			}
 		} else {
-			err := be.SetStates(ctx, []*TaskState{st, started})
+			err := be.setStates(ctx, []*TaskState{st, started})
 			cancel()
 			if err != nil {
 				outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
@@ -127,7 +127,7 @@ func (w *Worker) process(sig *Signature, d *driver.Delivery, ran func()) (settle
 		if runErr == nil {
 			final = started.Copy()
 			final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
-			if err := be.SetState(ctx, final); err != nil {
+			if err := be.setState(ctx, final); err != nil {
 				outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 				return nil, runErr
 			}
@@ -275,7 +275,7 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 	if st.State != StateRetry {
 		st = st.Copy()
 		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
-		if err := w.srv.backend.SetState(ctx, st); err != nil {
+		if err := w.srv.backend.setState(ctx, st); err != nil {
 			return requeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
 		}
 	}
@@ -299,7 +299,7 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	st = st.Copy()
 	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), time.Now().UTC()
 	st.ErrorKind, st.ErrorDetail = classify(cause)
-	if err := w.srv.backend.SetState(ctx, st); err != nil {
+	if err := w.srv.backend.setState(ctx, st); err != nil {
 		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}
 	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)

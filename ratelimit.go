@@ -46,7 +46,7 @@ func (s *Server) checkRateLimit(t *task) error {
 	if !(t.limit.rate > 0) || math.IsInf(t.limit.rate, 0) {
 		return fmt.Errorf("errand: register %q: WithRateLimit(%v, %d): the rate must be a positive, finite number of tasks a second", t.name, t.limit.rate, t.limit.burst)
 	}
-	if _, ok := s.broker.drv.(driver.RateLimiter); !ok {
+	if s.broker.can.rateLimiter == nil {
 		return fmt.Errorf("errand: register %q: WithRateLimit: %w", t.name, unsupported("rate limits", s.broker.drv))
 	}
 	return nil
@@ -73,14 +73,12 @@ func (w *Worker) takeToken(ctx context.Context, tk *task, sig *Signature) (settl
 	if tk.limit == nil {
 		return ack, nil
 	}
-	rl, ok := w.srv.broker.drv.(driver.RateLimiter)
-	if !ok { // registered on another server's broker
-		return requeue, fmt.Errorf("errand: task %s (%s): %w", sig.Name, sig.UUID, unsupported("rate limits", w.srv.broker.drv))
-	}
-	wait, err := rl.Take(ctx, rateKey(tk.name), tk.limit.rate, tk.limit.burst)
+	wait, err := use(ctx, w.srv.broker, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
+		return rl.Take(ctx, rateKey(tk.name), tk.limit.rate, tk.limit.burst)
+	})
 	switch {
-	case err != nil:
-		return requeue, fmt.Errorf("errand: task %s (%s): take a rate-limit token: %w", sig.Name, sig.UUID, w.srv.broker.after(ctx, err))
+	case err != nil: // the broker failed, or it keeps no limits (registered on another server's broker)
+		return requeue, fmt.Errorf("errand: task %s (%s): take a rate-limit token: %w", sig.Name, sig.UUID, err)
 	case wait > 0:
 		return throttle, &throttledError{name: sig.Name, wait: wait}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
+	"github.com/errand-go/errand/driver"
 )
 
 // returnsWithin runs f on its own goroutine and fails t if it has not
@@ -82,7 +83,7 @@ func TestHugeRetryTimeoutDoesNotSpin(t *testing.T) {
 			t.Errorf("shutdown promise broken: Shutdown = %v after a huge retry delay", err)
 		}
 	})
-	delayed, err := e.srv.List(ctx, errand.DefaultQueue, errand.ListRetrying, 0, 10)
+	delayed, err := listed(ctx, e.broker, errand.DefaultQueue, driver.ListScheduled)
 	if err != nil {
 		t.Fatal(err)
 	}

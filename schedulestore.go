@@ -19,8 +19,8 @@ func init() {
 // through internal/bridge). It returns an error satisfying
 // errors.Is(err, errors.ErrUnsupported) when the broker keeps no schedules.
 func (s *Server) scheduleStore() (driver.ScheduleStore, error) {
-	st, ok := s.broker.drv.(driver.ScheduleStore)
-	if !ok {
+	st := s.broker.can.schedules
+	if st == nil {
 		return nil, unsupported("schedules", s.broker.drv)
 	}
 	return &scheduleStore{pb: s.broker, st: st}, nil

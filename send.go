@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/coalesce"
 )
 
 // Fresh sends: SendTask under a UUID errand made itself, so that no state
@@ -44,25 +45,26 @@ type freshSend struct {
 
 // newFreshSender returns the coalescer of carried sends over carry, the
 // broker's carrier of the backend's writes (nil: none, and no coalescer).
-// Its calls end when base does.
-func (s *Server) newFreshSender(base context.Context, carry driver.PublishPendingFunc) *coalescer[freshSend, bool] {
+// Server.Close closes it.
+func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalesce.Coalescer[freshSend, bool] {
 	if carry == nil {
 		return nil
 	}
-	c := newCoalescer(base, sendFlights, s.cfg.PublishBatch, func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
-		sts := make([]*TaskState, len(reqs))
-		msgs := make([]Message, len(reqs))
-		for i, r := range reqs {
-			sts[i], msgs[i] = r.st, r.m
-		}
-		ok, err := carry(ctx, sts, msgs)
-		err = s.broker.after(ctx, err)
-		for i := range reqs {
-			published[i], errs[i] = ok, err
-		}
+	return coalesce.New(coalesce.Config[freshSend, bool]{
+		Flights: sendFlights, Limit: s.cfg.PublishBatch, AnswerTaken: true, Closed: ErrClosed,
+		Run: func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
+			sts := make([]*TaskState, len(reqs))
+			msgs := make([]Message, len(reqs))
+			for i, r := range reqs {
+				sts[i], msgs[i] = r.st, r.m
+			}
+			ok, err := carry(ctx, sts, msgs)
+			err = s.broker.after(ctx, err)
+			for i := range reqs {
+				published[i], errs[i] = ok, err
+			}
+		},
 	})
-	c.answerTaken = true
-	return c
 }
 
 // pendingBesidePublish writes st with SetPendingIfAbsent while m is
@@ -71,7 +73,7 @@ func (s *Server) newFreshSender(base context.Context, carry driver.PublishPendin
 func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Message) (published bool, err error) {
 	var pendErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { pendErr = s.backend.setPendingIfAbsent(ctx, []*TaskState{st}) })
+	wg.Go(func() { pendErr = s.backend.setPendingIfAbsent(ctx, st) })
 	pubErr := s.broker.Publish(ctx, m)
 	wg.Wait()
 	switch {
@@ -95,7 +97,7 @@ func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Mes
 			err = s.backend.before(ctx)
 		}
 		if err == nil {
-			published, err = s.fresh.do(ctx, m.Queue, freshSend{pendingState(sig, time.Now().UTC()), m})
+			published, err = s.fresh.Do(ctx, m.Queue, freshSend{pendingState(sig, time.Now().UTC()), m})
 		}
 	case fresh && s.backend.pending != nil:
 		published, err = s.pendingBesidePublish(ctx, pendingState(sig, time.Now().UTC()), m)

@@ -58,8 +58,10 @@ func (c *carrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
 			return false, c.fail
 		}
 		if c.statesErr == nil {
-			if err := c.mem.SetPendingIfAbsent(ctx, sts); err != nil {
-				return false, err
+			for _, err := range c.mem.SetPendingIfAbsent(ctx, sts) {
+				if err != nil {
+					return false, err
+				}
 			}
 		}
 		if err := c.Broker.Publish(ctx, msgs...); err != nil {
@@ -85,17 +87,12 @@ type countedBackend struct {
 	writes atomic.Int64
 }
 
-func (b *countedBackend) SetState(ctx context.Context, st *TaskState) error {
-	b.writes.Add(1)
-	return b.Backend.SetState(ctx, st)
-}
-
-func (b *countedBackend) SetStates(ctx context.Context, sts []*TaskState) error {
+func (b *countedBackend) SetStates(ctx context.Context, sts []*TaskState) []error {
 	b.writes.Add(1)
 	return b.Backend.SetStates(ctx, sts)
 }
 
-func (b *countedBackend) SetPendingIfAbsent(ctx context.Context, sts []*TaskState) error {
+func (b *countedBackend) SetPendingIfAbsent(ctx context.Context, sts []*TaskState) []error {
 	b.writes.Add(1)
 	return b.Backend.SetPendingIfAbsent(ctx, sts)
 }
@@ -205,7 +202,7 @@ func TestSendTaskCarriedConcurrent(t *testing.T) {
 		})
 	}
 	// Hold the first flights until every other send has queued.
-	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.fresh.queued() == n-sendFlights })
+	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.fresh.Queued() == n-sendFlights })
 	close(br.gate)
 	wg.Wait()
 	sizes := br.calls()
@@ -314,14 +311,14 @@ func TestSendTaskGivesUpInJoinedCall(t *testing.T) {
 		r, err := srv.SendTask(ctx, NewSignature("add", 200, 1))
 		b <- outcome{r, err}
 	}()
-	waitFor(t, "two sends to queue", func() bool { return srv.fresh.queued() == 2 })
+	waitFor(t, "two sends to queue", func() bool { return srv.fresh.Queued() == 2 })
 	qctx, cancelQ := context.WithCancel(ctx)
 	q := make(chan error, 1)
 	go func() {
 		_, err := srv.SendTask(qctx, NewSignature("add", 300, 1))
 		q <- err
 	}()
-	waitFor(t, "a third send to queue", func() bool { return srv.fresh.queued() == 3 })
+	waitFor(t, "a third send to queue", func() bool { return srv.fresh.Queued() == 3 })
 	cancelQ()
 	if err := <-q; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a send withdrawn while queued: %v; want context.Canceled", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/coalesce"
 )
 
 // DefaultQueue is the queue used when neither a signature's RoutingKey nor
@@ -57,9 +58,7 @@ type Server struct {
 
 	// fresh joins SendTask's fresh sends into calls of the broker's
 	// carrier of the backend's writes (send.go); nil without a carrier.
-	fresh *coalescer[freshSend, bool]
-	// stopSends ends the carried calls in flight on Close.
-	stopSends context.CancelFunc
+	fresh *coalesce.Coalescer[freshSend, bool]
 }
 
 // NewServer returns a Server for cfg.
@@ -87,12 +86,10 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}
 	var carry driver.PublishPendingFunc
-	if c, ok := s.broker.drv.(driver.PendingCarrier); ok {
+	if c := s.broker.can.carrier; c != nil {
 		carry = c.CarryPending(s.backend.drv)
 	}
-	var base context.Context
-	base, s.stopSends = context.WithCancel(context.Background())
-	s.fresh = s.newFreshSender(base, carry)
+	s.fresh = s.newFreshSender(carry)
 	return s, nil
 }
 
@@ -113,7 +110,9 @@ func (s *Server) Backend() Backend { return s.cfg.Backend }
 // or on the server, returns an error satisfying errors.Is(err, ErrClosed).
 // Shut workers down first.
 func (s *Server) Close() error {
-	s.stopSends()
+	if s.fresh != nil {
+		s.fresh.Close()
+	}
 	return errors.Join(s.broker.Close(), s.backend.Close())
 }
 
@@ -253,7 +252,7 @@ func (s *Server) publishNow(ctx context.Context, sigs []*Signature) error {
 }
 
 func (s *Server) setPending(ctx context.Context, sig *Signature) error {
-	return s.backend.SetState(ctx, pendingState(sig, time.Now().UTC()))
+	return s.backend.setState(ctx, pendingState(sig, time.Now().UTC()))
 }
 
 func pendingState(sig *Signature, now time.Time) *TaskState {
@@ -268,7 +267,7 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 	for i, sig := range sigs {
 		sts[i] = pendingState(sig, now)
 	}
-	if err := s.backend.SetStates(ctx, sts); err != nil {
+	if err := s.backend.setStates(ctx, sts); err != nil {
 		return fmt.Errorf("set PENDING for %d tasks: %w", len(sigs), err)
 	}
 	return nil

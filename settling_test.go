@@ -27,22 +27,11 @@ func (b *gatedBroker) wait(ctx context.Context) error {
 	}
 }
 
-func (b *gatedBroker) Ack(ctx context.Context, d *driver.Delivery) error {
+func (b *gatedBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	if err := b.wait(ctx); err != nil {
-		return err
+		return driver.BatchErrors(len(ds), err)
 	}
-	return b.Broker.Ack(ctx, d)
-}
-
-func (b *gatedBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
-	if err := b.wait(ctx); err != nil {
-		errs := make([]error, len(ds))
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	return b.Broker.AckBatch(ctx, ds)
+	return b.Broker.Ack(ctx, ds)
 }
 
 // TestSettlingBesideSlots: once a task's function returns, its slot is

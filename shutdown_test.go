@@ -30,7 +30,9 @@ func (b *blockingBroker) Publish(ctx context.Context, _ ...driver.Message) error
 func (b *blockingBroker) Fetch(ctx context.Context, _ string, _ int, _ time.Duration) ([]*driver.Delivery, error) {
 	return nil, b.block(ctx)
 }
-func (b *blockingBroker) Ack(ctx context.Context, _ *driver.Delivery) error { return b.block(ctx) }
+func (b *blockingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
+	return driver.BatchErrors(len(ds), b.block(ctx))
+}
 func (b *blockingBroker) Release(ctx context.Context, _ *driver.Delivery, _ time.Time) error {
 	return b.block(ctx)
 }

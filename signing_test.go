@@ -58,7 +58,7 @@ func startWorker(t *testing.T, srv *errand.Server) {
 func waitDeadLetter(t *testing.T, ctx context.Context, br *memorybroker.Broker, id, want string) {
 	t.Helper()
 	for {
-		dl, err := br.Archived(ctx, errand.DefaultQueue, 0, 1000)
+		dl, err := setAside(ctx, br, errand.DefaultQueue)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/coalesce"
 )
 
 // Fewer round trips on the hot path, where the backend can:
@@ -29,35 +30,37 @@ func (b *backend) start(ctx context.Context, req driver.StartRequest) (driver.St
 	if err := b.before(ctx); err != nil {
 		return driver.StartResult{}, err
 	}
-	res, err := b.starts.do(ctx, "", req)
+	res, err := b.starts.Do(ctx, "", req)
 	return res, b.after(ctx, err)
 }
 
-// newStartCoalescer batches attempt starts into Start calls, checking each
-// answer against the starter's contract: one result per request, each
-// written exactly when the starter's table allows it. A failed call fails
-// every request of it (the contract says nothing of any); a result that
-// breaks the table fails its own request.
-func (b *backend) newStartCoalescer(base context.Context) *coalescer[driver.StartRequest, driver.StartResult] {
-	return newCoalescer(base, backendFlights, maxBackendBatch, func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
-		res, err := b.starter.Start(ctx, reqs)
-		if err == nil && len(res) != len(reqs) {
-			err = fmt.Errorf("errand: backend %T broke the driver.Starter contract: %d results for %d requests", b.drv, len(res), len(reqs))
-		}
-		if err != nil {
-			for i := range errs {
-				errs[i] = err
+// newStartCoalescer joins attempt starts into Start calls, checking each
+// answer against the starter's contract: one result per request (else
+// every request fails: the driver's bug), each written exactly when the
+// starter's table allows it (else that request fails). A request the
+// driver answers with an error fails alone.
+func (b *backend) newStartCoalescer() *coalesce.Coalescer[driver.StartRequest, driver.StartResult] {
+	return coalesce.New(coalesce.Config[driver.StartRequest, driver.StartResult]{
+		Flights: backendFlights, Limit: maxBackendBatch, Closed: ErrClosed,
+		Run: func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
+			res := b.starter.Start(ctx, reqs)
+			if len(res) != len(reqs) {
+				err := fmt.Errorf("errand: backend %T broke the batch convention of package driver: Start answered %d results for %d requests", b.drv, len(res), len(reqs))
+				copy(errs, driver.BatchErrors(len(reqs), err))
+				return
 			}
-			return
-		}
-		for i, r := range res {
-			if want := reqs[i].Allows(r.Prev); r.Written != want {
-				errs[i] = fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
-					b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, want)
-				continue
+			for i, r := range res {
+				switch {
+				case r.Err != nil:
+					errs[i] = r.Err
+				case r.Written != reqs[i].Allows(r.Prev):
+					errs[i] = fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
+						b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, !r.Written)
+				default:
+					out[i] = r
+				}
 			}
-			out[i] = r
-		}
+		},
 	})
 }
 
@@ -75,13 +78,17 @@ func attemptOf(st *TaskState) int {
 	return st.Attempt
 }
 
-// setPendingIfAbsent records sts (PENDING) where their tasks have no state
+// setPendingIfAbsent records st (PENDING) where its task has no state
 // (driver.PendingWriter).
-func (b *backend) setPendingIfAbsent(ctx context.Context, sts []*TaskState) error {
+func (b *backend) setPendingIfAbsent(ctx context.Context, st *TaskState) error {
 	if err := b.before(ctx); err != nil {
 		return err
 	}
-	return b.after(ctx, b.pending.SetPendingIfAbsent(ctx, sts))
+	errs := checkBatch(b.drv, "SetPendingIfAbsent", 1, b.pending.SetPendingIfAbsent(ctx, []*TaskState{st}))
+	if errs == nil {
+		return nil
+	}
+	return b.after(ctx, errs[0])
 }
 
 // begin records RECEIVED then STARTED for an attempt of sig in one

@@ -88,13 +88,14 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	if sig.UniqueKey == "" {
 		return func() {}, nil
 	}
-	pb, u, err := ability[driver.Uniquer](ctx, s.broker, "unique tasks")
-	if err != nil {
-		return nil, fmt.Errorf("errand: send %s with UniqueKey %q: %w", sig.Name, sig.UniqueKey, err)
+	if s.broker.can.uniquer == nil {
+		return nil, fmt.Errorf("errand: send %s with UniqueKey %q: %w", sig.Name, sig.UniqueKey, unsupported("unique tasks", s.broker.drv))
 	}
-	holder, err := u.Lock(ctx, sig.UniqueKey, sig.UUID, sig.UniqueFor)
+	holder, err := use(ctx, s.broker, "unique tasks", func(u driver.Uniquer) (string, error) {
+		return u.Lock(ctx, sig.UniqueKey, sig.UUID, sig.UniqueFor)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("errand: send %s: take unique key %q: %w", sig.Name, sig.UniqueKey, pb.after(ctx, err))
+		return nil, fmt.Errorf("errand: send %s: take unique key %q: %w", sig.Name, sig.UniqueKey, err)
 	}
 	if holder != sig.UUID {
 		return nil, &DuplicateError{Key: sig.UniqueKey, ID: holder}
@@ -102,7 +103,7 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		if err := u.Unlock(ctx, sig.UniqueKey, sig.UUID); err != nil {
+		if err := s.broker.unlock(ctx, sig); err != nil {
 			s.log.Warn("errand: a failed send could not free its unique key; it is held until UniqueFor runs out",
 				"task", sig.Name, "uuid", sig.UUID, "unique_key", sig.UniqueKey, "unique_for", sig.UniqueFor, "err", err)
 		}
@@ -117,13 +118,19 @@ func (w *Worker) unlockUnique(ctx context.Context, sig *Signature) error {
 	if sig.UniqueKey == "" {
 		return nil
 	}
-	u, ok := w.srv.broker.drv.(driver.Uniquer)
-	if !ok {
+	if w.srv.broker.can.uniquer == nil {
 		w.log.Warn("errand: task has a UniqueKey but this worker's broker holds no unique keys; nothing freed", taskAttrs(sig, sig.RoutingKey)...)
 		return nil
 	}
-	if err := u.Unlock(ctx, sig.UniqueKey, sig.UUID); err != nil {
-		return fmt.Errorf("errand: task %s (%s): free unique key %q: %w", sig.Name, sig.UUID, sig.UniqueKey, w.srv.broker.after(ctx, err))
+	if err := w.srv.broker.unlock(ctx, sig); err != nil {
+		return fmt.Errorf("errand: task %s (%s): free unique key %q: %w", sig.Name, sig.UUID, sig.UniqueKey, err)
 	}
 	return nil
+}
+
+// unlock frees sig's unique key if sig holds it (driver.Uniquer).
+func (b *broker) unlock(ctx context.Context, sig *Signature) error {
+	return useErr(ctx, b, "unique tasks", func(u driver.Uniquer) error {
+		return u.Unlock(ctx, sig.UniqueKey, sig.UUID)
+	})
 }

@@ -273,8 +273,8 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if w.cfg.Queue == "" {
 		w.cfg.Queue = w.queues[0].name // where a delivery naming no queue came from, failing all else
 	}
-	w.archiver, _ = s.broker.drv.(driver.Archiver)
-	if _, ok := s.broker.drv.(driver.Heartbeater); ok && cfg.Heartbeat > 0 {
+	w.archiver = s.broker.can.archiver
+	if s.broker.can.heartbeater != nil && cfg.Heartbeat > 0 {
 		w.running = &runningTasks{m: map[string]RunningTask{}}
 	}
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
@@ -580,7 +580,7 @@ func (w *Worker) handle(j job) {
 	defer cancel()
 	switch outcome {
 	case ack:
-		err = b.Ack(ctx, d)
+		err = b.ack(ctx, d)
 		if err != nil {
 			w.report(err, "errand: ack", taskAttrs(sig, queue)...)
 		}
@@ -597,7 +597,7 @@ func (w *Worker) handle(j job) {
 		w.reject(ctx, d, sig, err)
 	case archive:
 		if w.archiver == nil {
-			if err := b.Ack(ctx, d); err != nil {
+			if err := b.ack(ctx, d); err != nil {
 				w.report(err, "errand: ack", taskAttrs(sig, queue)...)
 			}
 			break

@@ -26,24 +26,10 @@ type counting struct {
 	calls, states atomic.Int64
 }
 
-func (c *counting) SetState(ctx context.Context, st *errand.TaskState) error {
-	c.calls.Add(1)
-	c.states.Add(1)
-	return c.Backend.SetState(ctx, st)
-}
-
-func (c *counting) SetStates(ctx context.Context, sts []*errand.TaskState) error {
+func (c *counting) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	c.calls.Add(1)
 	c.states.Add(int64(len(sts)))
-	if sb, ok := c.Backend.(driver.StateBatcher); ok {
-		return sb.SetStates(ctx, sts)
-	}
-	for _, st := range sts {
-		if err := c.Backend.SetState(ctx, st); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.Backend.SetStates(ctx, sts)
 }
 
 func (c *counting) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
@@ -52,18 +38,18 @@ func (c *counting) GetState(ctx context.Context, id string) (*errand.TaskState, 
 }
 
 // Start counts one call, and the states each written request stored.
-func (c *counting) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+func (c *counting) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	c.calls.Add(1)
-	res, err := c.Backend.(driver.Starter).Start(ctx, reqs)
+	res := c.Backend.(driver.Starter).Start(ctx, reqs)
 	for _, r := range res {
-		if r.Written {
+		if r.Err == nil && r.Written {
 			c.states.Add(2)
 		}
 	}
-	return res, err
+	return res
 }
 
-func (c *counting) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+func (c *counting) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) []error {
 	c.calls.Add(1)
 	c.states.Add(int64(len(sts)))
 	return c.Backend.(driver.PendingWriter).SetPendingIfAbsent(ctx, sts)
@@ -84,10 +70,7 @@ func countingBackend(c *counting) errand.Backend {
 // whose backend has neither.
 type plainCounting struct{ c *counting }
 
-func (p plainCounting) SetState(ctx context.Context, st *errand.TaskState) error {
-	return p.c.SetState(ctx, st)
-}
-func (p plainCounting) SetStates(ctx context.Context, sts []*errand.TaskState) error {
+func (p plainCounting) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	return p.c.SetStates(ctx, sts)
 }
 func (p plainCounting) GetState(ctx context.Context, id string) (*errand.TaskState, error) {

@@ -57,8 +57,8 @@ func newBeCase(t testing.TB, h BackendHarness, expiry time.Duration) *becase {
 
 func (c *becase) set(st *errand.TaskState) {
 	c.t.Helper()
-	if err := c.b.SetState(c.ctx, st); err != nil {
-		c.t.Fatalf("SetState(%s %s): %v", st.TaskUUID, st.State, err)
+	if err := setOne(c.ctx, c.b, st); err != nil {
+		c.t.Fatalf("SetStates(%s %s): %v", st.TaskUUID, st.State, err)
 	}
 }
 
@@ -178,24 +178,40 @@ func stateExpiry(t testing.TB, h BackendHarness) {
 	}
 }
 
+// stateBatch checks the batch convention of package driver on
+// SetStates: a batch of many tasks' states (and two states of one task,
+// stored in order) is written state by state, and the answer is nil or
+// exactly one error per state.
 func stateBatch(t testing.TB, h BackendHarness) {
 	c := newBeCase(t, h, 0)
-	sb, ok := c.b.(driver.StateBatcher)
-	if !ok {
-		return // optional: errand writes one state at a time instead
-	}
+	promise := "batch convention"
 	var sts []*errand.TaskState
-	for i := range 20 {
+	for i := range 100 {
 		sts = append(sts, &errand.TaskState{TaskUUID: name(t, fmt.Sprint("task", i)), TaskName: "conformance.batch", State: errand.StatePending, CreatedAt: time.Now()})
 	}
-	if err := sb.SetStates(c.ctx, sts); err != nil {
-		t.Fatalf("SetStates: %v", err)
+	// One task's RECEIVED then STARTED, as a worker writes them: the later
+	// one is its state.
+	twice := name(t, "twice")
+	sts = append(sts,
+		&errand.TaskState{TaskUUID: twice, TaskName: "conformance.batch", State: errand.StateReceived, Attempt: 1, CreatedAt: time.Now()},
+		&errand.TaskState{TaskUUID: twice, TaskName: "conformance.batch", State: errand.StateStarted, Attempt: 1, CreatedAt: time.Now()})
+	errs, err := checkAnswer("SetStates", len(sts), c.b.SetStates(c.ctx, sts))
+	if err != nil {
+		t.Fatalf("%s promise broken: %v", promise, err)
 	}
-	for _, st := range sts {
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("SetStates: state %d (%s %s): %v", i, sts[i].TaskUUID, sts[i].State, err)
+		}
+	}
+	for _, st := range sts[:100] {
 		got, err := c.b.GetState(c.ctx, st.TaskUUID)
 		if err != nil || got.State != errand.StatePending {
 			t.Fatalf("state promise broken: state %s written by SetStates read back as %+v, %v", st.TaskUUID, got, err)
 		}
+	}
+	if got, err := c.b.GetState(c.ctx, twice); err != nil || got.State != errand.StateStarted {
+		t.Fatalf("state promise broken: a batch writing RECEIVED then STARTED of one task left it %+v, %v; want STARTED (a batch's states are stored in order)", got, err)
 	}
 }
 

@@ -49,7 +49,7 @@ func BenchmarkBroker(b *testing.B, h BrokerHarness) {
 					if _, loaded := seen.LoadOrStore(d.ID, true); loaded {
 						dup.Add(1)
 					}
-					if err := br.Ack(ctx, d); err != nil {
+					if err := ackOne(ctx, br, d); err != nil {
 						b.Errorf("Ack: %v", err)
 					}
 					if done.Add(1) == int64(b.N) {
@@ -73,7 +73,7 @@ func BenchmarkBroker(b *testing.B, h BrokerHarness) {
 // drained by a Worker of 10 slots on a Server over the two drivers, each
 // wrapped to count the calls errand makes to it (see countBroker and
 // countBackend: the wrappers keep the optional interfaces that shape the
-// per-task path, such as driver.BatchAcker, driver.Starter and
+// per-task path, such as driver.Limiter, driver.Starter and
 // driver.PendingWriter). It reports:
 //
 //   - tasks/s: the drain, from the worker's start to the last success;

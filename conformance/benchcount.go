@@ -10,8 +10,8 @@ import (
 )
 
 // countingBroker counts the calls errand makes to a broker driver (every
-// method but Close and Limits, which make no round trip). AckBatch counts
-// one call however many deliveries it carries.
+// method but Close and Limits, which make no round trip). Ack counts one
+// call however many deliveries it carries.
 type countingBroker struct {
 	drv   errand.Broker
 	calls *atomic.Int64
@@ -27,9 +27,9 @@ func (c *countingBroker) Fetch(ctx context.Context, queue string, limit int, lea
 	return c.drv.Fetch(ctx, queue, limit, lease)
 }
 
-func (c *countingBroker) Ack(ctx context.Context, d *driver.Delivery) error {
+func (c *countingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	c.calls.Add(1)
-	return c.drv.Ack(ctx, d)
+	return c.drv.Ack(ctx, ds)
 }
 
 func (c *countingBroker) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
@@ -58,54 +58,26 @@ func (c *countingBroker) Limits() driver.Limits {
 	return driver.Limits{}
 }
 
-// countingBatchBroker is a countingBroker whose driver is a
-// driver.BatchAcker, so errand acks through AckBatch as it would without
-// the wrapper.
-type countingBatchBroker struct{ *countingBroker }
-
-func (c countingBatchBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
-	c.calls.Add(1)
-	return c.drv.(driver.BatchAcker).AckBatch(ctx, ds)
-}
-
 // countBroker wraps br to count its calls into calls. It keeps the optional
-// abilities that decide errand's per-task path (driver.BatchAcker, and
-// driver.Limiter's limits); it hides the periodic ones (driver.Pauser's
+// ability that decides errand's per-task path (driver.Limiter's limits,
+// among them the largest ack batch); it hides the periodic ones (driver.Pauser's
 // pause polls, driver.Heartbeater's heartbeats), which cost the same
 // whatever the number of tasks, and those a no-op task never uses.
 func countBroker(br errand.Broker, calls *atomic.Int64) errand.Broker {
-	c := &countingBroker{drv: br, calls: calls}
-	if _, ok := br.(driver.BatchAcker); ok {
-		return countingBatchBroker{c}
-	}
-	return c
+	return &countingBroker{drv: br, calls: calls}
 }
 
 // countingBackend counts the calls errand makes to a backend driver (every
-// method but Close). SetStates counts one call on a driver.StateBatcher
-// and, elsewhere, one per state (errand would make one SetState call for
-// each).
+// method but Close). SetStates counts one call however many states it
+// carries.
 type countingBackend struct {
 	drv   errand.Backend
 	calls *atomic.Int64
 }
 
-func (c *countingBackend) SetState(ctx context.Context, st *driver.TaskState) error {
+func (c *countingBackend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	c.calls.Add(1)
-	return c.drv.SetState(ctx, st)
-}
-
-func (c *countingBackend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
-	if sb, ok := c.drv.(driver.StateBatcher); ok {
-		c.calls.Add(1)
-		return sb.SetStates(ctx, sts)
-	}
-	for _, st := range sts {
-		if err := c.SetState(ctx, st); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.drv.SetStates(ctx, sts)
 }
 
 func (c *countingBackend) GetState(ctx context.Context, id string) (*driver.TaskState, error) {
@@ -137,22 +109,21 @@ func (c *countingBackend) Close() error { return c.drv.Close() }
 
 type countStarter struct{ c *countingBackend }
 
-func (s countStarter) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+func (s countStarter) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	s.c.calls.Add(1)
 	return s.c.drv.(driver.Starter).Start(ctx, reqs)
 }
 
 type countPending struct{ c *countingBackend }
 
-func (p countPending) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) error {
+func (p countPending) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) []error {
 	p.c.calls.Add(1)
 	return p.c.drv.(driver.PendingWriter).SetPendingIfAbsent(ctx, sts)
 }
 
 // countBackend wraps be to count its calls into calls. It keeps the
 // optional abilities that decide errand's per-task path (driver.Starter,
-// driver.PendingWriter; SetStates is always there, counted as the driver
-// would be called); it hides driver.StateWaiter and driver.Expirer, which
+// driver.PendingWriter); it hides driver.StateWaiter and driver.Expirer, which
 // a drain without result waits never uses.
 func countBackend(be errand.Backend, calls *atomic.Int64) errand.Backend {
 	c := &countingBackend{drv: be, calls: calls}

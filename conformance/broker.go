@@ -41,10 +41,10 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Ctx/FetchCancel", fetchCancel, alone},
 	{"Close/WakesFetch", closeWakesFetch, alone},
 	{"Payload/Limit", payloadLimit, parallel},
-	{"Ack/Batch", ackBatch, parallel},
+	{"Ack/PerItem", ackPerItem, parallel},
 	{"Ack/Concurrent", ackConcurrent, parallel},
 	{"BadMessage/SetAside", badMessageSetAside, parallel},
-	{"Inspect/PendingDelayed", inspectPendingDelayed, parallel},
+	{"Stats/Counts", statsCounts, parallel},
 	{"Purge", purge, parallel},
 	{"Archive/KeepsEntry", archiveKeepsEntry, parallel},
 	{"Archive/Retention", archiveRetention, parallel},
@@ -77,9 +77,9 @@ type bcase struct {
 }
 
 // newBCase makes the case's broker. Cases call it through errand's
-// portable layer (what every user of errand gets: ack batching, payload and
-// closed checks), and the driver directly where a promise is the driver's
-// alone.
+// portable layer (what every user of errand gets: payload, closed and
+// batch-convention checks), and the driver directly where a promise is
+// the driver's alone.
 func newBCase(t testing.TB, h BrokerHarness) *bcase {
 	drv := h.New(t)
 	return &bcase{t: t, h: h, tm: h.Timing, drv: drv, b: portable(t, drv), q: name(t, "q"), ctx: caseCtx(t, h.Timing)}
@@ -134,7 +134,7 @@ func (c *bcase) fetchN(n int, lease, within time.Duration) []*driver.Delivery {
 
 func (c *bcase) ack(d *driver.Delivery) {
 	c.t.Helper()
-	if err := c.b.Ack(c.ctx, d); err != nil {
+	if err := ackOne(c.ctx, c.b, d); err != nil {
 		c.t.Fatalf("Ack(%s): %v", d.ID, err)
 	}
 }
@@ -158,11 +158,8 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 		t.Errorf("capabilities promise broken: harness declares MaxPayload %d, MaxDelay %v; broker Limits() reports %d, %v",
 			caps.MaxPayload, caps.MaxDelay, lim.MaxPayload, lim.MaxDelay)
 	}
-	checkAbility(t, b, caps.Inspect, reflect.TypeFor[driver.Inspector](), "Inspect")
-	checkAbility(t, b, caps.DeadLetters, reflect.TypeFor[driver.DeadLetterInspector](), "DeadLetters")
 	checkAbility(t, b, caps.Purge, reflect.TypeFor[driver.Purger](), "Purge")
 	checkAbility(t, b, caps.Stats, reflect.TypeFor[driver.StatsReporter](), "Stats")
-	checkAbility(t, b, caps.BatchAck, reflect.TypeFor[driver.BatchAcker](), "BatchAck")
 	checkAbility(t, b, caps.Archive, reflect.TypeFor[driver.Archiver](), "Archive")
 	checkAbility(t, b, caps.List, reflect.TypeFor[driver.Lister](), "List")
 	checkAbility(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
@@ -287,7 +284,7 @@ func redeliveryLeaseExpired(t testing.TB, h BrokerHarness) {
 		}
 		c.ack(d)
 	}
-	err := c.b.Ack(c.ctx, first[0])
+	err := ackOne(c.ctx, c.b, first[0])
 	switch {
 	case !h.Caps.DetectsLostLease:
 		t.Logf("broker declares it cannot detect a lost lease; the crashed consumer's late Ack returned %v", err)
@@ -518,42 +515,78 @@ func payloadLimit(t testing.TB, h BrokerHarness) {
 	}
 }
 
-// ackBatch checks a driver.BatchAcker's AckBatch directly: every delivery of
-// the batch is acked, and each slot reports its own outcome.
-func ackBatch(t testing.TB, h BrokerHarness) {
+// ackPerItem checks the batch convention of package driver on Ack,
+// called on the driver directly: a batch is acked item by item, and the
+// answer is nil or exactly one error per delivery, in order. In a batch
+// holding one delivery whose lease was lost (another consumer holds its
+// message now), that delivery alone fails, with ErrLeaseLost where the
+// broker detects lost leases, and every other one is acked.
+func ackPerItem(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
-	ba, ok := c.drv.(driver.BatchAcker)
-	if !h.Caps.BatchAck || !ok {
-		t.Logf("broker does not declare BatchAck; errand acks its deliveries one by one (Capabilities checks the declaration)")
-		return
-	}
 	const n = 6
+	promise := "batch convention"
 	for i := range n {
 		c.publish(c.msg(fmt.Sprintf("b%d", i), time.Time{}))
 	}
-	ds := c.fetchN(n, c.tm.Lease, c.tm.Prompt*5)
-	if len(ds) != n {
-		t.Fatalf("fetched %d of %d", len(ds), n)
+	// One message leased briefly, the others for long; the brief lease
+	// lapses and another consumer takes that one.
+	lost := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
+	live := c.fetchN(n-1, time.Minute, c.tm.Prompt*5)
+	if len(lost) != 1 || len(live) != n-1 {
+		t.Fatalf("fetched %d and %d of %d", len(lost), len(live), n)
 	}
-	errs := ba.AckBatch(c.ctx, ds)
-	if len(errs) != n {
-		t.Fatalf("batch ack promise broken: AckBatch of %d deliveries returned %d results, want one per delivery", n, len(errs))
+	again := c.fetchN(1, time.Minute, c.tm.Lease*3+c.tm.Prompt*5)
+	if len(again) != 1 || again[0].ID != lost[0].ID {
+		t.Fatalf("at-least-once promise broken: %s, leased for %v, was not delivered again (got %v)", lost[0].ID, c.tm.Lease, ids(again))
+	}
+	// The stale delivery in the middle of the batch.
+	ds := slices.Concat(live[:2], lost, live[2:])
+	stale := 2
+	errs, err := checkAnswer("Ack", len(ds), c.drv.Ack(c.ctx, ds))
+	if err != nil {
+		t.Fatalf("%s promise broken: %v", promise, err)
+	}
+	for i, err := range errs {
+		switch {
+		case i != stale && err != nil:
+			t.Errorf("%s promise broken: Ack answered %v for delivery %d (%s), whose lease is live; one lost lease in a batch must fail that delivery alone", promise, err, i, ds[i].ID)
+		case i == stale && h.Caps.DetectsLostLease && !errors.Is(err, driver.ErrLeaseLost):
+			t.Errorf("%s promise broken: Ack answered %v for delivery %d (%s), whose lease was lost; want an error satisfying errors.Is(err, driver.ErrLeaseLost) for it", promise, err, i, ds[i].ID)
+		}
+	}
+	// The live ones are gone for good; the lost one is the other
+	// consumer's, which acks it (where a lost lease goes unnoticed, the
+	// stale ack may have removed it already).
+	if err := ackOne(c.ctx, c.b, again[0]); err != nil && h.Caps.DetectsLostLease {
+		t.Fatalf("Ack(%s) by the consumer holding it: %v", again[0].ID, err)
+	}
+	if back := c.fetch(n, time.Minute, c.tm.Lease*3); len(back) != 0 {
+		t.Fatalf("%s promise broken: %v came back after a batch Ack answered their acks (waited %v, lease %v)", promise, ids(back), c.tm.Lease*3, c.tm.Lease)
+	}
+	// A batch where every ack succeeds answers nil, or nil for each.
+	for i := range 3 {
+		c.publish(c.msg(fmt.Sprintf("ok%d", i), time.Time{}))
+	}
+	ok := c.fetchN(3, time.Minute, c.tm.Prompt*5)
+	if len(ok) != 3 {
+		t.Fatalf("fetched %d of 3", len(ok))
+	}
+	errs, err = checkAnswer("Ack", len(ok), c.drv.Ack(c.ctx, ok))
+	if err != nil {
+		t.Fatalf("%s promise broken: %v", promise, err)
 	}
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("batch ack promise broken: AckBatch slot %d (%s) = %v, want nil for a live lease", i, ds[i].ID, err)
+			t.Errorf("%s promise broken: Ack of three live deliveries answered %v for delivery %d", promise, err, i)
 		}
-	}
-	if again := c.fetch(n, time.Minute, c.tm.Lease*3); len(again) != 0 {
-		t.Fatalf("batch ack promise broken: %v came back after AckBatch acked them (waited %v, lease %v)", ids(again), c.tm.Lease*3, c.tm.Lease)
 	}
 }
 
-// ackConcurrent acks many deliveries at once through errand, which batches
-// them for a BatchAcker: none may come back.
+// ackConcurrent acks many deliveries in concurrent batch calls through
+// errand: none may come back.
 func ackConcurrent(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
-	const n = 30
+	const n, per = 30, 3
 	msgs := make([]errand.Message, n)
 	for i := range msgs {
 		msgs[i] = c.msg(fmt.Sprintf("c%d", i), time.Time{})
@@ -564,14 +597,16 @@ func ackConcurrent(t testing.TB, h BrokerHarness) {
 		t.Fatalf("fetched %d of %d", len(ds), n)
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, d := range ds {
-		wg.Go(func() { errs[i] = c.b.Ack(c.ctx, d) })
+	errs := make([][]error, n/per)
+	for i := range errs {
+		wg.Go(func() { errs[i] = c.b.Ack(c.ctx, ds[i*per:(i+1)*per]) })
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("ack promise broken: concurrent Ack of %s = %v", ds[i].ID, err)
+	for i, e := range errs {
+		for j, err := range e {
+			if err != nil {
+				t.Errorf("ack promise broken: concurrent Ack of %s = %v", ds[i*per+j].ID, err)
+			}
 		}
 	}
 	if again := c.fetch(n, time.Minute, c.tm.Lease*3); len(again) != 0 {
@@ -595,123 +630,51 @@ func badMessageSetAside(t testing.TB, h BrokerHarness) {
 	if again := c.fetch(1, time.Minute, c.tm.Lease*3); len(again) != 0 {
 		t.Fatalf("bad input promise broken: a rejected message was delivered again after %v; it must be set aside for good", c.tm.Lease*3)
 	}
-	dl, err := deadLetters(c.ctx, c.drv, c.q)
+	if !h.Caps.Archive {
+		return
+	}
+	dl, err := setAsideOf(c.ctx, c.drv, c.q)
 	switch {
-	case h.Caps.DeadLetters && err != nil:
-		t.Fatalf("DeadLetters: %v", err)
-	case h.Caps.DeadLetters && (len(dl) != 1 || dl[0].ID != bad.ID || !strings.Contains(dl[0].Reason, reason)):
-		t.Fatalf("bad input promise broken: dead letters hold %+v, want the rejected message with its reason", dl)
-	case !h.Caps.DeadLetters && !isUnsupported(err):
-		t.Fatalf("DeadLetters on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+	case err != nil:
+		t.Fatalf("Archived: %v", err)
+	case len(dl) != 1 || dl[0].ID != bad.ID || !strings.Contains(dl[0].Reason, reason):
+		t.Fatalf("bad input promise broken: the archive holds %+v, want the rejected message with its reason (an Archiver keeps what Reject sets aside)", dl)
 	}
 }
 
-func inspectPendingDelayed(t testing.TB, h BrokerHarness) {
-	c := newBCase(t, h)
-	c.publish(c.msg("now", time.Time{}), c.msg("later", time.Now().Add(time.Hour)))
-	pending, delayed, err := inspect(c.ctx, c.drv, c.q)
-	if !h.Caps.Inspect {
-		if !isUnsupported(err) {
-			t.Fatalf("Inspect on a broker without the ability returned %v, want errors.ErrUnsupported", err)
-		}
+// statsCounts checks a StatsReporter's counts of what a queue holds: a
+// due and a delayed message, then one of them in flight. (A broker that
+// cannot tell a delayed message from a due one, as SQS FIFO queues, may
+// count both pending.)
+func statsCounts(t testing.TB, h BrokerHarness) {
+	if !h.Caps.Stats {
+		t.Logf("broker does not declare Stats")
 		return
 	}
-	if err != nil {
-		t.Fatalf("Inspect: %v", err)
-	}
-	if len(pending) != 1 || pending[0].ID != runID+"-now" || len(delayed) != 1 || delayed[0].ID != runID+"-later" {
-		t.Fatalf("inspection promise broken: pending %v, delayed %v; want [now] and [later]", msgIDs(pending), msgIDs(delayed))
+	c := newBCase(t, h)
+	c.publish(c.msg("now", time.Time{}), c.msg("later", time.Now().Add(time.Hour)))
+	st, err := statsOf(c.ctx, c.drv, c.q)
+	if err != nil || st.Pending+st.Delayed != 2 || st.Delayed > 1 || st.InFlight != 0 {
+		t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 pending and 1 delayed (or 2 pending where delays are not told apart), none in flight", st, err)
 	}
 	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
 	if len(ds) != 1 {
 		t.Fatalf("fetched %d, want 1", len(ds))
 	}
-	inflight, err := inFlight(c.ctx, c.drv, c.q)
-	if err != nil || len(inflight) != 1 || inflight[0].ID != runID+"-now" {
-		t.Fatalf("inspection promise broken: in flight %v, %v; want [now] once it is fetched", msgIDs(inflight), err)
+	st, err = statsOf(c.ctx, c.drv, c.q)
+	if err != nil || st.Pending+st.Delayed != 1 || st.InFlight != 1 {
+		t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed (or pending) and 1 in flight", st, err)
 	}
-	if h.Caps.Stats {
-		st, err := stats(c.ctx, c.drv, c.q)
-		if err != nil || st.Pending != 0 || st.Delayed != 1 || st.InFlight != 1 {
-			t.Fatalf("stats promise broken: Stats = %+v, %v; want 1 delayed, 1 in flight", st, err)
-		}
-	} else if _, err := stats(c.ctx, c.drv, c.q); !isUnsupported(err) {
-		t.Fatalf("Stats on a broker without the ability returned %v, want errors.ErrUnsupported", err)
-	}
-}
-
-// ability returns b as an I, or an error satisfying
-// errors.Is(err, errors.ErrUnsupported).
-func ability[I any](b errand.Broker) (I, error) {
-	i, ok := b.(I)
-	if !ok {
-		return i, fmt.Errorf("conformance: %T lacks the ability: %w", b, errors.ErrUnsupported)
-	}
-	return i, nil
-}
-
-func deadLetters(ctx context.Context, b errand.Broker, q string) ([]driver.DeadLetter, error) {
-	d, err := ability[driver.DeadLetterInspector](b)
-	if err != nil {
-		return nil, err
-	}
-	return d.DeadLetters(ctx, q)
-}
-
-func inspect(ctx context.Context, b errand.Broker, q string) (pending, delayed []errand.Message, err error) {
-	in, err := ability[driver.Inspector](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	if pending, err = in.Pending(ctx, q); err != nil {
-		return nil, nil, err
-	}
-	delayed, err = in.Delayed(ctx, q)
-	return pending, delayed, err
-}
-
-func inFlight(ctx context.Context, b errand.Broker, q string) ([]errand.Message, error) {
-	in, err := ability[driver.Inspector](b)
-	if err != nil {
-		return nil, err
-	}
-	return in.InFlight(ctx, q)
-}
-
-func stats(ctx context.Context, b errand.Broker, q string) (errand.QueueStats, error) {
-	sr, err := ability[driver.StatsReporter](b)
-	if err != nil {
-		return errand.QueueStats{}, err
-	}
-	return sr.Stats(ctx, q)
-}
-
-func purgeQueue(ctx context.Context, b errand.Broker, q string) (int, error) {
-	p, err := ability[driver.Purger](b)
-	if err != nil {
-		return 0, err
-	}
-	return p.Purge(ctx, q)
-}
-
-func msgIDs(ms []errand.Message) []string {
-	out := make([]string, len(ms))
-	for i, m := range ms {
-		out[i] = strings.TrimPrefix(m.ID, runID+"-")
-	}
-	return out
 }
 
 func purge(t testing.TB, h BrokerHarness) {
 	c := newBCase(t, h)
 	c.publish(c.msg("p1", time.Time{}), c.msg("p2", time.Time{}), c.msg("p3", time.Now().Add(time.Hour)))
-	n, err := purgeQueue(c.ctx, c.drv, c.q)
 	if !h.Caps.Purge {
-		if !isUnsupported(err) {
-			t.Fatalf("Purge on a broker without the ability returned %v, want errors.ErrUnsupported", err)
-		}
+		t.Logf("broker does not declare Purge")
 		return
 	}
+	n, err := purgeOf(c.ctx, c.drv, c.q)
 	if err != nil || n != 3 {
 		t.Fatalf("purge promise broken: Purge = %d, %v; want 3", n, err)
 	}

@@ -227,7 +227,7 @@ func (c *carryCase) fetchDirect(q string, n int, within time.Duration) []string 
 		}
 		for _, d := range ds {
 			got = append(got, d.ID)
-			if err := c.drv.Ack(c.ctx, d); err != nil {
+			if err := ackOne(c.ctx, c.drv, d); err != nil {
 				c.t.Fatalf("Ack(%s): %v", d.ID, err)
 			}
 		}
@@ -246,8 +246,8 @@ func (c *carryCase) notOverwritten() {
 	var sts []*errand.TaskState
 	for i, s := range existing {
 		id := name(c.t, fmt.Sprint("had", i))
-		if err := c.be.SetState(c.ctx, &errand.TaskState{TaskUUID: id, TaskName: carryTask, State: s, Attempt: 2, CreatedAt: time.Now().UTC()}); err != nil {
-			c.t.Fatalf("SetState(%s %s): %v", id, s, err)
+		if err := setOne(c.ctx, c.be, &errand.TaskState{TaskUUID: id, TaskName: carryTask, State: s, Attempt: 2, CreatedAt: time.Now().UTC()}); err != nil {
+			c.t.Fatalf("SetStates(%s %s): %v", id, s, err)
 		}
 		sts = append(sts, pendingOf(id))
 	}

@@ -72,20 +72,17 @@ type BrokerCaps struct {
 	Durable bool
 	// Optional abilities; each must match the optional interface the broker
 	// implements, both ways.
-	Inspect     bool // driver.Inspector
-	DeadLetters bool // driver.DeadLetterInspector
-	Purge       bool // driver.Purger
-	Stats       bool // driver.StatsReporter
-	BatchAck    bool // driver.BatchAcker
-	Archive     bool // driver.Archiver
-	List        bool // driver.Lister
-	Queues      bool // driver.QueueLister
-	Pause       bool // driver.Pauser
-	Heartbeat   bool // driver.Heartbeater
-	Find        bool // driver.Finder
-	Unique      bool // driver.Uniquer
-	RateLimit   bool // driver.RateLimiter
-	Schedules   bool // driver.ScheduleStore
+	Purge     bool // driver.Purger
+	Stats     bool // driver.StatsReporter
+	Archive   bool // driver.Archiver (Reject keeps a message in the archive too)
+	List      bool // driver.Lister
+	Queues    bool // driver.QueueLister
+	Pause     bool // driver.Pauser
+	Heartbeat bool // driver.Heartbeater
+	Find      bool // driver.Finder
+	Unique    bool // driver.Uniquer
+	RateLimit bool // driver.RateLimiter
+	Schedules bool // driver.ScheduleStore
 	// CarryPending: the broker records a result backend's PENDING states in
 	// the round trip of a publish, where the two share a server
 	// (driver.PendingCarrier). Checked by Worker/Send/CarriedPending with

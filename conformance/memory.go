@@ -23,7 +23,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 		},
 		Caps: BrokerCaps{
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true, Priority: true,
-			Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
+			Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
 			Unique: true, RateLimit: true,
 		},

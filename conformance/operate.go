@@ -172,7 +172,7 @@ func archiveKeepsEntry(t testing.TB, h BrokerHarness) {
 		t.Errorf("%s promise broken: ArchivedEntry of an ID never archived returned %v, want an error satisfying errors.Is(err, errand.ErrNotArchived)", promise, err)
 	}
 	if h.Caps.Stats {
-		if st, err := stats(c.ctx, c.drv, c.q); err != nil || st.Dead != 3 || st.Pending+st.InFlight+st.Delayed != 0 {
+		if st, err := statsOf(c.ctx, c.drv, c.q); err != nil || st.Dead != 3 || st.Pending+st.InFlight+st.Delayed != 0 {
 			t.Errorf("stats promise broken: after archiving every message of the queue Stats = %+v, %v; want Dead 3 (the archive's entries) and nothing pending, delayed or in flight", st, err)
 		}
 	}
@@ -503,7 +503,7 @@ func listByState(t testing.TB, h BrokerHarness) {
 		t.Errorf("%s promise broken: List of an unknown state returned no error", promise)
 	}
 	if h.Caps.Stats {
-		if st, err := stats(c.ctx, c.drv, c.q); err != nil || st.Completed != 2 {
+		if st, err := statsOf(c.ctx, c.drv, c.q); err != nil || st.Completed != 2 {
 			t.Errorf("stats promise broken: after two acks Stats = %+v, %v; want Completed 2 (a Lister counts its acks)", st, err)
 		}
 	}

@@ -7,6 +7,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func carryCorrectly(c *memCarrier, be *memorybackend.Backend, ctx context.Contex
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if err := be.SetPendingIfAbsent(ctx, sts); err != nil {
+	if err := errors.Join(be.SetPendingIfAbsent(ctx, sts)...); err != nil {
 		return false, err
 	}
 	if err := c.Broker.Publish(ctx, msgs...); err != nil {
@@ -133,14 +134,14 @@ var brokenPairs = map[string]workerPair{
 	// Writes the states and publishes nothing, reporting success.
 	"carrier-publishes-nothing": carrierPair(func(c *memCarrier) {
 		c.publish = func(_ *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, _ []errand.Message) (bool, error) {
-			return true, be.SetPendingIfAbsent(ctx, sts)
+			return true, errors.Join(be.SetPendingIfAbsent(ctx, sts)...)
 		}
 	}),
 	// A plain SET instead of SET NX: PENDING overwrites what a worker
 	// recorded.
 	"carrier-overwrites-states": carrierPair(func(c *memCarrier) {
 		c.publish = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
-			if err := be.SetStates(ctx, sts); err != nil {
+			if err := errors.Join(be.SetStates(ctx, sts)...); err != nil {
 				return false, err
 			}
 			return true, c.Broker.Publish(ctx, msgs...)
@@ -150,7 +151,7 @@ var brokenPairs = map[string]workerPair{
 	// published=true, the publish's error passed off as the states'.
 	"carrier-published-despite-failure": carrierPair(func(c *memCarrier) {
 		c.publish = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
-			if err := be.SetPendingIfAbsent(context.WithoutCancel(ctx), sts); err != nil {
+			if err := errors.Join(be.SetPendingIfAbsent(context.WithoutCancel(ctx), sts)...); err != nil {
 				return false, err
 			}
 			if err := ctx.Err(); err != nil {

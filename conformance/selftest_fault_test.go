@@ -52,11 +52,11 @@ func (m *mortalBroker) Fetch(ctx context.Context, q string, n int, lease time.Du
 	}
 	return ds, err
 }
-func (m *mortalBroker) Ack(ctx context.Context, d *driver.Delivery) error {
+func (m *mortalBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	if m.dead.Load() {
-		return errKilled
+		return driver.BatchErrors(len(ds), errKilled)
 	}
-	return m.Broker.Ack(ctx, d)
+	return m.Broker.Ack(ctx, ds)
 }
 func (m *mortalBroker) Release(ctx context.Context, d *driver.Delivery, nb time.Time) error {
 	if m.dead.Load() {
@@ -206,12 +206,12 @@ func (c simBroker) Fetch(ctx context.Context, q string, n int, lease time.Durati
 	}
 	return ds, err
 }
-func (c simBroker) Ack(ctx context.Context, d *driver.Delivery) error {
+func (c simBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	b, _, _, err := c.s.now()
 	if err != nil {
-		return err
+		return driver.BatchErrors(len(ds), err)
 	}
-	return b.Ack(ctx, d)
+	return b.Ack(ctx, ds)
 }
 func (c simBroker) Release(ctx context.Context, d *driver.Delivery, nb time.Time) error {
 	b, _, _, err := c.s.now()
@@ -244,12 +244,12 @@ type simBackend struct {
 	hang bool
 }
 
-func (c simBackend) SetState(ctx context.Context, st *errand.TaskState) error {
+func (c simBackend) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	_, b, _, err := c.s.now()
 	if err != nil {
-		return err
+		return driver.BatchErrors(len(sts), err)
 	}
-	return b.SetState(ctx, st)
+	return b.SetStates(ctx, sts)
 }
 func (c simBackend) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
 	_, b, _, err := c.s.now()

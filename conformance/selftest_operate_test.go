@@ -166,7 +166,7 @@ var brokenOperators = map[string]BrokerHarness{
 	// Archive acks: what fails for good vanishes.
 	"archive-acks-instead": brokenBrokerHarness(func(b *brokenBroker) {
 		b.archive = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ driver.ArchiveEntry, _ driver.Retention) error {
-			return b.Broker.Ack(ctx, d)
+			return ack1(b.Broker, ctx, d)
 		}
 	}),
 	// Archive keeps the entry without the message's body.

@@ -62,11 +62,11 @@ func (b *wiredBroker) Fetch(ctx context.Context, q string, n int, lease time.Dur
 	return b.Broker.Fetch(ctx, q, n, lease)
 }
 
-func (b *wiredBroker) Ack(ctx context.Context, d *driver.Delivery) error {
+func (b *wiredBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	if err := b.w.trip(ctx); err != nil {
-		return err
+		return driver.BatchErrors(len(ds), err)
 	}
-	return b.Broker.Ack(ctx, d)
+	return b.Broker.Ack(ctx, ds)
 }
 
 func (b *wiredBroker) Release(ctx context.Context, d *driver.Delivery, nb time.Time) error {
@@ -95,11 +95,11 @@ type wiredBackend struct {
 	w wire
 }
 
-func (b *wiredBackend) SetState(ctx context.Context, st *driver.TaskState) error {
+func (b *wiredBackend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	if err := b.w.trip(ctx); err != nil {
-		return err
+		return driver.BatchErrors(len(sts), err)
 	}
-	return b.Backend.SetState(ctx, st)
+	return b.Backend.SetStates(ctx, sts)
 }
 
 func (b *wiredBackend) GetState(ctx context.Context, id string) (*driver.TaskState, error) {
@@ -214,7 +214,7 @@ func TestKitCatchesShutdownHeldByHangingAck(t *testing.T) {
 			if stuck {
 				b.ack = func(b *brokenBroker, _ context.Context, d *driver.Delivery) error {
 					time.Sleep(ShutdownDeadline + 2*ShutdownSlack) // a call that ignores its ctx
-					return b.Broker.Ack(context.Background(), d)
+					return ack1(b.Broker, context.Background(), d)
 				}
 			}
 			return b

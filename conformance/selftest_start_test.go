@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -15,18 +16,18 @@ import (
 // driver.PendingWriter.
 type brokenStart struct {
 	*memorybackend.Backend
-	start   func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error)
-	pending func(b *brokenStart, ctx context.Context, sts []*errand.TaskState) error
+	start   func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult
+	pending func(b *brokenStart, ctx context.Context, sts []*errand.TaskState) []error
 }
 
-func (b *brokenStart) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+func (b *brokenStart) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	if b.start != nil {
 		return b.start(b, ctx, reqs)
 	}
 	return b.Backend.Start(ctx, reqs)
 }
 
-func (b *brokenStart) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+func (b *brokenStart) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) []error {
 	if b.pending != nil {
 		return b.pending(b, ctx, sts)
 	}
@@ -46,7 +47,7 @@ func brokenStartHarness(mod func(b *brokenStart)) BackendHarness {
 
 // readThenWrite is Start as a read and then a write from Go, with a pause
 // between them; keepCreated: the written states keep prev's CreatedAt.
-func readThenWrite(b *brokenStart, ctx context.Context, reqs []driver.StartRequest, pause time.Duration, ignore, keepCreated bool) ([]driver.StartResult, error) {
+func readThenWrite(b *brokenStart, ctx context.Context, reqs []driver.StartRequest, pause time.Duration, ignore, keepCreated bool) []driver.StartResult {
 	out := make([]driver.StartResult, len(reqs))
 	for i, r := range reqs {
 		prev, err := b.Backend.GetState(ctx, r.Started.TaskUUID)
@@ -62,44 +63,45 @@ func readThenWrite(b *brokenStart, ctx context.Context, reqs []driver.StartReque
 		if prev != nil && keepCreated {
 			rec.CreatedAt, st.CreatedAt = prev.CreatedAt, prev.CreatedAt
 		}
-		if err := b.Backend.SetStates(ctx, []*errand.TaskState{rec, st}); err != nil {
-			return nil, err
+		if err := errors.Join(b.Backend.SetStates(ctx, []*errand.TaskState{rec, st})...); err != nil {
+			out[i].Err = err
+			continue
 		}
 		out[i].Written = true
 	}
-	return out, nil
+	return out
 }
 
 var brokenStarts = map[string]BackendHarness{
 	// Writes STARTED whatever the previous state (a plain SET).
 	"start-ignores-condition": brokenStartHarness(func(b *brokenStart) {
-		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 			return readThenWrite(b, ctx, reqs, 0, true, true)
 		}
 	}),
 	// Reads, then writes in a second step: racing Starts all find no state.
 	"start-not-atomic": brokenStartHarness(func(b *brokenStart) {
-		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 			return readThenWrite(b, ctx, reqs, 2*time.Millisecond, false, true)
 		}
 	}),
 	// Writes the request's own CreatedAt over the previous state's.
 	"start-resets-created-at": brokenStartHarness(func(b *brokenStart) {
-		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 			return readThenWrite(b, ctx, reqs, 0, false, false)
 		}
 	}),
 	// Answers a batch in reverse order (a pipeline read back wrongly).
 	"start-batch-reversed": brokenStartHarness(func(b *brokenStart) {
-		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
-			res, err := b.Backend.Start(ctx, reqs)
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
+			res := b.Backend.Start(ctx, reqs)
 			slices.Reverse(res)
-			return res, err
+			return res
 		}
 	}),
 	// A plain SET: PENDING overwrites whatever a worker recorded.
 	"pending-overwrites": brokenStartHarness(func(b *brokenStart) {
-		b.pending = func(b *brokenStart, ctx context.Context, sts []*errand.TaskState) error {
+		b.pending = func(b *brokenStart, ctx context.Context, sts []*errand.TaskState) []error {
 			return b.Backend.SetStates(ctx, sts)
 		}
 	}),

@@ -81,12 +81,11 @@ type brokenBroker struct {
 	release  func(b *brokenBroker, ctx context.Context, d *driver.Delivery, nb time.Time) error
 	extend   func(b *brokenBroker, ctx context.Context, d *driver.Delivery, lease time.Duration) error
 	reject   func(b *brokenBroker, ctx context.Context, d *driver.Delivery, reason string) error
-	ack      func(b *brokenBroker, ctx context.Context, d *driver.Delivery) error
-	limits   *driver.Limits
-	delayed  func(b *brokenBroker, ctx context.Context, q string) ([]errand.Message, error)
-	inflight func(b *brokenBroker, ctx context.Context, q string) ([]errand.Message, error)
-	purge    func(b *brokenBroker, ctx context.Context, q string) (int, error)
+	ack      func(b *brokenBroker, ctx context.Context, d *driver.Delivery) error // each delivery of a batch
 	ackBatch func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error
+	limits   *driver.Limits
+	stats    func(b *brokenBroker, ctx context.Context, q string) (driver.QueueStats, error)
+	purge    func(b *brokenBroker, ctx context.Context, q string) (int, error)
 	// The operator's abilities (selftest_operate_test.go).
 	archive        func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error
 	requeue        func(b *brokenBroker, ctx context.Context, q, id string, m errand.Message) error
@@ -101,20 +100,30 @@ type brokenBroker struct {
 	schedules brokenSchedules
 }
 
-// AckBatch acks through the variant's Ack when it breaks Ack, so a broken
-// Ack is broken on errand's batched path too.
-func (b *brokenBroker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+// Ack acks each delivery through the variant's ack when it breaks single
+// acks, or hands the batch to its ackBatch when it breaks batches.
+func (b *brokenBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	if b.ackBatch != nil {
 		return b.ackBatch(b, ctx, ds)
 	}
 	if b.ack == nil {
-		return b.Broker.AckBatch(ctx, ds)
+		return b.Broker.Ack(ctx, ds)
 	}
 	errs := make([]error, len(ds))
 	for i, d := range ds {
-		errs[i] = b.Ack(ctx, d)
+		errs[i] = b.ack(b, ctx, d)
 	}
 	return errs
+}
+
+// ack1 acks d alone on the healthy memory broker b.
+func ack1(b *memorybroker.Broker, ctx context.Context, d *driver.Delivery) error {
+	return errors.Join(b.Ack(ctx, []*driver.Delivery{d})...)
+}
+
+// set1 writes st alone on the healthy memory backend b.
+func set1(b *memorybackend.Backend, ctx context.Context, st *errand.TaskState) error {
+	return errors.Join(b.SetStates(ctx, []*errand.TaskState{st})...)
 }
 
 func (b *brokenBroker) Fetch(ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
@@ -147,29 +156,17 @@ func (b *brokenBroker) Reject(ctx context.Context, d *driver.Delivery, reason st
 	}
 	return b.Broker.Reject(ctx, d, reason)
 }
-func (b *brokenBroker) Ack(ctx context.Context, d *driver.Delivery) error {
-	if b.ack != nil {
-		return b.ack(b, ctx, d)
-	}
-	return b.Broker.Ack(ctx, d)
-}
 func (b *brokenBroker) Limits() driver.Limits {
 	if b.limits != nil {
 		return *b.limits
 	}
 	return b.Broker.Limits()
 }
-func (b *brokenBroker) Delayed(ctx context.Context, q string) ([]errand.Message, error) {
-	if b.delayed != nil {
-		return b.delayed(b, ctx, q)
+func (b *brokenBroker) Stats(ctx context.Context, q string) (driver.QueueStats, error) {
+	if b.stats != nil {
+		return b.stats(b, ctx, q)
 	}
-	return b.Broker.Delayed(ctx, q)
-}
-func (b *brokenBroker) InFlight(ctx context.Context, q string) ([]errand.Message, error) {
-	if b.inflight != nil {
-		return b.inflight(b, ctx, q)
-	}
-	return b.Broker.InFlight(ctx, q)
+	return b.Broker.Stats(ctx, q)
 }
 func (b *brokenBroker) Purge(ctx context.Context, q string) (int, error) {
 	if b.purge != nil {
@@ -185,7 +182,7 @@ func healthyBroker() BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true, BatchAck: true,
+		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
 			Unique: true, RateLimit: true},
 		Timing:  selfTiming,
@@ -209,9 +206,7 @@ var brokenBrokers = map[string]BrokerHarness{
 	"loses-on-fetch": brokenBrokerHarness(func(b *brokenBroker) {
 		b.fetch = func(b *brokenBroker, ctx context.Context, q string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 			ds, err := b.Broker.Fetch(ctx, q, max, lease)
-			for _, d := range ds {
-				b.Broker.Ack(ctx, d)
-			}
+			b.Broker.Ack(ctx, ds)
 			return ds, err
 		}
 		b.ack = func(*brokenBroker, context.Context, *driver.Delivery) error { return nil }
@@ -233,7 +228,7 @@ var brokenBrokers = map[string]BrokerHarness{
 	// Release drops the message instead of requeueing it.
 	"release-drops": brokenBrokerHarness(func(b *brokenBroker) {
 		b.release = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, _ time.Time) error {
-			return b.Broker.Ack(ctx, d)
+			return ack1(b.Broker, ctx, d)
 		}
 	}),
 	"extend-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
@@ -284,14 +279,40 @@ var brokenBrokers = map[string]BrokerHarness{
 		h.Caps.MaxPayload = 4096
 		return h
 	}(),
-	// AckBatch reports success for every slot but acks all but the last.
+	// Ack reports success for every delivery of a batch but acks all but
+	// the last.
 	"batch-ack-skips-last": brokenBrokerHarness(func(b *brokenBroker) {
 		b.ackBatch = func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error {
-			errs := make([]error, len(ds))
 			if len(ds) > 1 {
-				b.Broker.AckBatch(ctx, ds[:len(ds)-1])
+				b.Broker.Ack(ctx, ds[:len(ds)-1])
 			}
-			return errs
+			return nil
+		}
+	}),
+	// One lost lease fails the whole batch: Ack answers the lost lease's
+	// error for every delivery and acks none (one error for the call, as
+	// before the batch convention).
+	"ack-fails-whole-batch": brokenBrokerHarness(func(b *brokenBroker) {
+		b.ackBatch = func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error {
+			for _, d := range ds {
+				if err := b.Broker.Extend(ctx, d, time.Minute); err != nil {
+					return driver.BatchErrors(len(ds), err)
+				}
+			}
+			return b.Broker.Ack(ctx, ds)
+		}
+	}),
+	// Answers only the errors of the deliveries that failed, not one per
+	// delivery: the caller cannot tell whose ack failed.
+	"ack-answers-failures-only": brokenBrokerHarness(func(b *brokenBroker) {
+		b.ackBatch = func(b *brokenBroker, ctx context.Context, ds []*driver.Delivery) []error {
+			var failed []error
+			for _, err := range b.Broker.Ack(ctx, ds) {
+				if err != nil {
+					failed = append(failed, err)
+				}
+			}
+			return failed
 		}
 	}),
 	// Fetch acks and drops what it cannot parse as a task: foreign bytes
@@ -302,7 +323,7 @@ var brokenBrokers = map[string]BrokerHarness{
 			var kept []*driver.Delivery
 			for _, d := range ds {
 				if _, derr := errand.DecodeSignature(d.Body); derr != nil {
-					b.Broker.Ack(ctx, d)
+					ack1(b.Broker, ctx, d)
 					continue
 				}
 				kept = append(kept, d)
@@ -384,11 +405,14 @@ var brokenBrokers = map[string]BrokerHarness{
 	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
 		b.ack = func(*brokenBroker, context.Context, *driver.Delivery) error { return nil }
 	}),
-	"inspect-misses-in-flight": brokenBrokerHarness(func(b *brokenBroker) {
-		b.inflight = func(*brokenBroker, context.Context, string) ([]errand.Message, error) { return nil, nil }
-	}),
-	"inspect-misses-delayed": brokenBrokerHarness(func(b *brokenBroker) {
-		b.delayed = func(*brokenBroker, context.Context, string) ([]errand.Message, error) { return nil, nil }
+	// Counts what is delivered as pending still.
+	"stats-misses-in-flight": brokenBrokerHarness(func(b *brokenBroker) {
+		b.stats = func(b *brokenBroker, ctx context.Context, q string) (driver.QueueStats, error) {
+			st, err := b.Broker.Stats(ctx, q)
+			st.Pending += st.InFlight
+			st.InFlight = 0
+			return st, err
+		}
 	}),
 	"purge-keeps-messages": brokenBrokerHarness(func(b *brokenBroker) {
 		b.purge = func(b *brokenBroker, ctx context.Context, q string) (int, error) {
@@ -419,10 +443,10 @@ var brokenBrokers = map[string]BrokerHarness{
 			return b.Broker.Fetch(ctx, "one-for-all", max, lease)
 		}
 	}),
-	// Implements inspection but does not declare it.
+	// Implements purging but does not declare it.
 	"undeclared-ability": func() BrokerHarness {
 		h := healthyBroker()
-		h.Caps.Inspect = false
+		h.Caps.Purge = false
 		return h
 	}(),
 }
@@ -446,7 +470,7 @@ type brokenBackend struct {
 	claim       func(b *brokenBackend, ctx context.Context, g, claimer string) (bool, error)
 	groupStates func(b *brokenBackend, ctx context.Context, g string) ([]*errand.TaskState, error)
 	initGroup   func(b *brokenBackend, ctx context.Context, g string, ids []string) error
-	setStates   func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error
+	setStates   func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error
 	waitState   func(b *brokenBackend, ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error)
 
 	mu      sync.Mutex
@@ -456,22 +480,21 @@ type brokenBackend struct {
 	expiry  time.Duration
 }
 
-func (b *brokenBackend) SetState(ctx context.Context, st *errand.TaskState) error {
-	if b.setState != nil {
-		return b.setState(b, ctx, st)
-	}
-	return b.Backend.SetState(ctx, st)
-}
-func (b *brokenBackend) SetStates(ctx context.Context, sts []*errand.TaskState) error {
+// SetStates writes the batch through the variant's setStates when it
+// breaks batches, or each state through its setState when it breaks
+// single states.
+func (b *brokenBackend) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	if b.setStates != nil {
 		return b.setStates(b, ctx, sts)
 	}
-	for _, st := range sts {
-		if err := b.SetState(ctx, st); err != nil {
-			return err
-		}
+	if b.setState == nil {
+		return b.Backend.SetStates(ctx, sts)
 	}
-	return nil
+	errs := make([]error, len(sts))
+	for i, st := range sts {
+		errs[i] = b.setState(b, ctx, st)
+	}
+	return errs
 }
 func (b *brokenBackend) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
 	if b.getState != nil {
@@ -643,7 +666,7 @@ var brokenBackends = map[string]BackendHarness{
 		b.setState = func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error {
 			st = st.Copy()
 			st.Results = nil
-			return b.Backend.SetState(ctx, st)
+			return set1(b.Backend, ctx, st)
 		}
 	}),
 	// Stores FAILURE as SUCCESS (an update that ignores the state field).
@@ -653,7 +676,7 @@ var brokenBackends = map[string]BackendHarness{
 				st = st.Copy()
 				st.State = errand.StateSuccess
 			}
-			return b.Backend.SetState(ctx, st)
+			return set1(b.Backend, ctx, st)
 		}
 	}),
 	// Stores a failure's text but not its kind (an encoding that misses
@@ -664,10 +687,7 @@ var brokenBackends = map[string]BackendHarness{
 			st.ErrorKind, st.ErrorDetail = "", ""
 			return st
 		}
-		b.setState = func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error {
-			return b.Backend.SetState(ctx, drop(st))
-		}
-		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error {
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error {
 			out := make([]*errand.TaskState, len(sts))
 			for i, st := range sts {
 				out[i] = drop(st)
@@ -675,10 +695,25 @@ var brokenBackends = map[string]BackendHarness{
 			return b.Backend.SetStates(ctx, out)
 		}
 	}),
-	// A batch write that loses its last state.
+	// A batch write that loses its last state (and answers for the
+	// others only).
 	"batch-drops-last": brokenBackendHarness(func(b *brokenBackend) {
-		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) error {
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error {
+			if len(sts) < 2 {
+				return b.Backend.SetStates(ctx, sts)
+			}
 			return b.Backend.SetStates(ctx, sts[:len(sts)-1])
+		}
+	}),
+	// Writes every state but answers one error for the call instead of
+	// one per state: a lone failure is reported for the whole batch.
+	"set-states-answers-once": brokenBackendHarness(func(b *brokenBackend) {
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error {
+			errs := b.Backend.SetStates(ctx, sts)
+			if len(sts) > 1 {
+				return []error{errors.Join(errs...)}
+			}
+			return errs
 		}
 	}),
 	// Waiters are never woken by writes.
@@ -730,10 +765,10 @@ var brokerTargets = map[string]string{
 	"Ctx/FetchCancel":              "fetch-ignores-ctx",
 	"Close/WakesFetch":             "close-leaves-fetch-blocked",
 	"Payload/Limit":                "carries-less-than-declared",
-	"Ack/Batch":                    "batch-ack-skips-last",
-	"Ack/Concurrent":               "ack-is-a-no-op",
+	"Ack/PerItem":                  "ack-fails-whole-batch",
+	"Ack/Concurrent":               "batch-ack-skips-last",
 	"BadMessage/SetAside":          "reject-requeues",
-	"Inspect/PendingDelayed":       "inspect-misses-delayed",
+	"Stats/Counts":                 "stats-misses-in-flight",
 	"Purge":                        "purge-keeps-messages",
 	"Archive/KeepsEntry":           "archive-loses-error",
 	"Archive/Retention":            "retention-ignored",
@@ -757,18 +792,18 @@ var brokerTargets = map[string]string{
 
 // moreBrokerTargets are second variants for cases with more than one promise.
 var moreBrokerTargets = map[string]string{
-	"Inspect/PendingDelayed": "inspect-misses-in-flight",
-	"PublishFetchAck":        "first-delivery-counted-twice",
-	"Release/Immediate":      "release-resets-count",
-	"Capabilities":           "undeclared-archive",
-	"Archive/Retention":      "retention-ignores-age",
-	"Archive/KeepsEntry":     "archive-empty-message-loses-body",
-	"List/ByState":           "completed-oldest-first",
-	"Heartbeat/TTL":          "unbeat-is-a-no-op",
-	"Unique/Lock":            "lock-never-expires",
-	"RateLimit/Bucket":       "no-limit",
-	"Schedule/Store":         "delete-keeps-schedule",
-	"Schedule/ClaimOnce":     "claim-accepts-older",
+	"Ack/PerItem":        "ack-answers-failures-only",
+	"PublishFetchAck":    "first-delivery-counted-twice",
+	"Release/Immediate":  "release-resets-count",
+	"Capabilities":       "undeclared-archive",
+	"Archive/Retention":  "retention-ignores-age",
+	"Archive/KeepsEntry": "archive-empty-message-loses-body",
+	"List/ByState":       "completed-oldest-first",
+	"Heartbeat/TTL":      "unbeat-is-a-no-op",
+	"Unique/Lock":        "lock-never-expires",
+	"RateLimit/Bucket":   "no-limit",
+	"Schedule/Store":     "delete-keeps-schedule",
+	"Schedule/ClaimOnce": "claim-accepts-older",
 }
 
 var backendTargets = map[string]string{
@@ -788,6 +823,7 @@ var backendTargets = map[string]string{
 
 var moreBackendTargets = map[string]string{
 	"State/RoundTrip": "drops-error-kind",
+	"State/Batch":     "set-states-answers-once",
 	"Chord/ClaimOnce": "claimer-cannot-reclaim",
 	"Capabilities":    "durable-and-lossy",
 }

@@ -50,7 +50,7 @@ type SilentHarness struct {
 // the driver's CallTimeout plus Slack), all at the same time. Opening a
 // driver by URL is checked the same way. Broker calls: Publish, Fetch (with
 // a deadline only: without one it waits for messages by contract), Ack,
-// Release, Extend, Reject; backend calls: SetState, GetState, InitGroup,
+// Release, Extend, Reject; backend calls: SetStates, GetState, InitGroup,
 // CompleteGroupMember, ClaimChord, GroupStates.
 func RunSilentServer(t *testing.T, h SilentHarness) {
 	t.Run("SilentServer/EveryCallBounded", func(t *testing.T) {
@@ -121,7 +121,7 @@ func silentCalls(t testing.TB, h SilentHarness) {
 			_, err := b.Fetch(ctx, q, 1, time.Minute)
 			return err
 		}})
-		both("Broker.Ack", func(ctx context.Context) error { return b.Ack(ctx, ds[0]) })
+		both("Broker.Ack", func(ctx context.Context) error { return ackOne(ctx, b, ds[0]) })
 		both("Broker.Release", func(ctx context.Context) error { return b.Release(ctx, ds[1], time.Time{}) })
 		both("Broker.Extend", func(ctx context.Context) error { return b.Extend(ctx, ds[2], time.Minute) })
 		both("Broker.Reject", func(ctx context.Context) error { return b.Reject(ctx, ds[3], "silent server test") })
@@ -130,14 +130,14 @@ func silentCalls(t testing.TB, h SilentHarness) {
 	if h.Backend != nil {
 		bk := h.Backend(t, proxy.Addr())
 		task, group := name(t, "task"), name(t, "group")
-		if err := bk.SetState(ctx, &driver.TaskState{TaskUUID: task, TaskName: "silent", State: driver.StatePending, CreatedAt: time.Now()}); err != nil {
-			t.Fatalf("SetState before the server went silent: %v", err)
+		if err := setOne(ctx, bk, &driver.TaskState{TaskUUID: task, TaskName: "silent", State: driver.StatePending, CreatedAt: time.Now()}); err != nil {
+			t.Fatalf("SetStates before the server went silent: %v", err)
 		}
 		if err := bk.InitGroup(ctx, group, []string{task, task + "-2"}); err != nil {
 			t.Fatalf("InitGroup before the server went silent: %v", err)
 		}
-		both("Backend.SetState", func(ctx context.Context) error {
-			return bk.SetState(ctx, &driver.TaskState{TaskUUID: task, TaskName: "silent", State: driver.StateStarted, CreatedAt: time.Now()})
+		both("Backend.SetStates", func(ctx context.Context) error {
+			return setOne(ctx, bk, &driver.TaskState{TaskUUID: task, TaskName: "silent", State: driver.StateStarted, CreatedAt: time.Now()})
 		})
 		both("Backend.GetState", func(ctx context.Context) error { _, err := bk.GetState(ctx, task); return err })
 		both("Backend.InitGroup", func(ctx context.Context) error { return bk.InitGroup(ctx, group+"-b", []string{task}) })

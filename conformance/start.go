@@ -110,12 +110,12 @@ func startTable(t testing.TB, h BackendHarness) {
 		id := name(t, fmt.Sprint("task", i))
 		c.seed(id, r)
 		req := startRequest(id, r, time.Now().UTC().Truncate(time.Millisecond))
-		res, err := s.Start(c.ctx, []driver.StartRequest{req})
-		if err != nil {
-			t.Fatalf("Start (%s): %v", r.what, err)
-		}
+		res := s.Start(c.ctx, []driver.StartRequest{req})
 		if len(res) != 1 {
-			t.Fatalf("start promise broken: %d results for 1 request", len(res))
+			t.Fatalf("batch convention promise broken: %d results for 1 request; Start answers exactly one per request", len(res))
+		}
+		if res[0].Err != nil {
+			t.Fatalf("Start (%s): %v", r.what, res[0].Err)
 		}
 		c.checkStart(id, r, req, res[0])
 	}
@@ -137,14 +137,14 @@ func startBatch(t testing.TB, h BackendHarness) {
 		c.seed(ids[i], r)
 		reqs[i] = startRequest(ids[i], r, created)
 	}
-	res, err := s.Start(c.ctx, reqs)
-	if err != nil {
-		t.Fatalf("Start of a batch of %d: %v", len(reqs), err)
-	}
+	res := s.Start(c.ctx, reqs)
 	if len(res) != len(reqs) {
-		t.Fatalf("start promise broken: %d results for %d requests; want one per request, in order", len(res), len(reqs))
+		t.Fatalf("batch convention promise broken: %d results for %d requests; want one per request, in order", len(res), len(reqs))
 	}
 	for i, r := range rows {
+		if res[i].Err != nil {
+			t.Fatalf("Start of a batch of %d: request %d (%s): %v", len(reqs), i, r.what, res[i].Err)
+		}
 		c.checkStart(ids[i], r, reqs[i], res[i])
 	}
 }
@@ -169,9 +169,9 @@ func startConcurrent(t testing.TB, h BackendHarness) {
 		for range k {
 			wg.Go(func() {
 				<-begin
-				res, err := s.Start(c.ctx, []driver.StartRequest{req})
-				if err != nil || len(res) != 1 {
-					t.Errorf("Start: %v, %d results", err, len(res))
+				res := s.Start(c.ctx, []driver.StartRequest{req})
+				if len(res) != 1 || res[0].Err != nil {
+					t.Errorf("Start: %d results %+v; want one, without an error", len(res), res)
 					return
 				}
 				mu.Lock()
@@ -213,8 +213,14 @@ func pendingIfAbsent(t testing.TB, h BackendHarness) {
 		fresh = append(fresh, id)
 		sts = append(sts, &errand.TaskState{TaskUUID: id, TaskName: startName, State: errand.StatePending, Attempt: 1, CreatedAt: time.Now()})
 	}
-	if err := pw.SetPendingIfAbsent(c.ctx, sts); err != nil {
-		t.Fatalf("SetPendingIfAbsent: %v", err)
+	errs, err := checkAnswer("SetPendingIfAbsent", len(sts), pw.SetPendingIfAbsent(c.ctx, sts))
+	if err != nil {
+		t.Fatalf("batch convention promise broken: %v", err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("SetPendingIfAbsent: state %d (%s): %v; leaving a task that has a state is a success", i, sts[i].TaskUUID, err)
+		}
 	}
 	for i, s := range existing {
 		got, err := c.b.GetState(c.ctx, sts[i].TaskUUID)
@@ -237,23 +243,20 @@ func pendingIfAbsent(t testing.TB, h BackendHarness) {
 type recStarter struct{ r *recorder }
 
 // Start records RECEIVED and STARTED for each request the backend wrote.
-func (s recStarter) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+func (s recStarter) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	s.r.mu.Lock()
 	s.r.wrote("Start")
 	s.r.mu.Unlock()
-	res, err := s.r.Backend.(driver.Starter).Start(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
+	res := s.r.Backend.(driver.Starter).Start(ctx, reqs)
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	for i, x := range res {
-		if i < len(reqs) && x.Written {
+		if i < len(reqs) && x.Err == nil && x.Written {
 			id := reqs[i].Started.TaskUUID
 			s.r.paths[id] = append(s.r.paths[id], reqs[i].Received.State, reqs[i].Started.State)
 		}
 	}
-	return res, nil
+	return res
 }
 
 type recPending struct{ r *recorder }
@@ -261,7 +264,7 @@ type recPending struct{ r *recorder }
 // SetPendingIfAbsent records PENDING first in each task's path: written,
 // it came before every other state; dropped (a worker recorded the task
 // first), it still stood for the send, which came before them all.
-func (p recPending) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) error {
+func (p recPending) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskState) []error {
 	p.r.mu.Lock()
 	p.r.wrote("SetPendingIfAbsent")
 	p.r.recordPending(sts)

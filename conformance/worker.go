@@ -74,7 +74,7 @@ type recorder struct {
 	errand.Backend
 	mu     sync.Mutex
 	paths  map[string][]errand.State
-	writes map[string]int // calls of SetState, SetStates, Start, SetPendingIfAbsent
+	writes map[string]int // calls of SetStates, Start, SetPendingIfAbsent
 }
 
 // wrote counts a call of method; r.mu must be held.
@@ -106,48 +106,37 @@ func (r *recorder) checkPaths(t testing.TB) {
 	})
 }
 
-// SetState records the state before writing it, so a waiter woken by the
-// write always finds it recorded; a failed write is taken back.
-func (r *recorder) SetState(ctx context.Context, st *errand.TaskState) error {
-	r.mu.Lock()
-	r.wrote("SetState")
-	r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
-	r.mu.Unlock()
-	err := r.Backend.SetState(ctx, st)
-	if err != nil {
-		r.mu.Lock()
-		p := r.paths[st.TaskUUID]
-		for i := len(p) - 1; i >= 0; i-- {
-			if p[i] == st.State {
-				r.paths[st.TaskUUID] = append(p[:i:i], p[i+1:]...)
-				break
-			}
-		}
-		r.mu.Unlock()
-	}
-	return err
-}
-
-// SetStates records and writes sts in order, batched where the wrapped
-// backend batches, so the kit drives the same path errand takes in
-// production.
-func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) error {
-	sb, ok := r.Backend.(driver.StateBatcher)
-	if !ok {
-		for _, st := range sts {
-			if err := r.SetState(ctx, st); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+// SetStates records the states before writing them, so a waiter woken by
+// a write always finds it recorded, and takes back each state whose write
+// failed. It writes in one call of the wrapped backend, so the kit drives
+// the path errand takes in production.
+func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	r.mu.Lock()
 	r.wrote("SetStates")
 	for _, st := range sts {
 		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
 	}
 	r.mu.Unlock()
-	return sb.SetStates(ctx, sts)
+	errs := r.Backend.SetStates(ctx, sts)
+	if len(errs) != len(sts) {
+		return errs
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(sts) - 1; i >= 0; i-- {
+		if errs[i] == nil {
+			continue
+		}
+		st := sts[i]
+		p := r.paths[st.TaskUUID]
+		for j := len(p) - 1; j >= 0; j-- {
+			if p[j] == st.State {
+				r.paths[st.TaskUUID] = append(p[:j:j], p[j+1:]...)
+				break
+			}
+		}
+	}
+	return errs
 }
 
 func (r *recorder) path(id string) []errand.State {
@@ -632,7 +621,7 @@ func chordStrays(t testing.TB, p workerPair) {
 	for i := range strays {
 		s := errand.NewSignature("stray")
 		s.RoutingKey, s.GroupUUID, s.GroupTaskCount, s.ChordCallback = c.queue, g.GroupUUID, 3, ch.Callback.Copy()
-		if err := c.rec.SetState(c.ctx, &errand.TaskState{TaskUUID: s.UUID, TaskName: s.Name, State: errand.StatePending, CreatedAt: time.Now().UTC()}); err != nil {
+		if err := setOne(c.ctx, c.rec, &errand.TaskState{TaskUUID: s.UUID, TaskName: s.Name, State: errand.StatePending, CreatedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
 		body, err := errand.EncodeSignature(s)
@@ -745,16 +734,16 @@ func failureUnknown(t testing.TB, p workerPair) {
 	c.deadLetter(sig.UUID, "unknown task", "unknown task")
 }
 
-// deadLetter waits, on a broker that lists dead letters, for message id
-// among them with a reason containing want.
+// deadLetter waits, on a broker that keeps an archive, for message id
+// among its entries with a reason containing want.
 func (c *wcase) deadLetter(id, want, promise string) {
 	c.t.Helper()
-	if !c.caps.DeadLetters {
+	if !c.caps.Archive {
 		return
 	}
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for {
-		dl, err := deadLetters(c.ctx, c.broker, c.queue)
+		dl, err := setAsideOf(c.ctx, c.broker, c.queue)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -872,12 +861,12 @@ func badMessageWorker(t testing.TB, p workerPair) {
 	if err := c.send(errand.NewSignature("ok")).GetInto(c.ctx, &s); err != nil || s != "alive" {
 		t.Fatalf("bad input promise broken: worker did not go on after a malformed message: %v", err)
 	}
-	if !p.broker.Caps.DeadLetters {
+	if !p.broker.Caps.Archive {
 		return
 	}
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for {
-		dl, err := deadLetters(c.ctx, c.broker, c.queue)
+		dl, err := setAsideOf(c.ctx, c.broker, c.queue)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1030,9 +1019,9 @@ func foreignBytes(t testing.TB, p workerPair) {
 		}
 		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
 	}
-	if c.caps.DeadLetters {
+	if c.caps.Archive {
 		for {
-			dl, err := deadLetters(c.ctx, c.broker, c.queue)
+			dl, err := setAsideOf(c.ctx, c.broker, c.queue)
 			if err != nil {
 				t.Fatal(err)
 			}

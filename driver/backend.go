@@ -16,9 +16,17 @@ import (
 // ErrClosed itself); a driver value shared by several Servers may still be
 // called after Close and must then return an error, never panic or block.
 type Backend interface {
-	// SetState stores st as the task's current state, replacing the
-	// previous one, and restarts its result expiry.
-	SetState(ctx context.Context, st *TaskState) error
+	// SetStates stores each of sts as its task's current state, replacing
+	// the previous one, and restarts its result expiry, under the batch
+	// error convention (see the package doc's "Batch calls"). A batch may
+	// hold the states of many tasks (errand joins the writes of concurrent
+	// worker slots, up to 64 a call) and several states of one task (its
+	// RECEIVED then STARTED, or a group's PENDING states), which are stored
+	// in order, so the task's last state of the batch is its current one.
+	// Each state is written on its own: the batch need not be atomic, and
+	// one state the backend refuses (a result it cannot encode) fails that
+	// state alone.
+	SetStates(ctx context.Context, sts []*TaskState) []error
 
 	// GetState returns the task's current state, or ErrTaskNotFound when the
 	// ID is unknown or its result has expired.
@@ -65,17 +73,6 @@ type StateWaiter interface {
 	WaitState(ctx context.Context, taskUUID string, done func(*TaskState) bool) (*TaskState, error)
 }
 
-// StateBatcher is implemented by backends that can write many states in
-// one round trip (a pipeline). The server uses it for the PENDING states of a
-// group or chord, and to write the states of concurrent callers (the
-// SUCCESS of many worker slots) in one call: a batch may hold states of
-// many tasks, each to be stored as SetState would. An error fails the
-// batch; errand then writes its states again one by one, to tell whose
-// write failed.
-type StateBatcher interface {
-	SetStates(ctx context.Context, sts []*TaskState) error
-}
-
 // Expirer is implemented by backends whose results expire. ResultExpiry is
 // the configured time a result is kept after its last write.
 type Expirer interface {
@@ -90,12 +87,14 @@ type Expirer interface {
 //
 // Start handles a batch: errand may gather the requests of many worker
 // slots into one call. Requests are independent (each its own task; a
-// batch may hold the same UUID twice only if errand is broken), results
-// come back in request order, one per request, and each request is atomic
-// on its own: a batch need not be, so a backend may group a batch by
-// server, shard or slot, or run one script per request in one pipeline.
-// An error means nothing can be said about any request of the batch: each
-// may or may not have been written.
+// batch may hold the same UUID twice only if errand is broken), and each
+// request is atomic on its own: a batch need not be, so a backend may
+// group a batch by server, shard or slot, or run one script per request
+// in one pipeline. Start always returns one result per request, in
+// request order; a request that failed has Err set, and nothing can be
+// said about it (it may or may not have been written). A call that fails
+// as a whole sets the same Err on every result (see the package doc's
+// "Batch calls").
 //
 // Each request is decided from the task's previous state prev (nil when
 // the task has none, or its result has expired) by this table, top row
@@ -113,7 +112,7 @@ type Expirer interface {
 // ([StartRequest.Allows] is the table as code.) When it writes, Received
 // then Started are stored as the task's state, each with prev's CreatedAt
 // when prev exists (their own otherwise), restarting its result expiry as
-// SetState does; a backend that keeps only the current state may store
+// SetStates does; a backend that keeps only the current state may store
 // Started alone, since nobody can read RECEIVED between two writes of one
 // atomic step. When it does not write, nothing changes. Either way the
 // result carries prev as it was before the call, so the worker decides
@@ -124,7 +123,7 @@ type Expirer interface {
 // one first attempt (the same request twice) cannot both see the task
 // without a state: at most one of them finds prev nil.
 type Starter interface {
-	Start(ctx context.Context, reqs []StartRequest) ([]StartResult, error)
+	Start(ctx context.Context, reqs []StartRequest) []StartResult
 }
 
 // StartRequest asks a Starter to begin one attempt of a task.
@@ -145,6 +144,19 @@ type StartResult struct {
 	Prev *TaskState
 	// Written: Received and Started were stored.
 	Written bool
+	// Err, when not nil, says the request failed: Prev and Written then
+	// mean nothing, and the request may or may not have been written.
+	Err error
+}
+
+// StartFailed returns n results that each carry err: the answer of a
+// Start call that failed as a whole.
+func StartFailed(n int, err error) []StartResult {
+	res := make([]StartResult, n)
+	for i := range res {
+		res[i].Err = err
+	}
+	return res
 }
 
 // Allows reports whether r may write its states over prev (nil: no state),
@@ -174,9 +186,11 @@ func (r StartRequest) Allows(prev *TaskState) bool {
 // STARTED before the PENDING lands, and the PENDING must not set it back.
 type PendingWriter interface {
 	// SetPendingIfAbsent writes each of sts (all PENDING) whose task has
-	// no state, restarting its result expiry as SetState does, and leaves
-	// every task that has one untouched. Each state is checked and written
-	// in one atomic step; the batch need not be one. A task whose state
-	// expired counts as having none.
-	SetPendingIfAbsent(ctx context.Context, sts []*TaskState) error
+	// no state, restarting its result expiry as SetStates does, and leaves
+	// every task that has one untouched, under the batch error convention
+	// (see the package doc's "Batch calls"): a task left untouched because
+	// it has a state succeeded. Each state is checked and written in one
+	// atomic step; the batch need not be one. A task whose state expired
+	// counts as having none.
+	SetPendingIfAbsent(ctx context.Context, sts []*TaskState) []error
 }

@@ -24,7 +24,7 @@ type Message struct {
 
 // Delivery is one message handed to a consumer under a lease. Until the lease
 // runs out no other consumer receives the message; a consumer settles it with
-// exactly one of Ack, Release or Reject.
+// exactly one of Ack, Release or Reject (or Archiver.Archive).
 type Delivery struct {
 	Message
 	// Attempt is the broker's count of deliveries of this message, 1 for the
@@ -37,8 +37,8 @@ type Delivery struct {
 
 // Broker moves encoded tasks from producers to consumers. It is a handful of
 // pull-based primitives; the fetch loop, concurrency, retries, lease
-// extension, payload checks and ack batching live in errand, never in a
-// driver.
+// extension, payload checks and the joining of concurrent acks into one
+// Ack call live in errand, never in a driver.
 //
 // All methods may be called concurrently. errand checks ctx before every
 // call and, within one Server, never calls a method after Close (it answers
@@ -64,9 +64,13 @@ type Broker interface {
 	// returns promptly (with any error) once Close is called.
 	Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*Delivery, error)
 
-	// Ack removes a delivered message for good. ErrLeaseLost if the lease ran
-	// out and the message may be with another consumer.
-	Ack(ctx context.Context, d *Delivery) error
+	// Ack removes delivered messages for good: ds, all from one queue
+	// (errand joins the acks of concurrent worker slots, up to
+	// Limits().MaxAckBatch a call), under the batch error convention (see
+	// the package doc's "Batch calls"). A delivery whose lease ran out, and
+	// which may be with another consumer, fails with ErrLeaseLost alone;
+	// the others are acked.
+	Ack(ctx context.Context, ds []*Delivery) []error
 
 	// Release gives a delivered message back to its queue, to be delivered
 	// again no earlier than notBefore (zero: at once).
@@ -76,8 +80,10 @@ type Broker interface {
 	Extend(ctx context.Context, d *Delivery, lease time.Duration) error
 
 	// Reject sets a delivered message aside for good (a dead-letter queue or
-	// list), with a reason, so it is never delivered again. errand rejects
-	// messages it cannot decode.
+	// list), with a reason, so it is never delivered again. A broker that is
+	// an Archiver keeps it in its queue's archive, with reason as its
+	// Reason. errand rejects messages it cannot decode (and archives them
+	// instead on an Archiver).
 	Reject(ctx context.Context, d *Delivery, reason string) error
 
 	// Close releases the broker's resources and makes blocked Fetch calls
@@ -85,52 +91,16 @@ type Broker interface {
 	Close() error
 }
 
-// BatchAcker is implemented by brokers whose service acks many deliveries
-// in one call (SQS DeleteMessageBatch). errand then acks through it: an ack
-// is sent at once when fewer than four AckBatch calls of its queue are in
-// flight, and otherwise joins the next call, which carries every ack that
-// queued meanwhile (up to Limits().MaxAckBatch). A lone ack never waits;
-// under load, batches form by themselves.
-type BatchAcker interface {
-	// AckBatch acks ds, which all come from the same queue, and returns one
-	// error per delivery, in order (nil where the ack succeeded). It may be
-	// called concurrently.
-	AckBatch(ctx context.Context, ds []*Delivery) []error
-}
-
 // Limits are a broker's declared bounds. Zero means no limit.
 type Limits struct {
 	MaxPayload  int           // largest message Body in bytes
 	MaxDelay    time.Duration // the service's native maximum delay (longer ETAs are still honoured)
-	MaxAckBatch int           // most deliveries one BatchAcker.AckBatch call takes (0: no limit)
+	MaxAckBatch int           // most deliveries errand passes to one Ack call (0: no limit)
 }
 
 // Limiter is implemented by brokers with a maximum payload or delay.
 type Limiter interface {
 	Limits() Limits
-}
-
-// Inspector is implemented by brokers that can list what a queue holds.
-type Inspector interface {
-	// Pending returns messages of queue that are due but not delivered.
-	Pending(ctx context.Context, queue string) ([]Message, error)
-	// Delayed returns messages of queue that are not due yet.
-	Delayed(ctx context.Context, queue string) ([]Message, error)
-	// InFlight returns messages of queue delivered and still leased.
-	InFlight(ctx context.Context, queue string) ([]Message, error)
-}
-
-// DeadLetter is a message set aside by Reject.
-type DeadLetter struct {
-	Message
-	Reason string
-	At     time.Time
-}
-
-// DeadLetterInspector is implemented by brokers that can list rejected
-// messages.
-type DeadLetterInspector interface {
-	DeadLetters(ctx context.Context, queue string) ([]DeadLetter, error)
 }
 
 // Purger is implemented by brokers that can drop every pending and delayed

@@ -2,7 +2,8 @@
 // implement, and the few helpers they share. Applications never import it:
 // they use the root package errand, which wraps every driver in a portable
 // layer that owns what drivers would otherwise each repeat (closed and ctx
-// checks, payload limits, ack batching, redaction of secrets in errors).
+// checks, payload limits, joining concurrent acks, starts and state writes
+// into batch calls, redaction of secrets in errors).
 //
 // # Brokers
 //
@@ -10,15 +11,54 @@
 // Fetch under a lease, Ack, Release (optionally not before a time), Extend
 // and Reject. The worker loop, retries and workflows are errand's.
 // Abilities a service may lack are small optional interfaces, never methods
-// that fail: [Limiter], [Inspector], [DeadLetterInspector], [Purger],
-// [StatsReporter] and [BatchAcker]; flow control on the broker's server,
-// [Uniquer] (unique tasks) and [RateLimiter] (per-task rate limits).
+// that fail; errand discovers each once, when it wraps the driver:
+//
+//   - [Limiter]: the largest payload, delay and ack batch the broker takes;
+//   - [StatsReporter]: counts of a queue (pending, delayed, in flight, dead);
+//   - [Purger]: drops every pending and delayed message of a queue;
+//   - [QueueLister]: names every queue published to;
+//   - [Lister]: lists a queue by state, a page at a time;
+//   - [Finder]: finds one message of a queue by its ID;
+//   - [Archiver]: keeps what failed for good, and requeues or deletes it;
+//   - [Pauser]: pauses a queue for every consumer;
+//   - [Heartbeater]: keeps the heartbeats of live workers;
+//   - [Uniquer]: holds the locks of unique tasks on the broker's server;
+//   - [RateLimiter]: keeps per-task rate limits on the broker's server;
+//   - [ScheduleStore]: keeps periodic schedules and claims their ticks;
+//   - [PendingCarrier]: records a backend's PENDING states in a publish's round trip.
 //
 // # Backends
 //
 // A [Backend] stores [TaskState]s and the workflow counters groups and
 // chords need. Its workflow primitives must be atomic on the server side.
-// Optional: [StateWaiter], [StateBatcher], [Expirer].
+// Optional, each discovered once like a broker's:
+//
+//   - [StateWaiter]: wakes a waiter when a task's state changes;
+//   - [Expirer]: reports how long results are kept;
+//   - [Starter]: reads a task's state and begins its attempt in one step;
+//   - [PendingWriter]: writes PENDING only where a task has no state.
+//
+// # Batch calls
+//
+// Settlement is batch-shaped: [Broker.Ack], [Backend.SetStates],
+// [Starter.Start] and [PendingWriter.SetPendingIfAbsent] each take a batch
+// (errand joins the calls of concurrent worker slots) and answer for each
+// item on its own, by one convention:
+//
+//   - the items are independent: each succeeds or fails on its own, and the
+//     batch need not be atomic;
+//   - a call answers nil when every item succeeded, or else exactly one
+//     error per item, in order, nil where that item succeeded (a slice of
+//     all nils is the same answer as nil);
+//   - a call that fails as a whole (the connection broke, ctx ended)
+//     answers the same error for every item: [BatchErrors](len(items), err);
+//   - Start, whose answers carry data, always returns one [StartResult] per
+//     request, with the error in its Err field ([StartFailed] for a call
+//     that failed as a whole).
+//
+// errand checks every answer: one of another length is the driver's bug,
+// and fails every item of the call with an error saying so. The
+// conformance kit checks the convention on every driver.
 //
 // # Opening by URL
 //

@@ -148,9 +148,9 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 					t.Cleanup(func() { b.Close() })
 					return b
 				},
-				Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true,
+				Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
 					Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-					Unique: true, RateLimit: true, BatchAck: true, CarryPending: true},
+					Unique: true, RateLimit: true, CarryPending: true},
 				Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 				PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
 					t.Helper()

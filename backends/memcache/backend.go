@@ -132,8 +132,24 @@ func (b *Backend) item(key string, v []byte, exp time.Duration) (*memcache.Item,
 	return &memcache.Item{Key: key, Value: v, Expiration: seconds(exp)}, nil
 }
 
-// SetState writes st as one item.
-func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
+// SetStates writes each state as one item, one after the other, in
+// order; a state whose write fails (one over the item size limit) fails
+// alone.
+func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
+	var errs []error
+	for i, st := range sts {
+		if err := b.setState(ctx, st); err != nil {
+			if errs == nil {
+				errs = make([]error, len(sts))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// setState writes st as one item.
+func (b *Backend) setState(ctx context.Context, st *driver.TaskState) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package memcachebackend_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -53,9 +54,9 @@ func TestOversizedStateFailsClearly(t *testing.T) {
 	b := memcachebackend.New(client(t), &memcachebackend.Options{Prefix: "errand-test"})
 	st := &errand.TaskState{TaskUUID: rand.Text(), State: errand.StateSuccess,
 		Results: []errand.Result{{Type: "string", Value: []byte(`"` + strings.Repeat("x", 2<<20) + `"`)}}}
-	err := b.SetState(context.Background(), st)
+	err := errors.Join(b.SetStates(context.Background(), []*errand.TaskState{st})...)
 	if err == nil || !strings.Contains(err.Error(), "item size limit") {
-		t.Fatalf("SetState of a 2 MiB state = %v, want a clear size error", err)
+		t.Fatalf("SetStates of a 2 MiB state = %v, want a clear size error", err)
 	}
 }
 

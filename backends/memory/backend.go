@@ -43,7 +43,6 @@ var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.StateWaiter   = (*Backend)(nil)
 	_ driver.Expirer       = (*Backend)(nil)
-	_ driver.StateBatcher  = (*Backend)(nil)
 	_ driver.Starter       = (*Backend)(nil)
 	_ driver.PendingWriter = (*Backend)(nil)
 )
@@ -74,17 +73,6 @@ func New(opts *Options) *Backend {
 
 // ResultExpiry returns the configured result expiry.
 func (b *Backend) ResultExpiry() time.Duration { return b.opts.ResultExpiry }
-
-// SetState stores a copy of st.
-func (b *Backend) SetState(_ context.Context, st *driver.TaskState) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return driver.ErrClosed
-	}
-	b.set(st, time.Now())
-	return nil
-}
 
 // set stores a copy of st and wakes the task's waiters; b.mu must be held.
 func (b *Backend) set(st *driver.TaskState, now time.Time) {
@@ -118,11 +106,11 @@ func (b *Backend) sweepEvery() time.Duration {
 
 // Start begins each request's attempt if its task's previous state allows
 // it (see driver.Starter), all under one lock.
-func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, driver.ErrClosed
+		return driver.StartFailed(len(reqs), driver.ErrClosed)
 	}
 	now := time.Now()
 	out := make([]driver.StartResult, len(reqs))
@@ -144,18 +132,18 @@ func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) ([]driver
 		b.keep(started, now)
 		out[i].Written = true
 	}
-	return out, nil
+	return out
 }
 
 // SetPendingIfAbsent stores a copy of each state whose task has none (or
 // an expired one), under one lock.
-func (b *Backend) SetPendingIfAbsent(_ context.Context, sts []*driver.TaskState) error {
-	return b.setStates(sts, true)
+func (b *Backend) SetPendingIfAbsent(_ context.Context, sts []*driver.TaskState) []error {
+	return driver.BatchErrors(len(sts), b.setStates(sts, true))
 }
 
-// SetStates stores copies of sts under one lock.
-func (b *Backend) SetStates(_ context.Context, sts []*driver.TaskState) error {
-	return b.setStates(sts, false)
+// SetStates stores copies of sts, in order, under one lock.
+func (b *Backend) SetStates(_ context.Context, sts []*driver.TaskState) []error {
+	return driver.BatchErrors(len(sts), b.setStates(sts, false))
 }
 
 // setStates stores copies of sts under one lock; when ifAbsent, only those

@@ -17,7 +17,7 @@ func TestExpiryAndWait(t *testing.T) {
 	b := memorybackend.New(&memorybackend.Options{ResultExpiry: 30 * time.Millisecond})
 	defer b.Close()
 	ctx := context.Background()
-	b.SetState(ctx, &errand.TaskState{TaskUUID: "t", State: errand.StateStarted})
+	b.SetStates(ctx, []*errand.TaskState{{TaskUUID: "t", State: errand.StateStarted}})
 	// A waiter on a task that never finishes learns of its expiry instead of hanging.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -239,11 +239,26 @@ func live(now time.Time) bson.E {
 	return bson.E{Key: "expires_at", Value: bson.D{{Key: "$gt", Value: now}}}
 }
 
-// SetState replaces the task's document (upsert).
-func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
+// SetStates replaces each state's task document (upsert), one state after
+// the other, in order; a state whose write fails fails alone.
+func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	if err := b.check(); err != nil {
-		return err
+		return driver.BatchErrors(len(sts), err)
 	}
+	var errs []error
+	for i, st := range sts {
+		if err := b.setState(ctx, st); err != nil {
+			if errs == nil {
+				errs = make([]error, len(sts))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// setState replaces the task's document (upsert).
+func (b *Backend) setState(ctx context.Context, st *driver.TaskState) error {
 	cctx, cancel := b.bound(ctx)
 	defer cancel()
 	doc := toDoc(st, time.Now().Add(b.opts.ResultExpiry))

@@ -3,6 +3,7 @@ package mongobackend_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatalf("result_expiry=1m gave %v", e)
 	}
 	id := rand.Text()
-	if err := b.SetState(context.Background(), &errand.TaskState{TaskUUID: id, State: errand.StatePending}); err != nil {
+	if err := errors.Join(b.SetStates(context.Background(), []*errand.TaskState{{TaskUUID: id, State: errand.StatePending}})...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := errand.OpenBackend(context.Background(), "mongodb://u:hunter2@127.0.0.1:1/?serverSelectionTimeoutMS=200"); err == nil || strings.Contains(err.Error(), "hunter2") {

@@ -53,9 +53,8 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend      = (*Backend)(nil)
-	_ driver.Expirer      = (*Backend)(nil)
-	_ driver.StateBatcher = (*Backend)(nil)
+	_ driver.Backend = (*Backend)(nil)
+	_ driver.Expirer = (*Backend)(nil)
 )
 
 // New returns a backend on rdb. opts may be nil.
@@ -148,33 +147,58 @@ func (b *Backend) err(ctx context.Context, err error) error {
 	return fmt.Errorf("redis backend: %w", err)
 }
 
-// SetState writes st with one SET ... PX.
-func (b *Backend) SetState(ctx context.Context, st *driver.TaskState) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	v, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
-	}
-	return b.err(ctx, b.rdb.Set(ctx, b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry).Err())
-}
-
-// SetStates writes many states in one pipeline.
-func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) error {
+// SetStates writes sts with one SET ... PX each, in order, one alone and
+// many in one pipeline (split per node on a cluster). A state that cannot
+// be encoded, or whose command fails, fails alone.
+func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	return b.setStates(ctx, sts, false)
 }
 
-// setStates writes sts in one pipeline, with SET ... PX, or with SET ... NX
-// PX (leaving a state already there) when nx.
-func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx bool) error {
+// setStates writes sts, with SET ... PX, or with SET ... NX PX (leaving a
+// state already there) when nx: one alone, many in one pipeline. It
+// answers one error per state, or nil when every one succeeded.
+func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx bool) []error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	pipe := b.rdb.Pipeline()
-	if err := b.queueStates(ctx, pipe, sts, nx); err != nil {
-		return err
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(sts))
+		}
+		errs[i] = err
 	}
-	_, err := pipe.Exec(ctx)
-	return b.err(ctx, err)
+	if len(sts) == 1 && !nx {
+		v, err := json.Marshal(sts[0])
+		if err != nil {
+			return []error{fmt.Errorf("redis backend: encode state of %s: %w", sts[0].TaskUUID, err)}
+		}
+		if err := b.rdb.Set(ctx, b.taskKey(sts[0].TaskUUID), v, b.opts.ResultExpiry).Err(); err != nil {
+			return []error{b.err(ctx, err)}
+		}
+		return nil
+	}
+	pipe := b.rdb.Pipeline()
+	var queued []int // the index in sts of each command queued
+	for i := range sts {
+		if err := b.queueStates(ctx, pipe, sts[i:i+1], nx); err != nil {
+			fail(i, err)
+			continue
+		}
+		queued = append(queued, i)
+	}
+	if len(queued) == 0 {
+		return errs
+	}
+	cmds, _ := pipe.Exec(ctx) // errors are read per command below
+	if len(cmds) != len(queued) {
+		return driver.BatchErrors(len(sts), b.err(ctx, fmt.Errorf("pipeline answered %d replies for %d commands", len(cmds), len(queued))))
+	}
+	for j, c := range cmds {
+		if err := c.Err(); err != nil && err != goredis.Nil {
+			fail(queued[j], b.err(ctx, err))
+		}
+	}
+	return errs
 }
 
 // queueStates queues on pipe one SET ... PX per state (SET ... NX PX when

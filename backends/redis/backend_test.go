@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatalf("result_expiry=1m gave %v", e)
 	}
 	id := rand.Text()
-	if err := b.SetState(ctx, &errand.TaskState{TaskUUID: id, State: errand.StatePending}); err != nil {
+	if err := errors.Join(b.SetStates(ctx, []*errand.TaskState{{TaskUUID: id, State: errand.StatePending}})...); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := b.GetState(ctx, id); err != nil || st.State != errand.StatePending {

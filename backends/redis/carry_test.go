@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestQueuePendingIfAbsent(t *testing.T) {
 				t.Fatalf("Client() is not the client the backend was made with")
 			}
 			started := &errand.TaskState{TaskUUID: rand.Text(), TaskName: "t", State: errand.StateStarted, Attempt: 1, CreatedAt: time.Now()}
-			if err := b.SetState(ctx, started); err != nil {
+			if err := errors.Join(b.SetStates(ctx, []*errand.TaskState{started})...); err != nil {
 				t.Fatal(err)
 			}
 			fresh := &errand.TaskState{TaskUUID: rand.Text(), TaskName: "t", State: errand.StatePending, CreatedAt: time.Now()}

@@ -50,8 +50,9 @@
 //
 // Result waiters poll with backoff (errand's default); the backend does not
 // implement [driver.StateWaiter]. States errand writes together (the
-// PENDING states of a group or chord, a task's RECEIVED and STARTED) share
-// one pipeline ([driver.StateBatcher]).
+// PENDING states of a group or chord, a task's RECEIVED and STARTED, the
+// SUCCESS states of concurrent tasks) share one pipeline (SetStates), each
+// state answered on its own.
 //
 // # Logging
 //

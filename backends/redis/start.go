@@ -104,7 +104,7 @@ func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
 // per node holding the batch's keys on a cluster (each task key is its own
 // slot). A script the server does not have yet is loaded and the requests
 // that missed it run again.
-func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driver.StartResult, error) {
+func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	args := make([][]any, len(reqs))
@@ -112,7 +112,7 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driv
 	for i, r := range reqs {
 		a, err := b.startArgs(r)
 		if err != nil {
-			return nil, err
+			return driver.StartFailed(len(reqs), err)
 		}
 		args[i], keys[i] = a, b.startKeys(r.Started.TaskUUID)
 	}
@@ -135,25 +135,27 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) ([]driv
 	for i, c := range cmds {
 		r, err := c.Slice()
 		if err != nil {
-			return nil, b.err(ctx, err)
+			out[i].Err = b.err(ctx, err)
+			continue
 		}
 		if len(r) != 2 {
-			return nil, fmt.Errorf("redis backend: start %s: unexpected reply %v", reqs[i].Started.TaskUUID, r)
+			out[i].Err = fmt.Errorf("redis backend: start %s: unexpected reply %v", reqs[i].Started.TaskUUID, r)
+			continue
 		}
 		written, _ := r[0].(int64)
 		out[i].Written = written == startWritten
 		if raw, ok := r[1].(string); ok {
 			if out[i].Prev, err = decodeState(reqs[i].Started.TaskUUID, raw); err != nil {
-				return nil, err
+				out[i] = driver.StartResult{Err: err}
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // SetPendingIfAbsent writes each state with SET ... NX PX, all in one
 // pipeline (split per node on a cluster).
-func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) error {
+func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) []error {
 	return b.setStates(ctx, sts, true)
 }
 

@@ -30,11 +30,11 @@ func TestStartBatchAfterScriptFlush(t *testing.T) {
 				started.State = errand.StateStarted
 				reqs = append(reqs, driver.StartRequest{Received: st, Started: started, FirstDelivery: true})
 			}
-			res, err := b.Start(ctx, reqs)
-			if err != nil {
-				t.Fatalf("Start after SCRIPT FLUSH: %v", err)
-			}
+			res := b.Start(ctx, reqs)
 			for i, r := range res {
+				if r.Err != nil {
+					t.Fatalf("Start after SCRIPT FLUSH: request %d: %v", i, r.Err)
+				}
 				if !r.Written || r.Prev != nil {
 					t.Fatalf("request %d: %+v; want written over no state", i, r)
 				}

@@ -1,7 +1,6 @@
 package memorybroker
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -44,19 +43,16 @@ type Broker struct {
 }
 
 var (
-	_ driver.Broker              = (*Broker)(nil)
-	_ driver.Limiter             = (*Broker)(nil)
-	_ driver.Inspector           = (*Broker)(nil)
-	_ driver.Purger              = (*Broker)(nil)
-	_ driver.StatsReporter       = (*Broker)(nil)
-	_ driver.DeadLetterInspector = (*Broker)(nil)
-	_ driver.BatchAcker          = (*Broker)(nil)
-	_ driver.Archiver            = (*Broker)(nil)
-	_ driver.Lister              = (*Broker)(nil)
-	_ driver.Finder              = (*Broker)(nil)
-	_ driver.QueueLister         = (*Broker)(nil)
-	_ driver.Pauser              = (*Broker)(nil)
-	_ driver.Heartbeater         = (*Broker)(nil)
+	_ driver.Broker        = (*Broker)(nil)
+	_ driver.Limiter       = (*Broker)(nil)
+	_ driver.Purger        = (*Broker)(nil)
+	_ driver.StatsReporter = (*Broker)(nil)
+	_ driver.Archiver      = (*Broker)(nil)
+	_ driver.Lister        = (*Broker)(nil)
+	_ driver.Finder        = (*Broker)(nil)
+	_ driver.QueueLister   = (*Broker)(nil)
+	_ driver.Pauser        = (*Broker)(nil)
+	_ driver.Heartbeater   = (*Broker)(nil)
 )
 
 // New returns an empty broker. opts may be nil.
@@ -251,17 +247,26 @@ func (b *Broker) leased(d *driver.Delivery) (*queue, *entry, error) {
 	return q, e, nil
 }
 
-// Ack removes the delivered message and keeps it among the queue's
-// recently completed ones.
-func (b *Broker) Ack(_ context.Context, d *driver.Delivery) error {
+// Ack removes the delivered messages under one lock, and keeps each among
+// its queue's recently completed ones. A delivery whose lease ran out
+// fails alone, with driver.ErrLeaseLost.
+func (b *Broker) Ack(_ context.Context, ds []*driver.Delivery) []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q, e, err := b.leased(d)
-	if err != nil {
-		return err
+	var errs []error
+	now := time.Now()
+	for i, d := range ds {
+		q, e, err := b.leased(d)
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(ds))
+			}
+			errs[i] = err
+			continue
+		}
+		q.complete(e, now)
 	}
-	q.complete(e, time.Now())
-	return nil
+	return errs
 }
 
 // complete removes the in-flight e as acked at now; b.mu must be held.
@@ -273,23 +278,6 @@ func (q *queue) complete(e *entry, now time.Time) {
 		clear(q.completed[:over])
 		q.completed = q.completed[over:]
 	}
-}
-
-// AckBatch acks every delivery under one lock.
-func (b *Broker) AckBatch(_ context.Context, ds []*driver.Delivery) []error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	errs := make([]error, len(ds))
-	now := time.Now()
-	for i, d := range ds {
-		q, e, err := b.leased(d)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		q.complete(e, now)
-	}
-	return errs
 }
 
 // Release requeues the delivered message, due at notBefore.
@@ -368,59 +356,6 @@ func (b *Broker) inspect(queueName string, f func(q *queue) error) error {
 	q := b.queue(queueName)
 	q.promote(time.Now())
 	return f(q)
-}
-
-func messages(es []*entry) []driver.Message {
-	sorted := slices.Clone(es)
-	slices.SortFunc(sorted, func(a, b *entry) int { return a.due.Compare(b.due)*2 + cmp.Compare(a.seq, b.seq) })
-	out := make([]driver.Message, len(sorted))
-	for i, e := range sorted {
-		out[i] = e.msg
-	}
-	return out
-}
-
-// Pending lists the due, undelivered messages of queue.
-func (b *Broker) Pending(_ context.Context, queueName string) (out []driver.Message, err error) {
-	err = b.inspect(queueName, func(q *queue) error { out = messages(q.ready.es); return nil })
-	return out, err
-}
-
-// Delayed lists the messages of queue that are not due yet, earliest first.
-func (b *Broker) Delayed(_ context.Context, queueName string) (out []driver.Message, err error) {
-	err = b.inspect(queueName, func(q *queue) error { out = messages(q.delayed.es); return nil })
-	return out, err
-}
-
-// InFlight lists the leased messages of queue.
-func (b *Broker) InFlight(_ context.Context, queueName string) (out []driver.Message, err error) {
-	err = b.inspect(queueName, func(q *queue) error {
-		es := make([]*entry, 0, len(q.inflight))
-		for _, e := range q.inflight {
-			es = append(es, e)
-		}
-		out = messages(es)
-		return nil
-	})
-	return out, err
-}
-
-// DeadLetters lists the archive of queue (rejected and archived messages),
-// oldest first. A dead letter's Reason is the entry's Reason, followed by
-// its Error when that says more.
-func (b *Broker) DeadLetters(_ context.Context, queueName string) (out []driver.DeadLetter, err error) {
-	err = b.inspect(queueName, func(q *queue) error {
-		out = make([]driver.DeadLetter, len(q.archive))
-		for i, e := range q.archive {
-			reason := e.Reason
-			if e.Error != "" && e.Error != e.Reason {
-				reason += ": " + e.Error
-			}
-			out[i] = driver.DeadLetter{Message: e.Message, Reason: reason, At: e.At}
-		}
-		return nil
-	})
-	return out, err
 }
 
 // Purge drops the pending and delayed messages of queue.

@@ -40,7 +40,7 @@ func TestDelayNeverEarlyAndInETAOrder(t *testing.T) {
 			t.Fatalf("delay promise broken: %s delivered %v before its ETA", id, etas[id].Sub(got))
 		}
 		order += id
-		b.Ack(ctx, ds[0])
+		b.Ack(ctx, ds[:1])
 	}
 	if order != "abc" {
 		t.Fatalf("delivery order %q, want by ETA: abc", order)
@@ -63,8 +63,8 @@ func TestReleaseNotBeforeAndPriority(t *testing.T) {
 	if err := b.Release(ctx, ds[1], time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Ack(ctx, ds[0]); !errors.Is(err, driver.ErrLeaseLost) {
-		t.Fatalf("ack after release = %v, want ErrLeaseLost", err)
+	if errs := b.Ack(ctx, ds[:1]); len(errs) != 1 || !errors.Is(errs[0], driver.ErrLeaseLost) {
+		t.Fatalf("ack after release = %v, want [ErrLeaseLost]", errs)
 	}
 	d1, _ := b.Fetch(ctx, "q", 1, time.Minute)
 	d2, _ := b.Fetch(ctx, "q", 1, time.Minute)
@@ -76,24 +76,27 @@ func TestReleaseNotBeforeAndPriority(t *testing.T) {
 	}
 }
 
-func TestInspectPurgeStatsDeadLetters(t *testing.T) {
+func TestListPurgeStatsArchive(t *testing.T) {
 	b := memorybroker.New(nil)
 	defer b.Close()
 	ctx := context.Background()
 	b.Publish(ctx, msg("now1", time.Time{}), msg("now2", time.Time{}), msg("later", time.Now().Add(time.Hour)))
 	ds, _ := b.Fetch(ctx, "q", 1, time.Minute)
 	b.Reject(ctx, ds[0], "bad body")
-	pending, err := b.Pending(ctx, "q")
-	delayed, err2 := b.Delayed(ctx, "q")
-	if err = errors.Join(err, err2); err != nil || len(pending) != 1 || len(delayed) != 1 || delayed[0].ID != "later" {
-		t.Fatalf("Inspect = %v, %v, %v", pending, delayed, err)
+	pending, err := b.List(ctx, "q", driver.ListPending, 0, 10)
+	if err != nil || len(pending) != 1 {
+		t.Fatalf("List(pending) = %v, %v; want now2", pending, err)
 	}
-	dl, _ := b.DeadLetters(ctx, "q")
+	delayed, err := b.List(ctx, "q", driver.ListScheduled, 0, 10)
+	if err != nil || len(delayed) != 1 || delayed[0].ID != "later" {
+		t.Fatalf("List(scheduled) = %v, %v; want later", delayed, err)
+	}
+	dl, _ := b.Archived(ctx, "q", 0, 10)
 	if len(dl) != 1 || dl[0].ID != "now1" || dl[0].Reason != "bad body" {
-		t.Fatalf("DeadLetters = %+v", dl)
+		t.Fatalf("Archived = %+v; want now1, rejected with its reason", dl)
 	}
 	st, _ := b.Stats(ctx, "q")
-	if st != (errand.QueueStats{Pending: 1, Delayed: 1, Dead: 1}) {
+	if st != (driver.QueueStats{Pending: 1, Delayed: 1, Dead: 1}) {
 		t.Fatalf("Stats = %+v", st)
 	}
 	if n, err := b.Purge(ctx, "q"); n != 2 || err != nil {

@@ -31,8 +31,8 @@
 //
 // An ack, release or extend of a delivery whose lease ran out is accepted
 // if no other consumer has taken the message since; otherwise it returns
-// [driver.ErrLeaseLost]. The broker is a [driver.BatchAcker]: errand's
-// batches of concurrent acks are taken under one lock.
+// [driver.ErrLeaseLost]. A batch of acks is taken under one lock; a
+// delivery whose lease is lost fails alone.
 //
 // # Operating
 //
@@ -44,10 +44,8 @@
 //     same step (the oldest entries past MaxCount, those archived more
 //     than MaxAge ago); Reject stores into the same archive, with the
 //     reason as both Reason and Error, the delivery count as Attempts,
-//     under [DefaultRetention] (10000 entries, 90 days). DeadLetters lists
-//     the archive oldest first (a dead letter's Reason is the entry's
-//     Reason followed by its Error when that says more) and Stats' Dead
-//     counts it. Requeue removes the entry and publishes under one lock.
+//     under [DefaultRetention] (10000 entries, 90 days). Stats' Dead
+//     counts the archive. Requeue removes the entry and publishes under one lock.
 //   - [driver.Lister]: pending in delivery order, scheduled by due time,
 //     in flight by delivery time, and the last [MaxCompleted] (1000) acked
 //     messages of each queue, newest first; Stats' Completed counts every

@@ -10,7 +10,7 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// Reject and Archive share one archive: DeadLetters and Stats.Dead see both.
+// Reject and Archive share one archive: Archived and Stats.Dead see both.
 func TestRejectAndArchiveShareTheArchive(t *testing.T) {
 	b := memorybroker.New(nil)
 	defer b.Close()
@@ -27,9 +27,9 @@ func TestRejectAndArchiveShareTheArchive(t *testing.T) {
 	if err := b.Archive(ctx, ds[1], e, driver.Retention{}); err != nil {
 		t.Fatal(err)
 	}
-	dl, err := b.DeadLetters(ctx, "q")
-	if err != nil || len(dl) != 2 || dl[0].Reason != "malformed" || dl[1].Reason != "retries exhausted: boom" {
-		t.Fatalf("DeadLetters = %+v, %v; want the rejected then the archived entry, with their reasons", dl, err)
+	dl, err := b.Archived(ctx, "q", 0, 10)
+	if err != nil || len(dl) != 2 || dl[0].Reason != "retries exhausted" || dl[0].Error != "boom" || dl[1].Reason != "malformed" {
+		t.Fatalf("Archived = %+v, %v; want the archived then the rejected entry (newest first), with their reasons", dl, err)
 	}
 	got, err := b.ArchivedEntry(ctx, "q", "r")
 	if err != nil || got.Reason != "malformed" || got.Error != "malformed" || got.Attempts != 1 || got.At.IsZero() {
@@ -55,7 +55,7 @@ func TestCompletedIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range ds {
-			b.Ack(ctx, d)
+			b.Ack(ctx, []*driver.Delivery{d})
 		}
 		done += len(ds)
 	}

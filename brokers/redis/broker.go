@@ -99,18 +99,16 @@ type Broker struct {
 }
 
 var (
-	_ driver.Broker              = (*Broker)(nil)
-	_ driver.Limiter             = (*Broker)(nil)
-	_ driver.Inspector           = (*Broker)(nil)
-	_ driver.DeadLetterInspector = (*Broker)(nil)
-	_ driver.Purger              = (*Broker)(nil)
-	_ driver.StatsReporter       = (*Broker)(nil)
-	_ driver.Archiver            = (*Broker)(nil)
-	_ driver.Lister              = (*Broker)(nil)
-	_ driver.Finder              = (*Broker)(nil)
-	_ driver.QueueLister         = (*Broker)(nil)
-	_ driver.Pauser              = (*Broker)(nil)
-	_ driver.Heartbeater         = (*Broker)(nil)
+	_ driver.Broker        = (*Broker)(nil)
+	_ driver.Limiter       = (*Broker)(nil)
+	_ driver.Purger        = (*Broker)(nil)
+	_ driver.StatsReporter = (*Broker)(nil)
+	_ driver.Archiver      = (*Broker)(nil)
+	_ driver.Lister        = (*Broker)(nil)
+	_ driver.Finder        = (*Broker)(nil)
+	_ driver.QueueLister   = (*Broker)(nil)
+	_ driver.Pauser        = (*Broker)(nil)
+	_ driver.Heartbeater   = (*Broker)(nil)
 )
 
 // New returns a broker on rdb: a *redis.Client, *redis.ClusterClient or
@@ -502,26 +500,19 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 	return nil
 }
 
-// Ack deletes the delivered message and, in the same script, keeps it
-// among the queue's recently completed (Options.CompletedMax) and counts
-// the ack (Stats.Completed).
-func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
-	return b.AckBatch(ctx, []*driver.Delivery{d})[0]
-}
-
-// MaxAckBatch is the most deliveries one AckBatch call takes
+// MaxAckBatch is the most deliveries one Ack call takes
 // (Limits().MaxAckBatch): the ack script runs them all in one step, which
 // holds the Redis server that long.
 const MaxAckBatch = 128
 
-var _ driver.BatchAcker = (*Broker)(nil)
-
-// AckBatch acks ds as Ack does, every delivery of one queue in one script
-// run (one round trip; on a cluster a queue's keys share one slot), and
-// returns one error per delivery: ErrLeaseLost where its lease ran out.
-// Deliveries of several queues (errand never mixes them) take one run per
-// queue. It may be called concurrently.
-func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+// Ack deletes the delivered messages and, in the same script, keeps each
+// among its queue's recently completed (Options.CompletedMax) and counts
+// the ack (Stats.Completed): every delivery of one queue in one script run
+// (one round trip; on a cluster a queue's keys share one slot). It returns
+// one error per delivery: ErrLeaseLost where its lease ran out. Deliveries
+// of several queues (errand never mixes them) take one run per queue. It
+// may be called concurrently.
+func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	errs := make([]error, len(ds))
@@ -597,52 +588,6 @@ func (b *Broker) Close() error {
 	return b.rdb.Close()
 }
 
-// messages looks up the envelopes of ids and passes each message to dst
-// with its index in ids. An ID with no envelope is skipped, unless foreign:
-// on the pending and delayed lists such an entry is text put there by
-// something other than errand, which the next fetch hands out with that
-// text as its body; it is listed so, with an empty ID (the fetch gives it
-// one), so that inspection agrees with Stats.
-func (b *Broker) messages(ctx context.Context, q string, ids []string, foreign bool, dst func(driver.Message, int)) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	envs, err := b.rdb.HMGet(ctx, b.keys(q).msgs, ids...).Result()
-	if err != nil {
-		return b.err(ctx, err)
-	}
-	for i, e := range envs {
-		s, ok := e.(string)
-		if !ok {
-			if foreign {
-				dst(driver.Message{Queue: q, Body: []byte(ids[i])}, i)
-			}
-			continue
-		}
-		id, body, _ := strings.Cut(s, "\n")
-		dst(driver.Message{ID: id, Queue: q, Body: []byte(body)}, i)
-	}
-	return nil
-}
-
-// Pending lists the due, undelivered messages of queue in delivery order:
-// highest priority first, in publish order within a priority. Foreign text
-// on the pending list (not published by errand) is listed with an empty ID
-// and the text as its body: what a worker will be handed.
-func (b *Broker) Pending(ctx context.Context, queue string) ([]driver.Message, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	envs, err := b.pendingPage(ctx, queue, 0, -1)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]driver.Message, len(envs))
-	for i, l := range envs {
-		out[i] = l.Message
-	}
-	return out, nil
-}
-
 // pendingPage returns the due messages of queue from start to stop
 // (inclusive; -1: to the end) in delivery order, with their priorities.
 func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int) ([]driver.Listed, error) {
@@ -656,60 +601,6 @@ func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int)
 		id, body, _ := strings.Cut(envs[i], "\n")
 		p, _ := strconv.Atoi(envs[i+1])
 		out = append(out, driver.Listed{Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: clampPriority(p)}})
-	}
-	return out, nil
-}
-
-// Delayed lists the messages of queue not due yet, earliest first, with
-// their due times.
-func (b *Broker) Delayed(ctx context.Context, queue string) ([]driver.Message, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	zs, err := b.rdb.ZRangeWithScores(ctx, b.keys(queue).delayed, 0, -1).Result()
-	if err != nil {
-		return nil, b.err(ctx, err)
-	}
-	ids := make([]string, len(zs))
-	for i, z := range zs {
-		ids[i] = z.Member.(string)
-	}
-	var out []driver.Message
-	err = b.messages(ctx, queue, ids, true, func(m driver.Message, i int) {
-		m.NotBefore = time.UnixMilli(int64(zs[i].Score))
-		out = append(out, m)
-	})
-	return out, err
-}
-
-// InFlight lists the leased messages of queue, earliest lease deadline
-// first.
-func (b *Broker) InFlight(ctx context.Context, queue string) ([]driver.Message, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	ids, err := b.rdb.ZRange(ctx, b.keys(queue).inflight, 0, -1).Result()
-	if err != nil {
-		return nil, b.err(ctx, err)
-	}
-	var out []driver.Message
-	err = b.messages(ctx, queue, ids, false, func(m driver.Message, _ int) { out = append(out, m) })
-	return out, err
-}
-
-// DeadLetters lists the archive of queue (rejected and archived
-// messages), oldest first. A dead letter's Reason is the entry's Reason,
-// followed by its Error when that says more.
-func (b *Broker) DeadLetters(ctx context.Context, queue string) ([]driver.DeadLetter, error) {
-	es, err := b.archivedPage(ctx, queue, 0, -1)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]driver.DeadLetter, len(es))
-	for i, e := range es {
-		reason := e.Reason
-		if e.Error != "" && e.Error != e.Reason {
-			reason += ": " + e.Error
-		}
-		out[len(es)-1-i] = driver.DeadLetter{Message: e.Message, Reason: reason, At: e.At}
 	}
 	return out, nil
 }

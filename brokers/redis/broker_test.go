@@ -53,9 +53,9 @@ func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Inspect: true, DeadLetters: true, Purge: true, Stats: true,
+		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, BatchAck: true, CarryPending: true},
+			Unique: true, RateLimit: true, CarryPending: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		// Foreign bytes go where another program would put them: LPUSH
 		// onto the queue's pending list (keys: scripts.go).
@@ -115,7 +115,7 @@ func TestOpenByURL(t *testing.T) {
 		if err != nil || len(ds) != 1 || ds[0].ID != "m" {
 			t.Fatalf("fetch through a URL-opened broker: %v, %v", ds, err)
 		}
-		br.Ack(ctx, ds[0])
+		ackOne(ctx, br, ds[0])
 	}
 	_, err = errand.OpenBroker(ctx, "redis://:hunter2@127.0.0.1:1/0")
 	if err == nil || strings.Contains(err.Error(), "hunter2") {

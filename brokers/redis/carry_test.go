@@ -283,7 +283,7 @@ func TestCarryPending(t *testing.T) {
 			for _, q := range []string{"a", "a", "a", "b"} {
 				d := fetchOne(ctx, t, b, q)
 				got[d.ID] = string(d.Body)
-				if err := b.Ack(ctx, d); err != nil {
+				if err := ackOne(ctx, b, d); err != nil {
 					t.Fatal(err)
 				}
 			}

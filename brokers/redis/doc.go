@@ -27,7 +27,7 @@
 // only when it is acked. Each delivery carries a lease token; ack, release,
 // extend and reject check it, so a consumer whose lease ran out cannot settle
 // a message another consumer now holds ([driver.ErrLeaseLost]). The ack
-// script takes many deliveries of one queue (a [driver.BatchAcker],
+// script takes many deliveries of one queue (up to
 // Limits().MaxAckBatch [MaxAckBatch]): errand's portable layer joins the
 // acks of concurrent tasks into one script run, checking each delivery's
 // token on its own.
@@ -89,7 +89,7 @@
 //     too, with the broker's retention: Options.ArchiveMaxCount (default
 //     [DefaultArchiveMaxCount], 10000) and Options.ArchiveMaxAge (default
 //     [DefaultArchiveMaxAge], 90 days). Stats.Dead counts the archive and
-//     DeadLetters lists it. Requeue removes the entry and enqueues the
+//     Archived lists it. Requeue removes the entry and enqueues the
 //     message in one script, or does nothing (driver.ErrNotArchived).
 //     Dead letters kept by an older version (K:dead) move into the archive
 //     on every read of a queue's archive or stats (older workers may still

@@ -21,6 +21,7 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 // The "done when" for unique tasks and rate limits, on the real
@@ -79,7 +80,7 @@ func TestUniqueFiftyConcurrentSends(t *testing.T) {
 			if dups != n-1 {
 				t.Fatalf("%d sends: 1 task and %d ErrDuplicate, want %d", n, dups, n-1)
 			}
-			ins, err := b.Pending(ctx, errand.DefaultQueue)
+			ins, err := b.List(ctx, errand.DefaultQueue, driver.ListPending, 0, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -73,16 +73,16 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, err := b.Pending(ctx, queue)
+	listed, err := b.List(ctx, queue, driver.ListPending, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	late, err := b.Delayed(ctx, queue)
+	late, err := b.List(ctx, queue, driver.ListScheduled, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Pending != len(foreign)-1 || len(listed) != st.Pending || st.Delayed != 1 || len(late) != 1 {
-		t.Errorf("inspection promise broken: with %d foreign entries on the pending list and 1 on the delayed set, Stats counts %d pending, %d delayed and Inspect lists %d pending, %d delayed; both must count every entry a worker will take", len(foreign)-1, st.Pending, st.Delayed, len(listed), len(late))
+		t.Errorf("inspection promise broken: with %d foreign entries on the pending list and 1 on the delayed set, Stats counts %d pending, %d delayed and List lists %d pending, %d scheduled; both must count every entry a worker will take", len(foreign)-1, st.Pending, st.Delayed, len(listed), len(late))
 	}
 	for _, m := range append(listed, late...) {
 		if !contains(foreign, string(m.Body)) {
@@ -125,10 +125,10 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 
 	// Poll, with a deadline, for the dead letters to hold every foreign text.
-	var dl []driver.DeadLetter
+	var dl []driver.ArchiveEntry
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if dl, err = b.DeadLetters(ctx, queue); err != nil {
+		if dl, err = setAside(ctx, b, queue); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()

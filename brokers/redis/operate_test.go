@@ -81,7 +81,7 @@ func TestArchiveOutlivesClient(t *testing.T) {
 		if err := b.Archive(ctx, d, e, driver.Retention{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Ack(ctx, d); !errors.Is(err, driver.ErrLeaseLost) {
+		if err := ackOne(ctx, b, d); !errors.Is(err, driver.ErrLeaseLost) {
 			t.Fatalf("archive promise broken: after Archive, Ack of the same delivery returned %v, want ErrLeaseLost (archived is settled)", err)
 		}
 		b.Close()
@@ -180,9 +180,9 @@ func TestRejectArchivesWithDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		dl, err := b.DeadLetters(ctx, q)
+		dl, err := setAside(ctx, b, q)
 		if err != nil || len(dl) != 2 || dl[0].ID != "b" || dl[1].ID != "c" || dl[1].Reason != "undecodable" {
-			t.Fatalf("reject promise broken: with ArchiveMaxCount 2, DeadLetters after rejecting a, b, c = %+v, %v; want b, c (oldest first) with the reason", dl, err)
+			t.Fatalf("reject promise broken: with ArchiveMaxCount 2, the archive after rejecting a, b, c = %+v, %v; want b, c (oldest first) with the reason", dl, err)
 		}
 		e, err := b.ArchivedEntry(ctx, q, "c")
 		if err != nil || e.Reason != "undecodable" || e.Error != "undecodable" || e.Attempts != 1 {
@@ -258,7 +258,7 @@ func TestListStates(t *testing.T) {
 			t.Fatalf("list promise broken: in flight = %v, want [p1 p2 p3 p4]", got)
 		}
 		for _, d := range ds[:3] {
-			if err := b.Ack(ctx, d); err != nil {
+			if err := ackOne(ctx, b, d); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -312,7 +312,7 @@ func TestOneRoundTripPerAckAndPublish(t *testing.T) {
 	q := "q"
 	// Warm up: the server caches the scripts.
 	b.Publish(ctx, driver.Message{ID: "w", Queue: q, Body: []byte("w")})
-	b.Ack(ctx, fetchOne(ctx, t, b, q))
+	ackOne(ctx, b, fetchOne(ctx, t, b, q))
 
 	c.calls.Store(0)
 	c.pipes.Store(0)
@@ -325,7 +325,7 @@ func TestOneRoundTripPerAckAndPublish(t *testing.T) {
 	d := fetchOne(ctx, t, b, q)
 	c.calls.Store(0)
 	c.pipes.Store(0)
-	if err := b.Ack(ctx, d); err != nil {
+	if err := ackOne(ctx, b, d); err != nil {
 		t.Fatal(err)
 	}
 	if calls, pipes := c.calls.Load(), c.pipes.Load(); calls != 1 || pipes != 0 {

@@ -86,7 +86,7 @@ func TestPayloadOverride(t *testing.T) {
 	if err != nil || len(ds) != 1 || string(ds[0].Body) != string(big.Body) {
 		t.Fatalf("payload promise broken: with no limit, a %d-byte message did not arrive intact (%d deliveries, %v)", len(big.Body), len(ds), err)
 	}
-	none.Ack(ctx, ds[0])
+	ackOne(ctx, none, ds[0])
 
 	base := os.Getenv("ERRAND_REDIS_URL") + "?prefix=" + prefix
 	for param, want := range map[string]int{"": redisbroker.DefaultMaxPayload, "&max_payload=0": redisbroker.DefaultMaxPayload,

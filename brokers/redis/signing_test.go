@@ -72,7 +72,7 @@ func TestSignedMessagesOverRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			for {
-				dl, err := br.DeadLetters(ctx, errand.DefaultQueue)
+				dl, err := setAside(ctx, br, errand.DefaultQueue)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,9 +13,23 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// AckBatch deletes ds with one DeleteMessageBatch call per queue URL (errand
-// sends at most Limits().MaxAckBatch, 10, at a time, all of one queue).
-func (b *Broker) AckBatch(ctx context.Context, ds []*driver.Delivery) []error {
+// Ack deletes ds: a lone delivery with DeleteMessage, more with one
+// DeleteMessageBatch call per queue URL and run of ten (errand sends at
+// most Limits().MaxAckBatch, 10, at a time, all of one queue). It answers
+// one error per delivery: ErrLeaseLost where SQS reports its receipt
+// handle invalid (a stale handle's delete usually succeeds: see the
+// package doc).
+func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
+	if len(ds) == 1 {
+		h, err := b.handle(ds[0])
+		if err == nil {
+			err = b.del(ctx, h)
+		}
+		if err != nil {
+			return []error{err}
+		}
+		return nil
+	}
 	return b.inBatches(ds, func(url string, hs []handle, idx []int, errs []error) {
 		b.deleteBatch(ctx, url, hs, idx, errs)
 	})

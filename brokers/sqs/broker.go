@@ -89,7 +89,6 @@ var (
 	_ driver.Limiter       = (*Broker)(nil)
 	_ driver.Purger        = (*Broker)(nil)
 	_ driver.StatsReporter = (*Broker)(nil)
-	_ driver.BatchAcker    = (*Broker)(nil)
 )
 
 // maxBody is SQS's 256 KiB message limit less room for errand's attributes.
@@ -408,16 +407,6 @@ func (b *Broker) handle(d *driver.Delivery) (handle, error) {
 		return handle{}, fmt.Errorf("sqs broker: delivery %q was not fetched from this broker", d.ID)
 	}
 	return h, nil
-}
-
-// Ack deletes the message with DeleteMessage. errand acks through AckBatch
-// when several acks meet (see ack.go).
-func (b *Broker) Ack(ctx context.Context, d *driver.Delivery) error {
-	h, err := b.handle(d)
-	if err != nil {
-		return err
-	}
-	return b.del(ctx, h)
 }
 
 // Release gives the message back, due at notBefore, with

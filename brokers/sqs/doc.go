@@ -62,8 +62,8 @@
 //
 // # Acks
 //
-// The broker is a [driver.BatchAcker] declaring Limits().MaxAckBatch 10, so
-// errand's portable layer, not this package, batches acks: the acks of
+// The broker declares Limits().MaxAckBatch 10, and errand's portable
+// layer, not this package, joins acks into Ack calls: the acks of
 // concurrent tasks on one queue share DeleteMessageBatch calls of up to 10
 // entries, each ack getting its own entry's result. Batching is natural: a
 // lone ack is sent at once and never delayed; acks that arrive while earlier

@@ -79,7 +79,7 @@ func TestHopResendFailureKeepsMessage(t *testing.T) {
 	} else if !strings.Contains(reported.Error(), id) {
 		t.Errorf("%s: Fetch's error does not name the message %s: %v", promise, id, reported)
 	}
-	if err := b.Ack(ctx, got); err != nil {
+	if err := errors.Join(b.Ack(ctx, []*driver.Delivery{got})...); err != nil {
 		t.Fatalf("Ack: %v", err)
 	}
 	// Nothing else: the failed hop left no second copy.

@@ -1,0 +1,127 @@
+package errand
+
+import (
+	"context"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// A driver's optional abilities (driver/doc.go lists them) are discovered
+// here, once, when the portable layer wraps the driver, and nowhere else:
+// the rest of errand reads the fields below (nil where the driver lacks
+// the ability) and calls an ability through use or useErr, which make the
+// portable checks every call makes.
+
+// brokerAbilities are a broker driver's optional interfaces.
+type brokerAbilities struct {
+	limiter     driver.Limiter
+	stats       driver.StatsReporter
+	purger      driver.Purger
+	queues      driver.QueueLister
+	lister      driver.Lister
+	finder      driver.Finder
+	archiver    driver.Archiver
+	pauser      driver.Pauser
+	heartbeater driver.Heartbeater
+	uniquer     driver.Uniquer
+	rateLimiter driver.RateLimiter
+	schedules   driver.ScheduleStore
+	carrier     driver.PendingCarrier
+}
+
+// discoverBroker finds b's optional interfaces.
+func discoverBroker(b driver.Broker) brokerAbilities {
+	var a brokerAbilities
+	a.limiter, _ = b.(driver.Limiter)
+	a.stats, _ = b.(driver.StatsReporter)
+	a.purger, _ = b.(driver.Purger)
+	a.queues, _ = b.(driver.QueueLister)
+	a.lister, _ = b.(driver.Lister)
+	a.finder, _ = b.(driver.Finder)
+	a.archiver, _ = b.(driver.Archiver)
+	a.pauser, _ = b.(driver.Pauser)
+	a.heartbeater, _ = b.(driver.Heartbeater)
+	a.uniquer, _ = b.(driver.Uniquer)
+	a.rateLimiter, _ = b.(driver.RateLimiter)
+	a.schedules, _ = b.(driver.ScheduleStore)
+	a.carrier, _ = b.(driver.PendingCarrier)
+	return a
+}
+
+// get sets *p to the ability of p's type and reports whether the driver
+// has it; p points to one of brokerAbilities' interface types.
+func (a *brokerAbilities) get(p any) bool {
+	switch p := p.(type) {
+	case *driver.Limiter:
+		*p = a.limiter
+		return *p != nil
+	case *driver.StatsReporter:
+		*p = a.stats
+		return *p != nil
+	case *driver.Purger:
+		*p = a.purger
+		return *p != nil
+	case *driver.QueueLister:
+		*p = a.queues
+		return *p != nil
+	case *driver.Lister:
+		*p = a.lister
+		return *p != nil
+	case *driver.Finder:
+		*p = a.finder
+		return *p != nil
+	case *driver.Archiver:
+		*p = a.archiver
+		return *p != nil
+	case *driver.Pauser:
+		*p = a.pauser
+		return *p != nil
+	case *driver.Heartbeater:
+		*p = a.heartbeater
+		return *p != nil
+	case *driver.Uniquer:
+		*p = a.uniquer
+		return *p != nil
+	case *driver.RateLimiter:
+		*p = a.rateLimiter
+		return *p != nil
+	case *driver.ScheduleStore:
+		*p = a.schedules
+		return *p != nil
+	case *driver.PendingCarrier:
+		*p = a.carrier
+		return *p != nil
+	}
+	panic("errand: not a broker ability")
+}
+
+// discoverBackend finds b.drv's optional interfaces.
+func discoverBackend(b *backend) {
+	b.waiter, _ = b.drv.(driver.StateWaiter)
+	b.starter, _ = b.drv.(driver.Starter)
+	b.pending, _ = b.drv.(driver.PendingWriter)
+	b.expirer, _ = b.drv.(driver.Expirer)
+}
+
+// use calls f with b's ability I under the portable checks: ErrClosed
+// after Close and ctx.Err() when ctx is done, without reaching the driver;
+// an error satisfying errors.ErrUnsupported, naming what, when the driver
+// lacks I; and f's error mapped as every driver error is (broker.after).
+func use[I, R any](ctx context.Context, b *broker, what string, f func(I) (R, error)) (R, error) {
+	var zero R
+	_, i, err := ability[I](ctx, b, what)
+	if err != nil {
+		return zero, err
+	}
+	r, err := f(i)
+	if err != nil {
+		return zero, b.after(ctx, err)
+	}
+	return r, nil
+}
+
+// useErr is use for an ability call that returns only an error.
+func useErr[I any](ctx context.Context, b *broker, what string, f func(I) error) error {
+	_, err := use(ctx, b, what, func(i I) (struct{}, error) { return struct{}{}, f(i) })
+	return err
+}
