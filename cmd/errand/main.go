@@ -33,6 +33,8 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/errand-go/errand/internal/tour"
+
 	// The drivers, for the URL schemes they register.
 	_ "github.com/errand-go/errand/backends/memcache"
 	_ "github.com/errand-go/errand/backends/memory"
@@ -176,10 +178,8 @@ func runDemo(c *cli, args []string) error {
 	if _, err := c.parse(args); err != nil {
 		return err
 	}
-	if err := demo(c.ctx, c.stdout); err != nil {
-		return err
-	}
-	return nil
+	// The same tour as go run ./cmd/demo, the README's first command.
+	return tour.Run(c.ctx, c.stdout)
 }
 
 func runVersion(c *cli, args []string) error {
