@@ -1,6 +1,7 @@
 // Command errand is errand's command-line tool: a tour on the embedded
-// drivers, and the operator's commands over a deployment's broker and
-// result backend (see docs/operations.md).
+// drivers (the same tour as go run ./cmd/demo from a clone), and the
+// operator's commands over a deployment's broker and result backend (see
+// docs/operations.md).
 //
 //	errand demo                       run the whole story on the embedded in-memory drivers
 //	errand queues                     list the queues with their counts
