@@ -1,6 +1,7 @@
 // Command errand is errand's command-line tool: a tour on the embedded
-// drivers, and the operator's commands over a deployment's broker and
-// result backend (see docs/operations.md).
+// drivers (the same tour as go run ./cmd/demo from a clone), and the
+// operator's commands over a deployment's broker and result backend (see
+// docs/operations.md).
 //
 //	errand demo                       run the whole story on the embedded in-memory drivers
 //	errand queues                     list the queues with their counts
@@ -32,6 +33,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+
+	"github.com/errand-go/errand/internal/tour"
 
 	// The drivers, for the URL schemes they register.
 	_ "github.com/errand-go/errand/backends/memcache"
@@ -176,10 +179,8 @@ func runDemo(c *cli, args []string) error {
 	if _, err := c.parse(args); err != nil {
 		return err
 	}
-	if err := demo(c.ctx, c.stdout); err != nil {
-		return err
-	}
-	return nil
+	// The same tour as go run ./cmd/demo, the README's first command.
+	return tour.Run(c.ctx, c.stdout)
 }
 
 func runVersion(c *cli, args []string) error {

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/errand-go/errand/internal/tour"
 )
 
 func TestDemoPasses(t *testing.T) {
@@ -16,6 +19,24 @@ func TestDemoPasses(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestDemoIsTheTour: errand demo prints the same tour as go run ./cmd/demo
+// (the README's first command), both being internal/tour's Run; only the
+// measured durations may differ.
+func TestDemoIsTheTour(t *testing.T) {
+	var cli, errOut, direct bytes.Buffer
+	if code := run(context.Background(), []string{"demo"}, &cli, &errOut, nil); code != 0 {
+		t.Fatalf("errand demo exited %d:\n%s\n%s", code, cli.String(), errOut.String())
+	}
+	if err := tour.Run(context.Background(), &direct); err != nil {
+		t.Fatalf("tour.Run = %v:\n%s", err, direct.String())
+	}
+	durations := regexp.MustCompile(`[0-9.]+(ns|µs|ms|s)\b`)
+	a, b := durations.ReplaceAllString(cli.String(), "D"), durations.ReplaceAllString(direct.String(), "D")
+	if a != b {
+		t.Errorf("errand demo and go run ./cmd/demo print different tours (durations blanked):\nerrand demo:\n%s\ntour.Run:\n%s", a, b)
 	}
 }
 

@@ -1,4 +1,14 @@
-package main
+// Package tour is errand's tour: one worker on the in-memory broker and
+// backend runs a task, a task that fails twice and succeeds on retry, a
+// delayed task, a chain, a group and a chord of 100 tasks, and the tour
+// prints each result. Two commands run it and print the same tour:
+// cmd/demo in the root module (go run ./cmd/demo, which builds in seconds
+// because it links no third-party code) and the operator CLI's errand demo
+// (cmd/errand, for installed binaries).
+//
+// It uses the standard library, package errand and the memory drivers
+// only; keep it so, or the first command of the README slows down.
+package tour
 
 import (
 	"context"
@@ -13,9 +23,13 @@ import (
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 )
 
-// demo runs the tour on the in-memory drivers and returns an error unless
-// every step's result is right.
-func demo(ctx context.Context, out io.Writer) error {
+// Run runs the tour on fresh in-memory drivers, printing a header, one line
+// per step and a summary to out. It returns nil only if every step's result
+// is right, and an error naming how many steps failed otherwise; a step that
+// fails does not stop the later ones. The whole tour is bounded by one
+// minute on top of ctx; it usually takes about a second. Run starts and
+// shuts down its own worker and closes its drivers before it returns.
+func Run(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	broker, backend := memorybroker.New(nil), memorybackend.New(nil)
