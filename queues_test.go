@@ -33,6 +33,15 @@ func TestWorkerQueuesValidate(t *testing.T) {
 			t.Errorf("Run with %+v returned %v, want the configuration error at once", tc.cfg, err)
 		}
 	}
+	// Without Queues the worker consumes the server's default queue: a cap
+	// may name it, and only it (NewWorker checks, Validate cannot know it).
+	e := newEnv(t)
+	if w := e.srv.NewWorker(errand.WorkerConfig{QueueConcurrency: map[string]int{"elsewhere": 1}}); w.Err() == nil || !strings.Contains(w.Err().Error(), `names queue "elsewhere"`) {
+		t.Errorf("NewWorker with a cap on a queue other than the default one: Err() = %v, want it refused", w.Err())
+	}
+	if w := e.srv.NewWorker(errand.WorkerConfig{QueueConcurrency: map[string]int{errand.DefaultQueue: 1}}); w.Err() != nil {
+		t.Errorf("NewWorker with a cap on the default queue: Err() = %v, want nil", w.Err())
+	}
 	ok := errand.WorkerConfig{Queues: map[string]int{"a": 2, "b": 1}, QueueConcurrency: map[string]int{"b": 1}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v, want nil", ok, err)
