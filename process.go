@@ -215,6 +215,9 @@ func (dv *delivery) begin() bool {
 		return false
 	}
 
+	cancel()
+	ctx, cancel = w.call() // recording RECEIVED and STARTED is a step of its own
+	defer cancel()
 	dv.started = dv.st.Copy()
 	dv.started.State, dv.started.StartedAt = StateStarted, time.Now().UTC()
 	if oneCall {
