@@ -143,6 +143,9 @@ func (w *Worker) loopQueues() {
 	defer close(w.loopDone)
 	defer close(w.work)
 	w.poller.poll() // a worker starting on a paused queue fetches nothing from it
+	w.queues.mu.Lock()
+	w.queues.policy.Start(time.Now()) // a slot waits for a queue whose loop has yet to run
+	w.queues.mu.Unlock()
 	var fetchers sync.WaitGroup
 	for _, q := range w.queues.list {
 		fetchers.Go(func() { w.fetchQueue(q) })

@@ -92,7 +92,8 @@ type Policy struct {
 	total int // sum of the weights
 }
 
-// New returns the policy for cfg: every queue live and nothing fetched.
+// New returns the policy for cfg: nothing fetched, and no queue live
+// until its loop fetches (or Start).
 func New(cfg Config) *Policy {
 	if cfg.Patience <= 0 {
 		cfg.Patience = DefaultPatience
@@ -105,6 +106,17 @@ func New(cfg Config) *Policy {
 		p.total += q.Weight
 	}
 	return p
+}
+
+// Start says every queue's first fetch is about to begin, now: until it
+// has, a slot picked for the queue waits for it, so a queue whose loop is
+// slower to start loses no turn to a faster one.
+func (p *Policy) Start(now time.Time) {
+	for _, q := range p.qs {
+		if !q.stopped && !q.fetching {
+			q.fetching, q.fetchAt = true, now
+		}
+	}
 }
 
 // Fetch reports whether queue i's fetch loop fetches now, and for how

@@ -367,3 +367,31 @@ func TestFetchLimit(t *testing.T) {
 		t.Errorf("a queue with deliveries in hand fetched again")
 	}
 }
+
+// After Start, a slot picked for a queue whose loop has not fetched yet
+// waits for it: a faster queue's deliveries do not take its turns.
+func TestStartWaitsForEveryFirstFetch(t *testing.T) {
+	p := New(Config{Slots: 4, Queues: []Queue{{Name: "slow", Weight: 3}, {Name: "fast", Weight: 1}}})
+	now := time.Unix(1e9, 0)
+	p.Start(now)
+	p.Fetch(1, now)
+	p.Fetched(1, 2, false, now) // the fast queue's loop ran first
+	var got []int
+	for {
+		q, _ := p.Next(now)
+		if q < 0 {
+			break
+		}
+		got = append(got, q)
+	}
+	if !slices.Equal(got, []int{1}) || p.Owed(0) != 3 {
+		t.Fatalf("before the slow queue's first fetch began: dispatched %v, slow owed %d; want the fast queue once (its weight) and three slots owed to the slow one", got, p.Owed(0))
+	}
+	p.Fetch(0, now.Add(time.Millisecond))
+	p.Fetched(0, 4, false, now.Add(300*time.Millisecond))
+	for range 3 {
+		if q, _ := p.Next(now.Add(300 * time.Millisecond)); q != 0 {
+			t.Fatalf("the slow queue's fetch returned: Next = %d, want its owed slots filled first", q)
+		}
+	}
+}
