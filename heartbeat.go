@@ -1,13 +1,17 @@
 package errand
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/errand-go/errand/driver"
 )
 
 // Live workers: each worker on a broker that keeps a registry
@@ -21,18 +25,12 @@ type runningTasks struct {
 }
 
 func (r *runningTasks) add(sig *Signature, queue string) {
-	if r == nil {
-		return
-	}
 	r.mu.Lock()
 	r.m[sig.UUID] = RunningTask{UUID: sig.UUID, Name: sig.Name, Queue: queue, StartedAt: time.Now().UTC()}
 	r.mu.Unlock()
 }
 
 func (r *runningTasks) remove(sig *Signature) {
-	if r == nil {
-		return
-	}
 	r.mu.Lock()
 	delete(r.m, sig.UUID)
 	r.mu.Unlock()
@@ -56,57 +54,121 @@ func newWorkerID() string {
 	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strings.ReplaceAll(newUUID(), "-", "")[:8])
 }
 
-// heartbeat beats until the worker has drained — fetching stopped and
-// every task returned — with the tasks still running, so that during a
-// graceful shutdown the registry shows the worker until its last task is
-// done; then it removes the worker's entry. Once Shutdown gives up on a
-// silent server (its ctx done and the grace over, every call cancelled) it
-// stops at once, leaving the entry to expire.
-func (w *Worker) heartbeat() {
-	if w.fetchCtx.Err() != nil {
-		return // shut down before the first beat: nothing to show or remove
+// heartbeatParams are what a heartbeater needs of its worker.
+type heartbeatParams struct {
+	broker *broker
+	hb     driver.Heartbeater
+	info   WorkerInfo    // ID, Queues, Concurrency: the rest is filled in
+	every  time.Duration // WorkerConfig.Heartbeat
+	// stopping is done once the worker stops fetching (a beat failing then
+	// is not reported); calls once every call is cancelled (Shutdown gave
+	// up on a silent server: the heartbeater returns at once).
+	stopping, calls context.Context
+	call            func() (context.Context, context.CancelFunc)
+	report          func(err error, msg string, attrs ...any)
+	log             *slog.Logger
+}
+
+// heartbeater reports a worker to the broker's registry of live workers
+// (driver.Heartbeater) every WorkerConfig.Heartbeat, with the tasks it is
+// running, until the worker has drained; then it removes the worker's
+// entry. It owns one goroutine, from start until wait returns.
+type heartbeater struct {
+	heartbeatParams
+	running   runningTasks
+	drained   chan struct{}
+	drainOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+func newHeartbeater(p heartbeatParams) *heartbeater {
+	return &heartbeater{heartbeatParams: p, running: runningTasks{m: map[string]RunningTask{}}, drained: make(chan struct{})}
+}
+
+// add records sig as running on queue. A nil heartbeater does nothing.
+func (h *heartbeater) add(sig *Signature, queue string) {
+	if h != nil {
+		h.running.add(sig, queue)
 	}
-	h := w.srv.broker.can.heartbeater
-	host, _ := os.Hostname()
-	info := WorkerInfo{ID: w.id, Host: host, PID: os.Getpid(), Queues: w.queueNames(),
-		Concurrency: w.cfg.Concurrency, StartedAt: time.Now().UTC()}
-	ttl := 3 * w.cfg.Heartbeat
+}
+
+// remove records that sig no longer runs.
+func (h *heartbeater) remove(sig *Signature) {
+	if h != nil {
+		h.running.remove(sig)
+	}
+}
+
+// start begins beating, at once, unless the worker is already stopping (a
+// worker shut down before its first beat has nothing to show or remove).
+func (h *heartbeater) start() {
+	if h == nil || h.stopping.Err() != nil {
+		return
+	}
+	h.wg.Go(h.run)
+}
+
+// drain says the worker has drained (fetching stopped and every task
+// returned): the heartbeater removes the worker's entry and returns.
+func (h *heartbeater) drain() {
+	if h != nil {
+		h.drainOnce.Do(func() { close(h.drained) })
+	}
+}
+
+// wait returns once the heartbeater's goroutine has returned.
+func (h *heartbeater) wait() {
+	if h != nil {
+		h.wg.Wait()
+	}
+}
+
+// run beats until the worker has drained, with the tasks still running,
+// so that during a graceful shutdown the registry shows the worker until
+// its last task is done; then it removes the worker's entry. Once
+// Shutdown gives up on a silent server (its ctx done and the grace over,
+// every call cancelled) it stops at once, leaving the entry to expire.
+func (h *heartbeater) run() {
+	info := h.info
+	info.Host, _ = os.Hostname()
+	info.PID, info.StartedAt = os.Getpid(), time.Now().UTC()
+	ttl := 3 * h.every
 	failing := false
 	beat := func() {
-		info.Running, info.BeatAt = w.running.list(), time.Now().UTC()
+		info.Running, info.BeatAt = h.running.list(), time.Now().UTC()
 		data, err := json.Marshal(info)
 		if err != nil {
-			w.report(err, "errand: encode heartbeat")
+			h.report(err, "errand: encode heartbeat")
 			return
 		}
-		ctx, cancel := w.call()
+		ctx, cancel := h.call()
 		defer cancel()
-		if err = w.srv.broker.before(ctx); err == nil {
-			err = w.srv.broker.after(ctx, h.Beat(ctx, w.id, data, ttl))
+		if err = h.broker.before(ctx); err == nil {
+			err = h.broker.after(ctx, h.hb.Beat(ctx, info.ID, data, ttl))
 		}
 		switch {
-		case err != nil && !failing && w.fetchCtx.Err() == nil:
+		case err != nil && !failing && h.stopping.Err() == nil:
 			failing = true
-			w.report(err, "errand: heartbeat", "worker", w.id)
+			h.report(err, "errand: heartbeat", "worker", info.ID)
 		case err == nil:
 			failing = false
 		}
 	}
 	beat()
-	t := time.NewTicker(w.cfg.Heartbeat)
+	t := time.NewTicker(h.every)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			beat()
-		case <-w.callCtx.Done():
+		case <-h.calls.Done():
 			return // Shutdown gave up: no call can be made; the entry expires
-		case <-w.drained:
-			ctx, cancel := w.call()
+		case <-h.drained:
+			ctx, cancel := h.call()
 			defer cancel()
-			if err := w.srv.broker.before(ctx); err == nil {
-				if err := h.Unbeat(ctx, w.id); err != nil {
-					w.log.Warn("errand: remove heartbeat on shutdown", "worker", w.id, "err", w.srv.broker.after(ctx, err))
+			if err := h.broker.before(ctx); err == nil {
+				if err := h.hb.Unbeat(ctx, info.ID); err != nil {
+					h.log.Warn("errand: remove heartbeat on shutdown", "worker", info.ID, "err", h.broker.after(ctx, err))
 				}
 			}
 			return

@@ -68,7 +68,7 @@ func TestNoRoutingKeyStaysOnTheDeliveryQueue(t *testing.T) {
 		})
 		got := make(chan string, 2)
 		e.srv.Register("after", func(tag, res string) error { got <- tag + " " + res; return nil })
-		e.start(t, errand.WorkerConfig{Queue: q})
+		e.start(t, errand.WorkerConfig{Queues: map[string]int{q: 1}})
 		ctx := ctxT(t)
 		sig := &errand.Signature{UUID: errand.NewUUID(), Name: "flaky", RetryCount: 2,
 			OnSuccess: []*errand.Signature{{UUID: errand.NewUUID(), Name: "after", Args: []errand.Arg{errand.ArgOf("callback")}}}}

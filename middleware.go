@@ -23,19 +23,21 @@ import "context"
 //	}
 type Middleware func(next TaskHandler) TaskHandler
 
-// TaskHandler runs one attempt of a task: it records STARTED, calls the
-// registered function and records how the attempt ended. It returns the
-// state recorded (SUCCESS, RETRY or FAILURE; nil when nothing was
-// recorded, e.g. the backend failed and the delivery will be redelivered,
-// or the worker is shutting down) and the function's error (nil on
-// success). A middleware that does not call next skips the attempt: the
-// worker then records nothing and gives the delivery back after
-// ErrorBackoff. On a backend that begins attempts in one call
-// (driver.Starter: memory, Redis), a redelivery of a task already
-// finished, owned by a later attempt or claimed by another message is
-// found inside the handler rather than before it: the handler then runs
-// nothing, settles the delivery as it would have, and returns a nil state
-// with an error saying why.
+// TaskHandler runs one attempt of a task: it calls the registered
+// function and records how the attempt ended. It returns the state
+// recorded (SUCCESS, RETRY or FAILURE; nil when nothing was recorded, e.g.
+// the backend failed and the delivery will be redelivered, or the worker
+// is shutting down) and the function's error (nil on success).
+//
+// Whether a delivery is an attempt at all is decided before the
+// middleware, on every backend: a redelivery of a task already finished
+// (SUCCESS, FAILURE), owned by a later attempt or claimed by another
+// message, a task with no function here or with bad arguments, and one
+// over its rate limit never reach the middleware. A delivery that does
+// has RECEIVED and STARTED recorded when the middleware runs. A middleware
+// that does not call next skips the attempt: the worker gives the
+// delivery back after ErrorBackoff, the task staying STARTED until a
+// redelivery runs it.
 type TaskHandler func(ctx context.Context, sig *Signature) (*TaskState, error)
 
 // SendMiddleware wraps sending on the producer side, and the worker's

@@ -1,6 +1,8 @@
 package errand
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -48,56 +50,90 @@ func (p *pauseFlag) wait() <-chan struct{} {
 	return p.resumed
 }
 
-// startBackground starts the pause poller and the heartbeat, where the
-// broker has them.
-func (w *Worker) startBackground() {
-	if w.srv.broker.can.pauser != nil && w.cfg.PausePoll > 0 {
-		w.bg.Go(func() {
-			t := time.NewTicker(w.cfg.PausePoll)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					w.pollPause()
-				case <-w.fetchCtx.Done():
-					return
-				}
-			}
-		})
+// pauseParams are what a pausePoller needs of its worker.
+type pauseParams struct {
+	broker *broker
+	pauser driver.Pauser
+	queues []*workerQueue
+	every  time.Duration   // WorkerConfig.PausePoll
+	fetch  context.Context // done once the worker stops fetching: the poller stops
+	call   func() (context.Context, context.CancelFunc)
+	report func(err error, msg string, attrs ...any)
+	log    *slog.Logger
+	// changed is called, under no lock, for each queue whose flag changed.
+	changed func(q *workerQueue)
+}
+
+// pausePoller asks the broker (driver.Pauser) every WorkerConfig.PausePoll
+// which queues are paused, and sets the pause flag of each of the worker's
+// queues, which its fetch loop obeys. It owns one goroutine, from start
+// until wait returns; it stops when the worker stops fetching.
+type pausePoller struct {
+	pauseParams
+	wg sync.WaitGroup
+}
+
+func newPausePoller(p pauseParams) *pausePoller { return &pausePoller{pauseParams: p} }
+
+// start polls every PausePoll until fetching stops. A nil poller does
+// nothing.
+func (p *pausePoller) start() {
+	if p == nil {
+		return
 	}
-	if w.running != nil {
-		w.bg.Go(w.heartbeat)
+	p.wg.Go(func() {
+		t := time.NewTicker(p.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				p.poll()
+			case <-p.fetch.Done():
+				return
+			}
+		}
+	})
+}
+
+// wait returns once the poller's goroutine has returned.
+func (p *pausePoller) wait() {
+	if p != nil {
+		p.wg.Wait()
 	}
 }
 
-// pollPause asks the broker which queues are paused, and sets the flag of
-// each of the worker's queues. On an error the flags stay as they were.
-func (w *Worker) pollPause() {
-	p := w.srv.broker.can.pauser
-	if p == nil || w.cfg.PausePoll <= 0 || w.fetchCtx.Err() != nil {
+// poll asks the broker which queues are paused, once, and sets the flag
+// of each of the worker's queues. On an error the flags stay as they were.
+// A nil poller does nothing.
+func (p *pausePoller) poll() {
+	if p == nil || p.fetch.Err() != nil {
 		return
 	}
-	ctx, cancel := w.call()
+	ctx, cancel := p.call()
 	defer cancel()
-	if err := w.srv.broker.before(ctx); err != nil {
+	if err := p.broker.before(ctx); err != nil {
 		return
 	}
-	qs, err := p.Paused(ctx)
+	qs, err := p.pauser.Paused(ctx)
 	if err != nil {
-		if w.fetchCtx.Err() == nil {
-			w.report(w.srv.broker.after(ctx, err), "errand: read paused queues", "queues", w.queueNames())
+		if p.fetch.Err() == nil {
+			names := make([]string, len(p.queues))
+			for i, q := range p.queues {
+				names[i] = q.name
+			}
+			p.report(p.broker.after(ctx, err), "errand: read paused queues", "queues", names)
 		}
 		return
 	}
-	for _, q := range w.queues {
+	for _, q := range p.queues {
 		paused := slices.Contains(qs, q.name)
 		if q.pause.set(paused) {
 			if paused {
-				w.log.Info("errand: queue paused: not fetching", "queue", q.name)
+				p.log.Info("errand: queue paused: not fetching", "queue", q.name)
 			} else {
-				w.log.Info("errand: queue resumed", "queue", q.name)
+				p.log.Info("errand: queue resumed", "queue", q.name)
 			}
-			kick(q.kick)
+			p.changed(q)
 		}
 	}
 }

@@ -12,140 +12,312 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// The task state machine: what a worker does with one decoded delivery,
-// from reading its previous state to the callbacks that follow its end.
+// The task state machine: what a worker does with one delivery, from
+// decoding it to settling it, as methods of the delivery's own value.
 
-// process runs one decoded task through its states and returns how to
-// settle its delivery d. Each step that calls the broker or backend runs
-// under its own bounded ctx (Worker.call); the task itself runs under the
-// task's ctx. With setAside, the error is the reason. ran is called once the
-// task's function has returned, before its outcome is recorded: the
-// delivery's slot is freed for the next fetch while it settles.
-func (w *Worker) process(sig *Signature, d *driver.Delivery, ran func()) (settle, error) {
+// delivery is one delivery on its way through a runner: the delivery
+// itself, its decoded task, the attempt, and how it is settled. It is
+// used by one goroutine (its runner) from handle to its settling.
+type delivery struct {
+	w *Worker
+	job
+	sig   *Signature // nil until decoded
+	queue string     // the queue its retries and callbacks go to
+
+	// The attempt: the task's function and arguments, and the states it
+	// records (RECEIVED and STARTED before the middleware runs).
+	tk          *task
+	args        []reflect.Value
+	st, started *TaskState
+	outcome     settle // how it is settled
+	err         error  // why (the reason, for setAside and archive)
+	settling    bool   // its function returned: it holds a settling place, not a slot
+}
+
+// handle runs j's delivery from decoding to settling, then frees what it
+// held: its slot (until its function returned) and its settling place.
+func (w *Worker) handle(j job) {
+	defer w.tasks.Done()
+	dv := &delivery{w: w, job: j, outcome: requeue}
+	defer dv.free()
+	if !dv.decode() {
+		return
+	}
+	if dv.ext == nil {
+		dv.ext = w.lease.start(dv.d)
+	}
+	dv.process()
+	dv.ext.stop()
+	if dv.outcome != release {
+		dv.ext.wait() // settle only once no extend can follow
+	} else {
+		// Shutdown: an extend stuck on a silent server must not hold the
+		// release back; the two end by their own deadlines, side by side.
+		defer dv.ext.wait()
+	}
+	dv.settle()
+}
+
+// ran is called once the task's function has returned: the delivery
+// gives its slot to the next fetch and holds a settling place instead
+// (with Concurrency deliveries settling, it keeps its slot until one is
+// done).
+func (dv *delivery) ran() {
+	if dv.settling {
+		return // a middleware that ran the attempt twice
+	}
+	dv.settling = true
+	dv.w.settles <- struct{}{}
+	dv.freeSlot()
+}
+
+// freeSlot frees the delivery's slot.
+func (dv *delivery) freeSlot() {
+	<-dv.w.slots
+	if dv.q != nil {
+		dv.w.finished(dv.q)
+	}
+}
+
+// free frees what the delivery holds once it is settled: its settling
+// place, or its slot when its function never ran.
+func (dv *delivery) free() {
+	if dv.settling {
+		<-dv.w.settles
+	} else {
+		dv.freeSlot()
+	}
+}
+
+// decode checks, opens and decodes the delivery's body; a delivery that
+// does not decode is set aside, and decode reports false.
+func (dv *delivery) decode() bool {
+	w, d := dv.w, dv.d
+	discard := func(reason error) bool {
+		if dv.ext != nil {
+			dv.ext.halt() // no extend may follow the settling
+		}
+		w.setAside(d, reason)
+		return false
+	}
+	if lim := w.cfg.MaxMessageSize; lim > 0 && len(d.Body) > lim {
+		return discard(fmt.Errorf("%w: message %q on queue %q is %d bytes, over the worker's MaxMessageSize of %d bytes: set aside without decoding", ErrPayloadTooLarge, d.ID, d.Queue, len(d.Body), lim))
+	}
+	body, err := w.srv.cfg.Signing.open(d.Body)
+	if err != nil {
+		return discard(fmt.Errorf("%w (message %q on queue %q): not run, set aside", err, d.ID, d.Queue))
+	}
+	sig, err := DecodeSignature(body)
+	if err != nil {
+		return discard(fmt.Errorf("%w (message %q on queue %q)", err, d.ID, d.Queue))
+	}
+	// A signature that names no queue (sent by hand, or by another
+	// producer) lives on the queue it came from: its retries and callbacks
+	// go back there, never to queue "" where no worker reads.
+	dv.queue = d.Queue
+	if dv.queue == "" {
+		dv.queue = w.queues.list[0].name
+	}
+	routeTo(sig, dv.queue)
+	dv.sig = sig
+	return true
+}
+
+// process runs the decoded task through its states and leaves in
+// dv.outcome how to settle the delivery (with setAside or archive,
+// dv.err is the reason). Whether the attempt runs at all — a redelivery of
+// a task already finished, owned by a later attempt or claimed by another
+// message does not — is decided by begin, before the worker's middleware,
+// on every backend: the middleware sees attempts only. Each step that
+// calls the broker or backend runs under its own bounded ctx
+// (Worker.call); the task itself runs under the task's ctx.
+func (dv *delivery) process() {
+	w, sig := dv.w, dv.sig
+	if !dv.begin() {
+		return
+	}
+	tctx, cancelTask := w.taskContext(sig)
+	defer cancelTask()
+	// The attempt itself, wrapped in the worker's middleware (the hooks
+	// included). A middleware that never calls it leaves the delivery to
+	// be given back.
+	dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
+	wrapTask(w.mw, dv.attempt)(tctx, sig)
+}
+
+// begin decides whether the attempt runs, and if so records RECEIVED and
+// STARTED: it reports false, with dv.outcome and dv.err saying how to
+// settle, when it must not (a redelivery of a task already recorded as
+// finished or owned by a later attempt: resume; no function here; bad
+// arguments; over its rate limit; a backend error). On a backend that
+// begins attempts in one call (driver.Starter) a task that can run reads
+// its previous state and records RECEIVED and STARTED in that one call
+// (Worker.begin, start.go); every other task reads its state first.
+func (dv *delivery) begin() bool {
+	w, sig, d := dv.w, dv.sig, dv.d
 	be := w.srv.backend
 	ctx, cancel := w.call()
 	defer cancel()
 	// Find the function and decode the arguments before writing anything,
 	// so a task that can run records RECEIVED and STARTED in one round
-	// trip. On a backend that begins attempts in one call (driver.Starter)
-	// such a task reads its previous state in that same call (begin, in
-	// start.go); every other task reads it first.
-	tk := w.srv.task(sig.Name)
-	var args []reflect.Value
+	// trip.
+	dv.tk = w.srv.task(sig.Name)
 	var cannotRun error
-	if tk != nil {
-		args, cannotRun = tk.decodeArgs(sig.Args)
+	if dv.tk != nil {
+		dv.args, cannotRun = dv.tk.decodeArgs(sig.Args)
 	}
-	oneCall := tk != nil && cannotRun == nil && be.starter != nil
-	st := &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
+	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
+	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
 	if !oneCall {
 		prev, err := be.GetState(ctx, sig.UUID)
 		switch {
 		case errors.Is(err, ErrTaskNotFound):
 			prev = nil
 		case err != nil:
-			return requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
+			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
+			return false
 		}
 		if prev != nil {
 			if done, outcome, err := w.resume(ctx, sig, prev, d); done {
-				return outcome, err
+				dv.outcome, dv.err = outcome, err
+				return false
 			}
-			st.CreatedAt = prev.CreatedAt
+			dv.st.CreatedAt = prev.CreatedAt
 		}
 	}
 
-	if tk == nil {
+	if dv.tk == nil {
 		if d.Attempt >= 1 && d.Attempt < w.cfg.UnknownTaskAttempts {
 			// Perhaps another worker on this queue has it (another
 			// application, a newer version): give it back untouched.
-			return passOn, nil
+			dv.outcome, dv.err = passOn, nil
+			return false
 		}
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
 	}
 	if cannotRun != nil {
-		if err := be.setState(ctx, st); err != nil {
-			return requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
+		if err := be.setState(ctx, dv.st); err != nil {
+			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
+			return false
 		}
-		outcome, _, err := w.fail(ctx, sig, st, cannotRun)
-		if tk == nil && outcome == archive {
+		dv.outcome, _, dv.err = w.fail(ctx, sig, dv.st, cannotRun)
+		if dv.tk == nil && dv.outcome == archive {
 			// Set it aside even on a broker without an archive (its dead
 			// letters), so it can be re-driven once a worker has the
 			// function.
-			return setAside, cannotRun
+			dv.outcome, dv.err = setAside, cannotRun
 		}
-		return outcome, err
+		return false
 	}
 	// Over its rate limit: back to the queue, nothing recorded.
-	if outcome, err := w.takeToken(ctx, tk, sig); outcome != ack {
-		return outcome, err
+	if outcome, err := w.takeToken(ctx, dv.tk, sig); outcome != ack {
+		dv.outcome, dv.err = outcome, err
+		return false
 	}
 
-	tctx, cancelTask := w.taskContext(sig)
-	defer cancelTask()
-	cancel() // the steps below each take their own bounded ctx
-
-	// The attempt itself, wrapped in the worker's middleware (the hooks
-	// included). A middleware that never calls it leaves the delivery to
-	// be given back.
-	outcome, outErr := requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
-	attempt := func(tctx context.Context, sig *Signature) (*TaskState, error) {
-		ctx, cancel := w.call()
-		started := st.Copy()
-		started.State, started.StartedAt = StateStarted, time.Now().UTC()
-		if oneCall {
-			var begun bool
-			begun, outcome, outErr = w.begin(ctx, sig, d, st, started)
-			cancel()
-			if !begun {
-				return nil, notRun(sig, outErr)
-			}
-		} else {
-			err := be.setStates(ctx, []*TaskState{st, started})
-			cancel()
-			if err != nil {
-				outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
-				return nil, outErr
-			}
+	cancel()
+	ctx, cancel = w.call() // recording RECEIVED and STARTED is a step of its own
+	defer cancel()
+	dv.started = dv.st.Copy()
+	dv.started.State, dv.started.StartedAt = StateStarted, time.Now().UTC()
+	if oneCall {
+		begun, outcome, err := w.begin(ctx, sig, d, dv.st, dv.started)
+		if !begun {
+			dv.outcome, dv.err = outcome, err
 		}
-		w.running.add(sig, sig.RoutingKey)
-		results, runErr := safeCall(tctx, tk, args)
-		w.running.remove(sig)
-		ran()
-		if runErr != nil && w.hardCtx.Err() != nil {
-			// Shutdown gave up waiting and cancelled the task: give it
-			// back unrecorded so another worker runs it.
-			outcome, outErr = release, nil
-			return nil, runErr
-		}
-		ctx, cancel = w.call()
-		defer cancel()
-		// The steps after the run (the retry's and callbacks' sends among
-		// them) see the attempt's values, e.g. its trace span, under
-		// their own bounded lifetime.
-		ctx = withValuesOf(ctx, tctx)
-		final := started
-		if runErr == nil {
-			final = started.Copy()
-			final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
-			if err := be.setState(ctx, final); err != nil {
-				outcome, outErr = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
-				return nil, runErr
-			}
-			outcome, outErr = w.afterSuccess(ctx, sig, results)
-		} else {
-			policy := tk.policy
-			if policy == nil {
-				policy = w.cfg.RetryPolicy
-			}
-			outcome, final, outErr = w.scheduleRetry(ctx, sig, runErr, policy, started)
-		}
-		if outcome != ack && outcome != archive {
-			return nil, runErr
-		}
-		return final, runErr
+		return begun
 	}
-	wrapTask(w.mw, attempt)(tctx, sig)
-	return outcome, outErr
+	if err := be.setStates(ctx, []*TaskState{dv.st, dv.started}); err != nil {
+		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+		return false
+	}
+	return true
+}
+
+// attempt is the TaskHandler the worker's middleware wraps: it calls the
+// task's function and records how the attempt ended, leaving in
+// dv.outcome how to settle the delivery.
+func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, error) {
+	w := dv.w
+	w.beat.add(sig, sig.RoutingKey)
+	results, runErr := safeCall(tctx, dv.tk, dv.args)
+	w.beat.remove(sig)
+	dv.ran()
+	if runErr != nil && w.hardCtx.Err() != nil {
+		// Shutdown gave up waiting and cancelled the task: give it back
+		// unrecorded so another worker runs it.
+		dv.outcome, dv.err = release, nil
+		return nil, runErr
+	}
+	ctx, cancel := w.call()
+	defer cancel()
+	// The steps after the run (the retry's and callbacks' sends among
+	// them) see the attempt's values, e.g. its trace span, under their own
+	// bounded lifetime.
+	ctx = withValuesOf(ctx, tctx)
+	final := dv.started
+	if runErr == nil {
+		final = dv.started.Copy()
+		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
+		if err := w.srv.backend.setState(ctx, final); err != nil {
+			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
+			return nil, runErr
+		}
+		dv.outcome, dv.err = w.afterSuccess(ctx, sig, results)
+	} else {
+		policy := dv.tk.policy
+		if policy == nil {
+			policy = w.cfg.RetryPolicy
+		}
+		dv.outcome, final, dv.err = w.scheduleRetry(ctx, sig, runErr, policy, dv.started)
+	}
+	if dv.outcome != ack && dv.outcome != archive {
+		return nil, runErr
+	}
+	return final, runErr
+}
+
+// settle settles the delivery as dv.outcome says.
+func (dv *delivery) settle() {
+	w, d, sig := dv.w, dv.d, dv.sig
+	b := w.srv.broker
+	ctx, cancel := w.call()
+	defer cancel()
+	attrs := taskAttrs(sig, dv.queue)
+	switch dv.outcome {
+	case ack:
+		if err := b.ack(ctx, d); err != nil {
+			w.report(err, "errand: ack", attrs...)
+		}
+	case requeue:
+		w.report(dv.err, "errand: task requeued after an error", attrs...)
+		if err := b.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); err != nil {
+			w.report(err, "errand: release", attrs...)
+		}
+	case release:
+		if err := b.Release(ctx, d, time.Time{}); err != nil {
+			w.report(err, "errand: release on shutdown", attrs...)
+		}
+	case setAside:
+		w.reject(ctx, d, sig, dv.err)
+	case archive:
+		if w.archiver == nil {
+			if err := b.ack(ctx, d); err != nil {
+				w.report(err, "errand: ack", attrs...)
+			}
+			break
+		}
+		w.archiveFailed(ctx, d, sig, dv.err)
+	case passOn:
+		wait := w.backoff(d.Attempt)
+		w.log.Info("errand: no function for this task here: given back for another worker", append(attrs,
+			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)...)
+		if err := b.Release(ctx, d, time.Now().Add(wait)); err != nil {
+			w.report(err, "errand: release unknown task", attrs...)
+		}
+	case throttle:
+		w.releaseThrottled(ctx, d, sig, dv.err)
+	}
 }
 
 // resume decides what a delivery does when its task already has the state

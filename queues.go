@@ -9,66 +9,65 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/dispatch"
 )
 
 // Several queues per worker (WorkerConfig.Queues): one fetch loop per
-// queue, and a dispatcher that hands the worker's Concurrency slots to
-// the queues by weight (smooth weighted round robin) or strict priority,
-// within each queue's QueueConcurrency cap.
+// queue, and a dispatcher that hands the worker's Concurrency slots to the
+// queues as the policy (internal/dispatch) decides: by weight (smooth
+// weighted round robin) or strict priority, within each queue's
+// QueueConcurrency cap.
 //
 // The fetch loops do not hold slots while they wait in Fetch: a loop
-// fetches at most max(1, its fair share of the free slots) deliveries into
-// its queue's hand and fetches again only once the hand is empty. The
-// dispatcher gives each free slot to the queue chosen among those with a
-// delivery in hand, so under a full backlog the tasks started follow the
-// weights exactly, and a queue whose Fetch blocks (it is empty) holds no
-// slot idle. The price is a bounded prefetch: a delivery may wait in a
-// hand (its lease extended from the moment it is fetched) beyond the free
-// slots, at most one fetch per queue. A queue whose last fetch returned
-// messages and whose next fetch is under way is waited for, briefly
-// (twice its recent fetch time, between reserveMin and reserveMax), so
-// that a fetch's round trip does not hand its turn to another queue.
-// Under StrictPriority it is waited for reserveMax whatever its recent
-// fetch time: one slow round trip of a busy higher queue (a loaded server)
-// must not let a lower queue in; the price is that a lower queue waits up
-// to reserveMax once when the higher one runs dry.
+// fetches its share of the free slots (and one more) into its queue's
+// hand and fetches again once the hand is empty. The policy decides which
+// queue each free slot serves, among the queues with a delivery in hand
+// and those whose fetch is under way and believed to find work; a slot
+// picked for a queue whose fetch is under way is owed to it and waits for
+// that fetch, never taken by another queue's delivery, so the weights and
+// the strict order hold whatever the fetches' round trips. A queue is
+// judged empty only when a fetch of it fails or outlasts its patience
+// (see internal/dispatch and docs/flow-control.md). The price is a
+// bounded prefetch: a delivery may wait in a hand (its lease extended
+// from the moment it is fetched) beyond the free slots, at most one fetch
+// per queue.
 
-// Bounds of the wait for a busy queue's fetch (see above).
-const (
-	reserveMin = 5 * time.Millisecond
-	reserveMax = 100 * time.Millisecond
-)
-
-// workerQueue is one queue of a worker with its share of the slots. The
-// fields below pause are guarded by Worker.amu.
+// workerQueue is one queue of a worker. hand is guarded by queueSet.mu.
 type workerQueue struct {
+	idx    int // in queueSet.list and the policy
 	name   string
 	weight int
 	cap    int // most tasks running at once; 0: Concurrency
 	pause  *pauseFlag
 	kick   chan struct{} // wakes the queue's fetch loop
 
-	hand     []job     // fetched, waiting for a slot
-	fetching bool      // a Fetch is under way
-	fetchAt  time.Time // when it began
-	busy     bool      // the last Fetch returned messages
-	rtt      time.Duration
-	running  int // tasks running (dispatched, not yet finished)
-	credit   int // smooth weighted round robin
+	hand []job // fetched, waiting for a slot
+}
+
+// queueSet is a worker's queues and, with several (or a cap), their
+// dispatch state.
+type queueSet struct {
+	list  []*workerQueue // highest weight first
+	multi bool           // one fetch loop per queue and a dispatcher
+	kick  chan struct{}  // wakes the dispatcher
+
+	mu     sync.Mutex // the policy and the hands
+	policy *dispatch.Policy
 }
 
 // job is one delivery on its way to a runner; q is its queue in a
-// multi-queue worker (nil otherwise), stop its lease extender when it was
+// multi-queue worker (nil otherwise), ext its lease's renewal when it was
 // started at fetch time.
 type job struct {
-	d    *driver.Delivery
-	q    *workerQueue
-	stop func() func()
+	d   *driver.Delivery
+	q   *workerQueue
+	ext *extension
 }
 
 // Validate reports what is wrong with cfg's queues: a weight below 1, a
-// negative cap, a cap for a queue the worker does not consume, an empty
-// queue name, or a Queue that Queues does not include.
+// negative cap, a cap for a queue the worker does not consume, or an
+// empty queue name. With Queues empty (the server's default queue), any
+// cap's queue is left for NewWorker to check against that default.
 func (cfg WorkerConfig) Validate() error {
 	var errs []error
 	for q, wt := range cfg.Queues {
@@ -79,17 +78,11 @@ func (cfg WorkerConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("errand: WorkerConfig.Queues: queue %q has weight %d; weights are 1 or more", q, wt))
 		}
 	}
-	if cfg.Queue != "" && len(cfg.Queues) > 0 {
-		if _, ok := cfg.Queues[cfg.Queue]; !ok {
-			errs = append(errs, fmt.Errorf("errand: WorkerConfig.Queue %q is not among WorkerConfig.Queues; name it there with its weight (or set only one of the two)", cfg.Queue))
-		}
-	}
 	for q, c := range cfg.QueueConcurrency {
 		if c < 0 {
 			errs = append(errs, fmt.Errorf("errand: WorkerConfig.QueueConcurrency: queue %q has cap %d; caps are 0 (none) or more", q, c))
 		}
-		_, inQueues := cfg.Queues[q]
-		if !inQueues && (len(cfg.Queues) > 0 || (cfg.Queue != "" && q != cfg.Queue)) {
+		if _, ok := cfg.Queues[q]; !ok && len(cfg.Queues) > 0 {
 			errs = append(errs, fmt.Errorf("errand: WorkerConfig.QueueConcurrency names queue %q, which the worker does not consume", q))
 		}
 	}
@@ -97,42 +90,41 @@ func (cfg WorkerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// workerQueues returns cfg's queues, highest weight first (then by name),
-// and whether they need the multi-queue loop: more than one queue, or a
-// cap. cfg.Queue has its default.
-func workerQueues(cfg WorkerConfig) ([]*workerQueue, bool) {
-	var qs []*workerQueue
-	add := func(name string, weight int) {
-		// busy until a fetch shows otherwise, so that the first slots wait
-		// for the first fetch of a queue the policy prefers.
-		qs = append(qs, &workerQueue{name: name, weight: weight, cap: cfg.QueueConcurrency[name],
-			pause: &pauseFlag{}, kick: make(chan struct{}, 1), busy: true})
-	}
-	if len(cfg.Queues) == 0 {
-		add(cfg.Queue, 1)
-	}
+// newQueueSet returns cfg's queues, highest weight first (then by name),
+// with a dispatcher when they need one: more than one queue, or a cap.
+// cfg.Queues has its default.
+func newQueueSet(cfg WorkerConfig) *queueSet {
+	s := &queueSet{}
 	for name, wt := range cfg.Queues {
-		add(name, wt)
+		s.list = append(s.list, &workerQueue{name: name, weight: wt, cap: cfg.QueueConcurrency[name],
+			pause: &pauseFlag{}, kick: make(chan struct{}, 1)})
 	}
-	slices.SortFunc(qs, func(a, b *workerQueue) int {
+	slices.SortFunc(s.list, func(a, b *workerQueue) int {
 		if c := cmp.Compare(b.weight, a.weight); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.name, b.name)
 	})
-	multi := len(qs) > 1
-	for _, q := range qs {
+	s.multi = len(s.list) > 1
+	pcfg := dispatch.Config{Slots: cfg.Concurrency, Strict: cfg.StrictPriority}
+	for i, q := range s.list {
+		q.idx = i
 		if q.cap > 0 && q.cap < cfg.Concurrency {
-			multi = true
+			s.multi = true
 		}
+		pcfg.Queues = append(pcfg.Queues, dispatch.Queue{Name: q.name, Weight: q.weight, Cap: q.cap})
 	}
-	return qs, multi
+	if s.multi {
+		s.kick = make(chan struct{}, 1)
+		s.policy = dispatch.New(pcfg)
+	}
+	return s
 }
 
-// queueNames are the worker's queues, highest weight first.
-func (w *Worker) queueNames() []string {
-	out := make([]string, len(w.queues))
-	for i, q := range w.queues {
+// names are the queues, highest weight first.
+func (s *queueSet) names() []string {
+	out := make([]string, len(s.list))
+	for i, q := range s.list {
 		out[i] = q.name
 	}
 	return out
@@ -150,43 +142,42 @@ func kick(c chan struct{}) {
 func (w *Worker) loopQueues() {
 	defer close(w.loopDone)
 	defer close(w.work)
-	w.pollPause() // a worker starting on a paused queue fetches nothing from it
-	w.amu.Lock()
-	for _, q := range w.queues {
-		q.fetching, q.fetchAt = true, time.Now() // the first fetch, about to begin
-	}
-	w.amu.Unlock()
+	w.poller.poll() // a worker starting on a paused queue fetches nothing from it
+	w.queues.mu.Lock()
+	w.queues.policy.Start(time.Now()) // a slot waits for a queue whose loop has yet to run
+	w.queues.mu.Unlock()
 	var fetchers sync.WaitGroup
-	for _, q := range w.queues {
+	for _, q := range w.queues.list {
 		fetchers.Go(func() { w.fetchQueue(q) })
 	}
 	w.dispatch()
 	fetchers.Wait()
 	var left []job
-	w.amu.Lock()
-	for _, q := range w.queues {
+	w.queues.mu.Lock()
+	for _, q := range w.queues.list {
 		left = append(left, q.hand...)
 		q.hand = nil
 	}
-	w.amu.Unlock()
+	w.queues.mu.Unlock()
 	ds := make([]*driver.Delivery, 0, len(left))
 	for _, j := range left {
-		j.stop()()
+		j.ext.halt()
 		ds = append(ds, j.d)
 	}
 	w.giveBack(ds)
 }
 
-// fetchQueue fills q's hand whenever it is empty, q is not paused and
-// below its cap.
+// fetchQueue fills q's hand whenever the policy lets it (its hand empty,
+// below its cap) and q is not paused.
 func (w *Worker) fetchQueue(q *workerQueue) {
-	b := w.srv.broker
+	qs := w.queues
 	failures := 0
 	for {
 		if resumed := q.pause.wait(); resumed != nil {
-			w.amu.Lock()
-			q.fetching = false
-			w.amu.Unlock()
+			qs.mu.Lock()
+			qs.policy.Stop(q.idx)
+			qs.mu.Unlock()
+			kick(qs.kick) // a slot owed to q goes to the others
 			select {
 			case <-resumed:
 				continue
@@ -194,17 +185,10 @@ func (w *Worker) fetchQueue(q *workerQueue) {
 				return
 			}
 		}
-		w.amu.Lock()
-		ready := len(q.hand) == 0 && (q.cap == 0 || q.running < q.cap)
-		limit := 0
-		if ready {
-			limit = w.fetchLimit(q)
-			if !q.fetching {
-				q.fetching, q.fetchAt = true, time.Now()
-			}
-		}
-		w.amu.Unlock()
-		if !ready {
+		qs.mu.Lock()
+		limit, ok := qs.policy.Fetch(q.idx, time.Now())
+		qs.mu.Unlock()
+		if !ok {
 			select {
 			case <-q.kick:
 				continue
@@ -212,32 +196,17 @@ func (w *Worker) fetchQueue(q *workerQueue) {
 				return
 			}
 		}
-		ds, err := b.Fetch(w.fetchCtx, q.name, limit, w.cfg.Lease)
-		if !w.fetched(q, ds, err, &failures) {
+		kick(qs.kick) // q's fetch is under way: a slot may wait for it
+		ds, err := w.srv.broker.Fetch(w.fetchCtx, q.name, limit, w.cfg.Lease)
+		w.fetched(q, ds, err)
+		if !w.fetchFailed(q.name, err, &failures) {
 			return
 		}
 	}
 }
 
-// fetchLimit is how many deliveries q's fetch asks for: its fair share
-// (by weight) of the slots neither running nor promised to a hand, at
-// least 1, within its cap. Under w.amu.
-func (w *Worker) fetchLimit(q *workerQueue) int {
-	free, total := w.cfg.Concurrency, 0
-	for _, o := range w.queues {
-		free -= o.running + len(o.hand)
-		total += o.weight
-	}
-	n := max(1, free*q.weight/total)
-	if q.cap > 0 {
-		n = min(n, q.cap-q.running)
-	}
-	return max(n, 1)
-}
-
-// fetched puts what q's fetch returned in its hand, or backs off after an
-// error. It reports false when the loop must end.
-func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, err error, failures *int) bool {
+// fetched puts what q's fetch returned in its hand.
+func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, err error) {
 	if len(ds) > 0 && q.pause.on() {
 		w.giveBack(ds) // paused while the fetch waited: give them back untouched
 		ds = nil
@@ -247,62 +216,31 @@ func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, err error, failu
 		if d.Queue == "" {
 			d.Queue = q.name
 		}
-		jobs[i] = job{d: d, q: q, stop: w.extendLease(d)} // the lease runs while it waits in hand
+		jobs[i] = job{d: d, q: q, ext: w.lease.start(d)} // the lease runs while it waits in hand
 	}
-	w.amu.Lock()
-	q.fetching = false
-	if len(ds) > 0 {
-		q.busy = true
-		// The round trip of a fetch that found messages at once; a longer
-		// one waited for a publish, which says nothing of the round trip.
-		if d := time.Since(q.fetchAt); d < reserveMax {
-			if q.rtt == 0 {
-				q.rtt = d
-			}
-			q.rtt = (3*q.rtt + d) / 4
-		}
-	} else if err != nil {
-		q.busy = false
-	}
+	qs := w.queues
+	qs.mu.Lock()
+	qs.policy.Fetched(q.idx, len(jobs), err != nil, time.Now())
 	q.hand = append(q.hand, jobs...)
-	w.amu.Unlock()
-	kick(w.kick)
-	if err == nil {
-		*failures = 0
-		return true
-	}
-	if w.fetchCtx.Err() != nil {
-		return false
-	}
-	*failures++
-	w.report(err, "errand: fetch failed", "queue", q.name, "failures_in_a_row", *failures)
-	if errors.Is(err, ErrClosed) {
-		return false
-	}
-	t := time.NewTimer(w.backoff(*failures))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.fetchCtx.Done():
-		return false
-	}
+	qs.mu.Unlock()
+	kick(qs.kick)
 }
 
-// dispatch gives free slots to the queues' hands until fetching stops.
+// dispatch gives free slots to the queues' hands, as the policy decides,
+// until fetching stops.
 func (w *Worker) dispatch() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wait := w.grant()
+		wake := w.grant()
 		timer.Stop()
 		var tc <-chan time.Time
-		if wait > 0 {
-			timer.Reset(wait)
+		if !wake.IsZero() {
+			timer.Reset(time.Until(wake))
 			tc = timer.C
 		}
 		select {
-		case <-w.kick:
+		case <-w.queues.kick:
 		case <-tc:
 		case <-w.fetchCtx.Done():
 			return
@@ -310,93 +248,35 @@ func (w *Worker) dispatch() {
 	}
 }
 
-// grant hands free slots to queues, one at a time, each to the queue the
-// policy picks among those that can take it; it returns how long to wait
-// for a busy queue's fetch the policy picked (0: nothing to wait for).
-func (w *Worker) grant() time.Duration {
-	w.amu.Lock()
-	defer w.amu.Unlock()
+// grant hands each free slot to the delivery the policy picks, and
+// returns when to ask the policy again (zero: on the next event).
+func (w *Worker) grant() time.Time {
+	qs := w.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	for {
-		now := time.Now()
-		var best *workerQueue
-		var wait time.Duration
-		for _, q := range w.queues {
-			if q.cap > 0 && q.running >= q.cap {
-				continue
-			}
-			var left time.Duration
-			if len(q.hand) == 0 {
-				if !q.fetching || !q.busy {
-					continue
-				}
-				grace := reserveMax // no fetch timed yet, or strict priority
-				if q.rtt > 0 && !w.cfg.StrictPriority {
-					grace = min(max(2*q.rtt, reserveMin), reserveMax)
-				}
-				left = grace - now.Sub(q.fetchAt)
-				if left <= 0 {
-					continue // its fetch is waiting: the queue is empty
-				}
-			}
-			if best == nil || w.prefer(q, best) {
-				best, wait = q, left
-			}
+		i, wake := qs.policy.Next(time.Now())
+		if i < 0 {
+			return wake
 		}
-		if best == nil {
-			return 0
+		q := qs.list[i]
+		j := q.hand[0]
+		q.hand = q.hand[1:]
+		if len(q.hand) == 0 {
+			kick(q.kick) // its fetch is due
 		}
-		if len(best.hand) == 0 {
-			return wait
-		}
-		select {
-		case w.slots <- struct{}{}:
-		default:
-			return 0 // no free slot
-		}
-		j := best.hand[0]
-		best.hand = best.hand[1:]
-		best.running++
-		total := 0
-		for _, q := range w.queues {
-			total += q.weight
-		}
-		for _, q := range w.queues {
-			q.credit += q.weight
-			if q == best {
-				q.credit -= total
-			}
-			// Bounded, so a queue idle for long does not take every slot
-			// when it comes back, nor one busy alone lose its turns.
-			q.credit = min(max(q.credit, -total), total)
-		}
-		if len(best.hand) == 0 {
-			// Its fetcher is woken to fetch again: from now on the queue
-			// counts as fetching, so the next slot waits for it.
-			best.fetching, best.fetchAt = true, now
-			kick(best.kick)
-		}
+		w.slots <- struct{}{} // never blocks: the policy counts the slots held
 		w.tasks.Add(1)
 		w.work <- j // never blocks: a slot is held for each job
 	}
 }
 
-// prefer reports whether the policy picks q over o: the higher weight
-// under StrictPriority, else the higher credit of smooth weighted round
-// robin (nginx's): each pick adds every queue's weight to its credit and
-// takes the sum of weights from the picked queue's, so picks follow the
-// weights and interleave.
-func (w *Worker) prefer(q, o *workerQueue) bool {
-	if w.cfg.StrictPriority {
-		return q.weight > o.weight
-	}
-	return q.credit+q.weight > o.credit+o.weight
-}
-
 // finished frees the slot of a task of q that ended.
 func (w *Worker) finished(q *workerQueue) {
-	w.amu.Lock()
-	q.running--
-	w.amu.Unlock()
+	qs := w.queues
+	qs.mu.Lock()
+	qs.policy.Finished(q.idx)
+	qs.mu.Unlock()
 	kick(q.kick)
-	kick(w.kick)
+	kick(qs.kick)
 }

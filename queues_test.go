@@ -8,9 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/driver"
 )
 
 func TestWorkerQueuesValidate(t *testing.T) {
@@ -21,7 +25,6 @@ func TestWorkerQueuesValidate(t *testing.T) {
 		{errand.WorkerConfig{Queues: map[string]int{"a": 0}}, `queue "a" has weight 0`},
 		{errand.WorkerConfig{Queues: map[string]int{"a": 1}, QueueConcurrency: map[string]int{"a": -1}}, `queue "a" has cap -1`},
 		{errand.WorkerConfig{Queues: map[string]int{"a": 1}, QueueConcurrency: map[string]int{"b": 1}}, `names queue "b", which the worker does not consume`},
-		{errand.WorkerConfig{Queue: "x", Queues: map[string]int{"a": 1}}, `Queue "x" is not among WorkerConfig.Queues`},
 		{errand.WorkerConfig{Queues: map[string]int{"": 1}}, `empty queue name`},
 	} {
 		err := tc.cfg.Validate()
@@ -34,7 +37,16 @@ func TestWorkerQueuesValidate(t *testing.T) {
 			t.Errorf("Run with %+v returned %v, want the configuration error at once", tc.cfg, err)
 		}
 	}
-	ok := errand.WorkerConfig{Queue: "a", Queues: map[string]int{"a": 2, "b": 1}, QueueConcurrency: map[string]int{"b": 1}}
+	// Without Queues the worker consumes the server's default queue: a cap
+	// may name it, and only it (NewWorker checks, Validate cannot know it).
+	e := newEnv(t)
+	if w := e.srv.NewWorker(errand.WorkerConfig{QueueConcurrency: map[string]int{"elsewhere": 1}}); w.Err() == nil || !strings.Contains(w.Err().Error(), `names queue "elsewhere"`) {
+		t.Errorf("NewWorker with a cap on a queue other than the default one: Err() = %v, want it refused", w.Err())
+	}
+	if w := e.srv.NewWorker(errand.WorkerConfig{QueueConcurrency: map[string]int{errand.DefaultQueue: 1}}); w.Err() != nil {
+		t.Errorf("NewWorker with a cap on the default queue: Err() = %v, want nil", w.Err())
+	}
+	ok := errand.WorkerConfig{Queues: map[string]int{"a": 2, "b": 1}, QueueConcurrency: map[string]int{"b": 1}}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v, want nil", ok, err)
 	}
@@ -122,4 +134,81 @@ func TestWorkerQueuesEmptyQueueHoldsNoSlot(t *testing.T) {
 	if _, err := paused.Get(ctx); err != nil {
 		t.Fatalf("after Resume: %v", err)
 	}
+}
+
+// slowFetch is the memory broker whose fetches of some queues take
+// longer (a round trip on the synctest bubble's clock).
+type slowFetch struct {
+	*memorybroker.Broker
+	delay map[string]time.Duration
+}
+
+func (b *slowFetch) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	time.Sleep(b.delay[queue])
+	return b.Broker.Fetch(ctx, queue, limit, lease)
+}
+
+// The weights hold whatever the fetches' round trips: a worker on two
+// queues weighted 3:1 whose heavier queue's fetches take 300ms and the
+// other's none starts 3:1 of a backlog on both (to within the four slots),
+// because a slot picked for the slow queue waits for its fetch rather than
+// going to the fast one. (Before internal/dispatch, the dispatcher waited
+// at most 100ms, and the fast queue took nearly every slot.)
+func TestWorkerQueuesWeightsHoldWithSlowFetches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 400
+		br := &slowFetch{Broker: memorybroker.New(nil), delay: map[string]time.Duration{"high": 300 * time.Millisecond}}
+		be := memorybackend.New(nil)
+		srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var started []string
+		full := make(chan struct{})
+		srv.Register("tag", func(q string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if started = append(started, q); len(started) == n {
+				close(full)
+			}
+			return nil
+		})
+		ctx := context.Background()
+		for _, q := range []string{"low", "high"} {
+			var batch []driver.Message
+			for range n {
+				sig := errand.NewSignature("tag", q)
+				sig.RoutingKey = q
+				body, err := errand.EncodeSignature(sig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, driver.Message{ID: sig.UUID, Queue: q, Body: body})
+			}
+			if err := br.Publish(ctx, batch...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{"high": 3, "low": 1}, Concurrency: 4, PausePoll: -1, Heartbeat: -1})
+		w.Start()
+		<-full
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		srv.Close()
+		br.Close()
+		be.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		hi := 0
+		for _, q := range started[:n] {
+			if q == "high" {
+				hi++
+			}
+		}
+		if hi < 300-4 || hi > 300+4 {
+			t.Errorf("queue weights promise broken: with the high queue's fetches taking 300ms and the low one's none, of the first %d tasks started %d were high and %d low; want 300 ± 4 (3:1, to within the slots)", n, hi, n-hi)
+		}
+	})
 }

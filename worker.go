@@ -14,23 +14,22 @@ import (
 
 // WorkerConfig configures a Worker.
 type WorkerConfig struct {
-	// Queue to consume. Default: the server's default queue, unless
-	// Queues is set. With Queues, Queue may be left empty; if set, it
-	// must be one of Queues (Validate).
-	Queue string
-	// Queues, if set, are the queues to consume, each with its weight
-	// (1 or more), like asynq's Config.Queues: under a backlog on every
-	// queue, the worker starts tasks of each queue in proportion to its
-	// weight ({"critical": 6, "default": 3, "low": 1} starts 6, 3 and 1
-	// of every 10), and a queue with nothing to do leaves its share to
-	// the others. See docs/flow-control.md. Default: just Queue.
+	// Queues are the queues to consume, each with its weight (1 or
+	// more), like asynq's Config.Queues: under a backlog on every queue,
+	// the worker starts tasks of each queue in proportion to its weight
+	// ({"critical": 6, "default": 3, "low": 1} starts 6, 3 and 1 of every
+	// 10), whatever the fetches' round trips, and a queue with nothing to
+	// do leaves its share to the others. One queue's weight does not
+	// matter. See docs/flow-control.md. Default: the server's default
+	// queue (Config.DefaultQueue).
 	Queues map[string]int
 	// StrictPriority: a free slot always goes to the queue with the
 	// highest weight that has a task waiting, so a lower queue runs only
-	// while every higher one is empty. A higher queue whose last fetch
-	// found tasks is waited for up to 100ms while its next fetch is under
-	// way, so a lower queue may start up to 100ms late once the higher
-	// one runs dry. Default: false (by weight).
+	// while every higher one is empty. Empty is judged by fetches: a free
+	// slot waits for a higher queue's fetch under way up to 1s when its
+	// last fetch found all it asked for (a backlog), and up to 100ms when
+	// it found fewer (it ran out), so a lower queue may start that late
+	// once the higher one runs dry. Default: false (by weight).
 	StrictPriority bool
 	// QueueConcurrency caps, per queue, how many of its tasks run at
 	// once, within Concurrency (0 or absent: no cap but Concurrency). Each
@@ -168,38 +167,40 @@ const (
 // Worker consumes one queue, or several (WorkerConfig.Queues): it
 // fetches deliveries, runs their tasks and records the outcome. Create it
 // with Server.NewWorker.
+//
+// A worker is made of small parts, each owning its goroutines: the fetch
+// loop (one per queue and a dispatcher, queues.go, with several queues or
+// a cap), the runners (2×Concurrency goroutines handling deliveries,
+// process.go), the lease extender (one goroutine per delivery held,
+// lease.go), the pause poller (pause.go) and the heartbeater
+// (heartbeat.go). Shutdown stops them in the order it documents.
 type Worker struct {
-	srv *Server
-	cfg WorkerConfig
-	log *slog.Logger
-	err error // an invalid configuration: Run returns it, Start reports it
-
+	srv      *Server
+	cfg      WorkerConfig
+	log      *slog.Logger
+	err      error // an invalid configuration: Run returns it, Start reports it
 	id       string
 	archiver driver.Archiver // the broker's archive; nil when it keeps none
-	queues   []*workerQueue  // highest weight first
-	multi    bool            // one fetch loop per queue and a dispatcher (queues.go)
-	amu      sync.Mutex      // the queues' dispatch state
-	kick     chan struct{}   // wakes the dispatcher
-	running  *runningTasks   // nil without heartbeats
-	bg       sync.WaitGroup  // the pause poller and the heartbeat
+	mw       []Middleware    // cfg.Middleware, then the hooks
 
-	mw      []Middleware   // cfg.Middleware, then the hooks
+	queues *queueSet
+	lease  *leaseExtender
+	poller *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
+	beat   *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
+
 	slots   chan struct{}  // one per delivery held before or while its function runs (Concurrency)
 	settles chan struct{}  // one per delivery settling after its function returned (Concurrency)
 	work    chan job       // fetched deliveries, to the runners
 	runners sync.WaitGroup // 2×Concurrency long-lived goroutines handling deliveries
+	tasks   sync.WaitGroup // deliveries handed to the runners and not yet settled
 
 	startOnce sync.Once
-	stopFetch context.CancelFunc
-	fetchCtx  context.Context
-	hardCtx   context.Context // cancelled when shutdown gives up waiting: ends running tasks
-	hardStop  context.CancelFunc
-	callCtx   context.Context // parent of every broker and backend call; ended shortly after hardCtx
-	callStop  context.CancelFunc
-	loopDone  chan struct{}
-	tasks     sync.WaitGroup
-	drained   chan struct{} // closed once fetching has stopped and every task has returned
-	drainOnce sync.Once
+	loopDone  chan struct{} // closed once the fetch loop has returned (and closed work)
+	// The three lifetimes Shutdown ends, in this order: fetching, the
+	// running tasks (when it gives up waiting), and every broker and
+	// backend call (a grace later).
+	fetchCtx, hardCtx, callCtx    context.Context
+	stopFetch, hardStop, callStop context.CancelFunc
 }
 
 // NewWorker returns a worker for cfg. It does nothing until Start or Run.
@@ -208,8 +209,11 @@ type Worker struct {
 // nothing, and whose Err returns it.
 func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	cfgErr := cfg.Validate()
-	if cfg.Queue == "" && len(cfg.Queues) == 0 {
-		cfg.Queue = s.cfg.DefaultQueue
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = map[string]int{s.cfg.DefaultQueue: 1}
+		if cfgErr == nil {
+			cfgErr = cfg.Validate() // a cap names the default queue, or none
+		}
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 10
@@ -268,19 +272,25 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		log = s.log
 	}
 	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
-		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), kick: make(chan struct{}, 1), loopDone: make(chan struct{}), drained: make(chan struct{})}
-	w.queues, w.multi = workerQueues(cfg)
-	if w.cfg.Queue == "" {
-		w.cfg.Queue = w.queues[0].name // where a delivery naming no queue came from, failing all else
-	}
+		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{})}
+	w.queues = newQueueSet(cfg)
 	w.archiver = s.broker.can.archiver
-	if s.broker.can.heartbeater != nil && cfg.Heartbeat > 0 {
-		w.running = &runningTasks{m: map[string]RunningTask{}}
-	}
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	w.callCtx, w.callStop = context.WithCancel(context.Background())
+
+	w.lease = newLeaseExtender(leaseParams{broker: s.broker, lease: cfg.Lease, every: cfg.ExtendEvery, bound: cfg.CallTimeout,
+		calls: w.callCtx, report: w.report})
+	if p := s.broker.can.pauser; p != nil && cfg.PausePoll > 0 {
+		w.poller = newPausePoller(pauseParams{broker: s.broker, pauser: p, queues: w.queues.list, every: cfg.PausePoll,
+			fetch: w.fetchCtx, call: w.call, report: w.report, log: log, changed: func(q *workerQueue) { kick(q.kick) }})
+	}
+	if h := s.broker.can.heartbeater; h != nil && cfg.Heartbeat > 0 {
+		w.beat = newHeartbeater(heartbeatParams{broker: s.broker, hb: h, every: cfg.Heartbeat,
+			info:     WorkerInfo{ID: w.id, Queues: w.queues.names(), Concurrency: cfg.Concurrency},
+			stopping: w.fetchCtx, calls: w.callCtx, call: w.call, report: w.report, log: log})
+	}
 	return w
 }
 
@@ -290,6 +300,10 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 // deliveries before and while their functions run, and as many for
 // deliveries settling after (WorkerConfig.Concurrency), so a delivery
 // holding a slot always finds a runner free.
+//
+// The parts start in this order: the runners, the pause poller, the
+// heartbeater, then the fetch loop (which first asks whether its queues
+// are paused), so nothing is fetched before something can handle it.
 func (w *Worker) Start() {
 	w.startOnce.Do(func() {
 		if w.err != nil {
@@ -305,8 +319,9 @@ func (w *Worker) Start() {
 				}
 			})
 		}
-		w.startBackground()
-		if w.multi {
+		w.poller.start()
+		w.beat.start()
+		if w.queues.multi {
 			go w.loopQueues()
 		} else {
 			go w.loop()
@@ -351,6 +366,23 @@ const shutdownGrace = 500 * time.Millisecond
 // down at once. Calling Shutdown again (a deferred call after Run, a test
 // cleanup) waits for the same shutdown and never starts the worker.
 func (w *Worker) Shutdown(ctx context.Context) error {
+	// The order of termination is important:
+	//
+	//  1. Fetching stops: the fetch loops and the dispatcher return, and
+	//     what waits in a queue's hand is given back (its lease's renewal
+	//     stopped first); the pause poller, which only steers fetching,
+	//     returns with them.
+	//  2. The runners finish the deliveries they hold: running tasks
+	//     return, and each delivery settles (state, callbacks, ack),
+	//     stopping its lease's renewal before it is settled. If ctx ends
+	//     first, the tasks' ctx is cancelled (hardStop), and a grace later
+	//     every call still open (callStop).
+	//  3. The heartbeater, which kept beating with the tasks still running
+	//     so the registry showed them, removes the worker's entry (or, once
+	//     calls are cancelled, returns at once and lets it expire).
+	//  4. Every lease renewal has returned (each ended with its delivery),
+	//     then every broker and backend call is cancelled, and the runners,
+	//     with nothing left to handle, return.
 	w.stopFetch()
 	w.startOnce.Do(func() {
 		// Never started: nothing runs and nothing may start now — no
@@ -360,10 +392,11 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	})
 	done := make(chan struct{})
 	go func() {
-		<-w.loopDone
-		w.tasks.Wait()
-		w.drainOnce.Do(func() { close(w.drained) }) // the heartbeat, which beat until now, removes the worker's entry
-		w.bg.Wait()
+		<-w.loopDone // 1
+		w.poller.wait()
+		w.tasks.Wait() // 2
+		w.beat.drain() // 3
+		w.beat.wait()
 		close(done)
 	}()
 	var err error
@@ -382,6 +415,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	w.hardStop()
 	w.callStop()
 	<-done
+	w.lease.wait()   // 4
 	w.runners.Wait() // the loop closed w.work; runners return once it is drained
 	return err
 }
@@ -411,17 +445,18 @@ func (w *Worker) report(err error, msg string, attrs ...any) {
 	}
 }
 
-// loop fetches as many deliveries as there are free slots and hands each to
-// its own goroutine.
+// loop is the fetch loop of a worker on one queue without a cap: it
+// fetches as many deliveries as there are free slots, holding them while
+// it fetches, and hands each to a runner.
 func (w *Worker) loop() {
 	defer close(w.loopDone)
 	defer close(w.work)
 	b := w.srv.broker
-	failures := 0 // failed fetches in a row
-	w.pollPause() // a worker starting on a paused queue fetches nothing
-	pause := w.queues[0].pause
+	q := w.queues.list[0]
+	failures := 0   // failed fetches in a row
+	w.poller.poll() // a worker starting on a paused queue fetches nothing
 	for {
-		if resumed := pause.wait(); resumed != nil {
+		if resumed := q.pause.wait(); resumed != nil {
 			select {
 			case <-resumed:
 			case <-w.fetchCtx.Done():
@@ -443,11 +478,11 @@ func (w *Worker) loop() {
 				break more
 			}
 		}
-		ds, err := b.Fetch(w.fetchCtx, w.cfg.Queue, n, w.cfg.Lease)
+		ds, err := b.Fetch(w.fetchCtx, q.name, n, w.cfg.Lease)
 		for range n - len(ds) {
 			<-w.slots
 		}
-		if len(ds) > 0 && pause.on() {
+		if len(ds) > 0 && q.pause.on() {
 			// Paused while the fetch waited: give them back untouched.
 			w.giveBack(ds)
 			for range ds {
@@ -459,25 +494,37 @@ func (w *Worker) loop() {
 			w.tasks.Add(1)
 			w.work <- job{d: d} // never blocks: a slot is held for each delivery
 		}
-		if err == nil {
-			failures = 0
-			continue
-		}
-		if w.fetchCtx.Err() != nil {
+		if !w.fetchFailed(q.name, err, &failures) {
 			return
 		}
-		failures++
-		w.report(err, "errand: fetch failed", "queue", w.cfg.Queue, "failures_in_a_row", failures)
-		if errors.Is(err, ErrClosed) {
-			return
-		}
-		t := time.NewTimer(w.backoff(failures))
-		select {
-		case <-t.C:
-		case <-w.fetchCtx.Done():
-			t.Stop()
-			return
-		}
+	}
+}
+
+// fetchFailed is the one tail of every fetch loop after a Fetch of queue
+// returned err: nil resets the count of failures in a row; otherwise the
+// failure is counted and reported, and the loop backs off (backoff) before
+// its next fetch. It reports false when the loop must end: fetching
+// stopped, or the broker is closed.
+func (w *Worker) fetchFailed(queue string, err error, failures *int) bool {
+	if err == nil {
+		*failures = 0
+		return true
+	}
+	if w.fetchCtx.Err() != nil {
+		return false
+	}
+	*failures++
+	w.report(err, "errand: fetch failed", "queue", queue, "failures_in_a_row", *failures)
+	if errors.Is(err, ErrClosed) {
+		return false
+	}
+	t := time.NewTimer(w.backoff(*failures))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.fetchCtx.Done():
+		return false
 	}
 }
 
@@ -501,119 +548,6 @@ const (
 	passOn                 // no function here: deliver again after backoff(Attempt), for another worker
 	throttle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
 )
-
-func (w *Worker) handle(j job) {
-	defer w.tasks.Done()
-	// The delivery holds its slot until its function returns (ran), then a
-	// settling place until it is settled; one that never runs its function
-	// holds its slot to the end.
-	settling := false
-	freeSlot := func() {
-		<-w.slots
-		if j.q != nil {
-			w.finished(j.q)
-		}
-	}
-	ran := func() {
-		if settling {
-			return // a middleware that ran the attempt twice
-		}
-		settling = true
-		w.settles <- struct{}{} // with Concurrency settling, keep the slot until one is done
-		freeSlot()
-	}
-	defer func() {
-		if settling {
-			<-w.settles
-		} else {
-			freeSlot()
-		}
-	}()
-	d := j.d
-	b := w.srv.broker
-	// A delivery that waited in a queue's hand has had its lease extended
-	// since it was fetched.
-	stopExtend := j.stop
-	discard := func(reason error) {
-		if stopExtend != nil {
-			stopExtend()() // no extend may follow the settling
-		}
-		w.setAside(d, reason)
-	}
-
-	if lim := w.cfg.MaxMessageSize; lim > 0 && len(d.Body) > lim {
-		discard(fmt.Errorf("%w: message %q on queue %q is %d bytes, over the worker's MaxMessageSize of %d bytes: set aside without decoding", ErrPayloadTooLarge, d.ID, d.Queue, len(d.Body), lim))
-		return
-	}
-	body, err := w.srv.cfg.Signing.open(d.Body)
-	if err != nil {
-		discard(fmt.Errorf("%w (message %q on queue %q): not run, set aside", err, d.ID, d.Queue))
-		return
-	}
-	sig, err := DecodeSignature(body)
-	if err != nil {
-		discard(fmt.Errorf("%w (message %q on queue %q)", err, d.ID, d.Queue))
-		return
-	}
-	// A signature that names no queue (sent by hand, or by another
-	// producer) lives on the queue it came from: its retries and callbacks
-	// go back there, never to queue "" where no worker reads.
-	queue := d.Queue
-	if queue == "" {
-		queue = w.cfg.Queue
-	}
-	routeTo(sig, queue)
-
-	if stopExtend == nil {
-		stopExtend = w.extendLease(d)
-	}
-	outcome, err := w.process(sig, d, ran)
-	waitExtend := stopExtend()
-	if outcome != release {
-		waitExtend() // settle only once no extend can follow
-	} else {
-		// Shutdown: an extend stuck on a silent server must not hold the
-		// release back; the two end by their own deadlines, side by side.
-		defer waitExtend()
-	}
-	ctx, cancel := w.call()
-	defer cancel()
-	switch outcome {
-	case ack:
-		err = b.ack(ctx, d)
-		if err != nil {
-			w.report(err, "errand: ack", taskAttrs(sig, queue)...)
-		}
-	case requeue:
-		w.report(err, "errand: task requeued after an error", taskAttrs(sig, queue)...)
-		if rerr := b.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); rerr != nil {
-			w.report(rerr, "errand: release", taskAttrs(sig, queue)...)
-		}
-	case release:
-		if rerr := b.Release(ctx, d, time.Time{}); rerr != nil {
-			w.report(rerr, "errand: release on shutdown", taskAttrs(sig, queue)...)
-		}
-	case setAside:
-		w.reject(ctx, d, sig, err)
-	case archive:
-		if w.archiver == nil {
-			if err := b.ack(ctx, d); err != nil {
-				w.report(err, "errand: ack", taskAttrs(sig, queue)...)
-			}
-			break
-		}
-		w.archiveFailed(ctx, d, sig, err)
-	case passOn:
-		wait := w.backoff(d.Attempt)
-		w.log.Info("errand: no function for this task here: given back for another worker", append(taskAttrs(sig, queue),
-			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)...)
-		if rerr := b.Release(ctx, d, time.Now().Add(wait)); rerr != nil {
-			w.report(rerr, "errand: release unknown task", taskAttrs(sig, queue)...)
-		}
-	case throttle:
-		w.releaseThrottled(ctx, d, sig, err)
-	}
-}
 
 // setAside rejects d, which is not handled at all, for reason.
 func (w *Worker) setAside(d *driver.Delivery, reason error) {
@@ -666,92 +600,4 @@ func routeTo(sig *Signature, queue string) {
 		routeTo(c, queue)
 	}
 	routeTo(sig.ChordCallback, queue)
-}
-
-// extendLease renews d's lease every ExtendEvery until the returned stop
-// func is called; stop returns a func that waits until the extender has
-// stopped. Each renewal is bounded by ExtendEvery/2 (so Shutdown is not held
-// by a silent server). A failed renewal is retried with a short backoff
-// instead of waiting for the next tick, for as long as the lease may still
-// hold: an outage shorter than what is left of the lease costs nothing.
-// Errors are reported once per outage, not once per try; ErrLeaseLost (the
-// broker may have handed the message to another consumer) ends the
-// renewals, reported once.
-func (w *Worker) extendLease(d *driver.Delivery) (stop func() (wait func())) {
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		every := w.cfg.ExtendEvery
-		// The lease was granted during the fetch, just before now: its
-		// end is estimated a little late, never early by more than that.
-		leaseEnd := time.Now().Add(w.cfg.Lease)
-		extend := func() error {
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(w.callCtx, min(every/2, w.cfg.CallTimeout))
-			defer cancel()
-			err := w.srv.broker.Extend(ctx, d, w.cfg.Lease)
-			if err == nil {
-				leaseEnd = start.Add(w.cfg.Lease) // granted no earlier than the call began
-			}
-			return err
-		}
-		// sleep waits for d, or reports false when stop was called.
-		sleep := func(d time.Duration) bool {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return true
-			case <-quit:
-				return false
-			}
-		}
-		t := time.NewTicker(every)
-		defer t.Stop()
-		outage := false  // a renewal failed and none has succeeded since
-		expired := false // the outage outlasted the lease (reported)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-			}
-			err := extend()
-			for wait := every / 20; err != nil && !errors.Is(err, driver.ErrLeaseLost) && !errors.Is(err, ErrClosed) && w.callCtx.Err() == nil; wait = min(2*wait, every/10) {
-				if !outage {
-					outage = true
-					w.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(leaseEnd))
-				}
-				if !time.Now().Add(wait).Before(leaseEnd) {
-					// The lease has run out on our clock: the broker may hand
-					// the message to another consumer. Keep trying at the
-					// tick's pace, in case none took it.
-					if !expired {
-						expired = true
-						w.report(fmt.Errorf("errand: message %q: lease not renewed within %v (last error: %w); the task may run again elsewhere", d.ID, w.cfg.Lease, err),
-							"errand: lease ran out during an outage", "message", d.ID, "queue", d.Queue)
-					}
-					break
-				}
-				if !sleep(wait) {
-					return
-				}
-				err = extend()
-			}
-			switch {
-			case err == nil:
-				outage, expired = false, false
-			case errors.Is(err, driver.ErrLeaseLost):
-				w.report(err, "errand: lease lost; no longer extended (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
-				return
-			case errors.Is(err, ErrClosed):
-				return
-			}
-		}
-	}()
-	return func() func() {
-		close(quit)
-		return func() { <-done }
-	}
 }

@@ -90,7 +90,7 @@ func TestDashboardInChromium(t *testing.T) {
 	})
 	srv.Register("nightly_report", func(day int) (int, error) { return day * 7, nil })
 	for _, q := range []string{"emails", "reports"} {
-		w := srv.NewWorker(errand.WorkerConfig{Queue: q, Concurrency: 4, Heartbeat: 200 * time.Millisecond, PausePoll: 100 * time.Millisecond})
+		w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{q: 1}, Concurrency: 4, Heartbeat: 200 * time.Millisecond, PausePoll: 100 * time.Millisecond})
 		w.Start()
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -101,7 +101,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var reported []error
-	w := srv.NewWorker(errand.WorkerConfig{Queue: queue, Concurrency: 2, ErrorHandler: func(err error) {
+	w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{queue: 1}, Concurrency: 2, ErrorHandler: func(err error) {
 		if errors.Is(err, errand.ErrBadMessage) {
 			mu.Lock()
 			reported = append(reported, err)

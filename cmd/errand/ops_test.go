@@ -249,7 +249,7 @@ func (d *deployment) worker(tasks map[string]any) *errand.Worker {
 		d.t.Fatal(err)
 	}
 	w := d.srv.NewWorker(errand.WorkerConfig{
-		Queue: d.queue, Concurrency: 4, RetryPolicy: errand.Fixed(10 * time.Millisecond),
+		Queues: map[string]int{d.queue: 1}, Concurrency: 4, RetryPolicy: errand.Fixed(10 * time.Millisecond),
 		PausePoll: 20 * time.Millisecond, Heartbeat: 50 * time.Millisecond,
 	})
 	w.Start()
