@@ -219,9 +219,10 @@
 //
 // # The portable layer
 //
-// Every broker and backend errand uses — opened by URL or passed to
-// [Config] — is wrapped in errand's portable layer, so these hold whatever
-// the driver:
+// Every broker and backend a [Server] uses — the driver's own value, from
+// its New or from [OpenBroker] and [OpenBackend], given in [Config] — is
+// wrapped by [NewServer] in errand's portable layer, so these hold
+// whatever the driver:
 //
 //   - after Close, every call returns an error satisfying
 //     errors.Is(err, [ErrClosed]) without reaching the driver, and the
@@ -231,11 +232,11 @@
 //     errors.Is(err, ctx.Err()) whatever the driver wrapped;
 //   - a message larger than the broker's declared maximum is refused with a
 //     [PayloadError] before anything of its batch is sent;
-//   - the acks of concurrent tasks on one queue share the driver's
-//     batch-shaped Ack calls, up to the broker's batch size, and their
-//     attempt starts and state writes share the backend's, each item
-//     answered on its own; a lone call is sent at once, never held back to
-//     fill a batch;
+//   - the acks of concurrent tasks on one queue share the broker's
+//     batch-shaped Ack calls (on every broker), up to the broker's batch
+//     size, and their attempt starts and state writes share the backend's
+//     batch calls, each item answered on its own; a lone call is sent at
+//     once, never held back to fill a batch;
 //   - errors of [OpenBroker] and [OpenBackend] hide the URL's secrets and
 //     still satisfy errors.Is and errors.As for what the driver returned;
 //   - an ability the driver lacks is an error satisfying

@@ -184,7 +184,7 @@ func (b *deliveryCounter) deliveries(id string) []int {
 
 // TestUnknownTaskFailsAtTheBound (item 5): with no worker knowing the name,
 // the task is given back UnknownTaskAttempts-1 times, recording nothing,
-// then fails with ErrUnknownTask and is dead-lettered with the reason.
+// then fails with ErrUnknownTask and is archived with the reason.
 func TestUnknownTaskFailsAtTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)

@@ -30,8 +30,10 @@ import (
 //     calls (batch.go);
 //   - redaction of URL secrets in open errors (url.go).
 
-// broker is the portable wrapper of a driver.Broker. It implements
-// driver.Broker itself, so OpenBroker can return it as a Broker.
+// broker is the portable wrapper of a driver.Broker, made by NewServer
+// (OpenBroker returns the driver's own value). It implements driver.Broker
+// itself, so the conformance kit (through internal/bridge) can call a
+// Server's broker, layer and all, as a Broker.
 type broker struct {
 	drv    driver.Broker
 	can    brokerAbilities // drv's optional interfaces

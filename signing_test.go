@@ -72,7 +72,7 @@ func waitDeadLetter(t *testing.T, ctx context.Context, br *memorybroker.Broker, 
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("signing promise broken: message %s was never set aside (dead letters: %+v)", id, dl)
+			t.Fatalf("signing promise broken: message %s was never set aside (archive: %+v)", id, dl)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

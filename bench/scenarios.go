@@ -517,8 +517,8 @@ runs on the same day.
 - **One call to begin an attempt** (driver.Starter, memory and Redis
   backends): the redelivery check and RECEIVED+STARTED are one conditional
   script, so a task costs the backend two calls (Start, SUCCESS), not three.
-- **Settlement batching** in the portable layer: concurrent acks (Redis is
-  now a driver.BatchAcker), Starts and state writes of many worker slots
+- **Settlement batching** in the portable layer: concurrent acks (the Redis
+  ack script now takes a batch), Starts and state writes of many worker slots
   share one call, with no waiting window (a call goes at once while a flight
   is free). The rows above: about 1.5 backend calls per task with 10 slots; the
   kit's BenchmarkWorker counts 1.05 broker calls and 1.08 backend calls per
@@ -574,7 +574,7 @@ runs on the same day.
   cjson, the fetch script's per-message HSET and HINCRBY, the ack's copy
   of the envelope into the completed list: about 35 µs of the 60 are the
   ack and fetch scripts), and on the Go side fewer per-call contexts and
-  timers, a goroutine less per AckBatch (honourCancel) and JSON without
+  timers, a goroutine less per Ack call (honourCancel) and JSON without
   reflection (decode, encode and go-redis's call path are most of the 80–90
   µs). The floor records nothing, keeps no lease or delivery count and
   lists no completed task; errand does all of these per task.
@@ -626,8 +626,9 @@ runs on the same day.
   and the Redis-side savings above.
 
 Result backends (rows "by result backend"): Redis implements Starter and
-StateBatcher (about 1.5 calls per task with 10 slots); memcached and Mongo use the
-two-call fallback (about 2.7–2.9). The Mongo row runs on FerretDB over SQLite
+writes a SetStates batch in one pipeline (about 1.5 calls per task with 10
+slots); memcached and Mongo, without Starter, take the two-call path (about
+2.7–2.9). The Mongo row runs on FerretDB over SQLite
 with one connection (maxPoolSize=1, which FerretDB v1 needs for atomic
 updates), on a hundredth of the tasks, and measures that stand-in, not
 MongoDB.

@@ -753,7 +753,7 @@ func (c *wcase) deadLetter(id, want, promise string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%s promise broken: message %s is not in the dead letters with a reason containing %q: %+v", promise, id, want, dl)
+			c.t.Fatalf("%s promise broken: message %s is not in the archive with a reason containing %q: %+v", promise, id, want, dl)
 		}
 		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
 	}
@@ -874,7 +874,7 @@ func badMessageWorker(t testing.TB, p workerPair) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bad input promise broken: the malformed message is not in the dead letters with its reason: %+v", dl)
+			t.Fatalf("bad input promise broken: the malformed message is not in the archive with its reason: %+v", dl)
 		}
 		sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
 	}
@@ -966,8 +966,8 @@ func forgedUUID(t testing.TB, p workerPair) {
 // of the wrong shape, nothing at all — are put on the queue through the
 // service's raw path (BrokerHarness.PushRaw) while a worker runs. Nothing
 // vanishes: the worker goes on, its ErrorHandler hears of each payload
-// once, each is set aside (in the dead letters with a reason, where the
-// broker lists them) and none is delivered again.
+// once, each is set aside (in the archive with a reason, where the
+// broker keeps one) and none is delivered again.
 func foreignBytes(t testing.TB, p workerPair) {
 	if p.broker.PushRaw == nil {
 		t.Logf("BadMessage/ForeignBytes: checked nothing: the harness gives no PushRaw, so the kit has no raw path into this driver's queues (set BrokerHarness.PushRaw to check that foreign bytes never vanish)")
@@ -1042,7 +1042,7 @@ func foreignBytes(t testing.TB, p workerPair) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s promise broken: foreign payloads %q are not in the dead letters with their bytes and a reason; dead letters: %+v", promise, missing, dl)
+				t.Fatalf("%s promise broken: foreign payloads %q are not in the archive with their bytes and a reason; archive: %+v", promise, missing, dl)
 			}
 			sleepUntil(c.ctx, time.Now().Add(c.tm.Prompt/50))
 		}

@@ -78,8 +78,8 @@
 // # Operating
 //
 // The broker implements every operator ability: [driver.Archiver],
-// [driver.Lister], [driver.QueueLister], [driver.Pauser] and
-// [driver.Heartbeater]. Besides the keys of a queue above, it keeps (all in
+// [driver.Lister], [driver.Finder], [driver.QueueLister], [driver.Pauser]
+// and [driver.Heartbeater]. Besides the keys of a queue above, it keeps (all in
 // scripts.go's key table):
 //
 //   - an archive per queue: K:archive (a sorted set by archive time) and

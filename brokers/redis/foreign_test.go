@@ -22,7 +22,7 @@ import (
 // straight onto a queue's pending list (not published by errand, so with no
 // stored envelope) used to be popped and dropped without a trace. It must
 // be counted and listed alike before a worker runs, then handed to the
-// worker, which sets it aside in the dead letters with a reason and tells
+// worker, which sets it aside in the archive with a reason and tells
 // its ErrorHandler.
 func TestForeignTextIsSetAside(t *testing.T) {
 	u := os.Getenv("ERRAND_REDIS_URL")
@@ -86,7 +86,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 	}
 	for _, m := range append(listed, late...) {
 		if !contains(foreign, string(m.Body)) {
-			t.Errorf("inspection promise broken: Inspect lists a pending body %q that is none of the foreign texts pushed", m.Body)
+			t.Errorf("inspection promise broken: List lists a pending body %q that is none of the foreign texts pushed", m.Body)
 		}
 	}
 
@@ -124,7 +124,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 		t.Fatalf("bad input promise broken: the worker did not go on after foreign text on its queue: %q, %v", s, err)
 	}
 
-	// Poll, with a deadline, for the dead letters to hold every foreign text.
+	// Poll, with a deadline, for the archive to hold every foreign text.
 	var dl []driver.ArchiveEntry
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -138,7 +138,7 @@ func TestForeignTextIsSetAside(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nothing vanishes promise broken: of %d foreign texts popped from the pending list, %d are in the dead letters (%+v) and the ErrorHandler saw %d bad messages; each must be set aside with a reason and reported", len(foreign), len(dl), dl, n)
+			t.Fatalf("nothing vanishes promise broken: of %d foreign texts popped from the pending list, %d are in the archive (%+v) and the ErrorHandler saw %d bad messages; each must be set aside with a reason and reported", len(foreign), len(dl), dl, n)
 		}
 		timer := time.NewTimer(20 * time.Millisecond)
 		select {
@@ -153,12 +153,12 @@ func TestForeignTextIsSetAside(t *testing.T) {
 			if string(d.Body) == f {
 				found = true
 				if d.Reason == "" || d.ID == "" {
-					t.Errorf("nothing vanishes promise broken: foreign text %q is in the dead letters without an ID or a reason: %+v", f, d)
+					t.Errorf("nothing vanishes promise broken: foreign text %q is in the archive without an ID or a reason: %+v", f, d)
 				}
 			}
 		}
 		if !found {
-			t.Errorf("nothing vanishes promise broken: foreign text %q is not in the dead letters with its body: %+v", f, dl)
+			t.Errorf("nothing vanishes promise broken: foreign text %q is not in the archive with its body: %+v", f, dl)
 		}
 	}
 	// The real task's result is stored before its ack: poll until the ack.

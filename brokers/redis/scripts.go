@@ -321,8 +321,8 @@ local function forget(id)
 end
 `
 
-// ackScript acks each delivery whose token is current (Ack: one;
-// AckBatch: any number), keeping its envelope in K:done and counting it
+// ackScript acks each delivery whose token is current (one Ack call's
+// batch, up to MaxAckBatch), keeping its envelope in K:done and counting it
 // in K:acked in the same step. Returns one SETTLED or LEASE_LOST per
 // delivery.
 var ackScript = newScript(`

@@ -14,7 +14,8 @@ func ackOne(ctx context.Context, b driver.Broker, d *driver.Delivery) error {
 }
 
 // setAside returns queue's archive, oldest first, each entry's Error after
-// its Reason where it says more (what errand's DeadLetters listed).
+// its Reason where it says more (the text a set-aside message's reason is
+// checked against).
 func setAside(ctx context.Context, b *redisbroker.Broker, queue string) ([]driver.ArchiveEntry, error) {
 	es, err := b.Archived(ctx, queue, 0, 100_000)
 	for i := range es {

@@ -90,7 +90,7 @@ func TestSignedMessagesOverRedis(t *testing.T) {
 				}
 				select {
 				case <-ctx.Done():
-					t.Fatalf("signing promise broken: a forged message over Redis was never set aside (dead letters %+v)", dl)
+					t.Fatalf("signing promise broken: a forged message over Redis was never set aside (archive %+v)", dl)
 				case <-time.After(10 * time.Millisecond):
 				}
 			}
