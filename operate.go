@@ -201,8 +201,8 @@ func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 	if err := pb.before(ctx); err != nil {
 		return QueueInfo{}, err
 	}
-	ql, lists := pb.drv.(driver.QueueLister)
-	sr, counts := pb.drv.(driver.StatsReporter)
+	ql, sr := pb.can.queues, pb.can.stats
+	lists, counts := ql != nil, sr != nil
 	if !lists && !counts {
 		return QueueInfo{}, unsupported("queue stats", pb.drv)
 	}
@@ -224,7 +224,7 @@ func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 		}
 		qi.Stats, qi.Archived = st, st.Dead
 	}
-	if p, ok := pb.drv.(driver.Pauser); ok {
+	if p := pb.can.pauser; p != nil {
 		paused, err := p.Paused(ctx)
 		if err != nil {
 			return QueueInfo{}, pb.after(ctx, err)
