@@ -22,7 +22,7 @@
 // Server built on the same broker and backend):
 //
 //	srv.Register("add", func(ctx context.Context, a, b int) (int, error) { return a + b, nil })
-//	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})
+//	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 10}) // the default queue
 //	w.Start()
 //	defer w.Shutdown(context.Background())
 //
@@ -73,13 +73,22 @@
 //
 // # Workers
 //
-// [Server.NewWorker] returns a [Worker] for one queue; [WorkerConfig]
-// documents every field with its default. A worker runs Concurrency tasks at
-// once and never fetches more deliveries than it has free slots; a task's
-// slot is freed when its function returns, and up to Concurrency more
-// deliveries settle (outcome, callbacks, ack) beside the slots. Delivery is
+// [Server.NewWorker] returns a [Worker] on the queues of
+// WorkerConfig.Queues, each with its weight (none: the server's default
+// queue); [WorkerConfig] documents every field with its default. A worker
+// runs Concurrency tasks at once; a task's slot is freed when its function
+// returns, and up to Concurrency more deliveries settle (outcome,
+// callbacks, ack) beside the slots. On one queue without a cap it never
+// fetches more deliveries than it has free slots. On several, it shares
+// its slots among them by weight, or with StrictPriority always to the
+// highest-weight queue with a task waiting, within each queue's
+// QueueConcurrency cap, whatever the fetches' round trips; each queue's
+// fetch asks for its share of the free slots plus one, so a delivery may
+// wait for a slot, its lease extended (docs/flow-control.md). An invalid
+// configuration (a weight below 1, a cap for a queue the worker does not
+// consume) is returned by [Worker.Err] and [Worker.Run]. Delivery is
 // at least once: each delivery is leased, the lease is extended every
-// ExtendEvery while its task runs, and a worker that dies loses nothing —
+// ExtendEvery while the worker holds it, and a worker that dies loses nothing —
 // its tasks come back when their leases run out. A redelivered task whose
 // outcome was already recorded is not run again (the worker finishes what
 // the crashed one left and acks), so only work whose outcome was never
@@ -107,8 +116,23 @@
 // cancels their contexts and releases each unfinished delivery back to the
 // broker, unrecorded, for another worker; half a second later it cancels
 // every broker and backend call still in progress, so a silent server cannot
-// hold it. [Middleware] wraps every attempt (the one hook on running
-// tasks) and ErrorHandler observes errors; logs go to an injected *slog.Logger and are silent by default.
+// hold it. Beside the fetch loop and the runners, a worker has a lease
+// extender, a pause poller (on a broker that can pause queues) and a
+// heartbeater (on a broker that keeps a registry of workers); Shutdown
+// stops them in one order: fetching and the pause poller first (what a
+// queue holds unstarted is given back), then the running tasks return and
+// settle, each delivery's lease extension ending before it settles, then
+// the heartbeater, which beat on meanwhile, removes the worker's entry;
+// last, every call still open is cancelled and the runners return.
+//
+// [Middleware] wraps every attempt: it is the one hook on running tasks.
+// Whether a delivery is an attempt is decided before the middleware, on
+// every backend: a redelivery of a task already finished (or owned by a
+// later attempt), a task with no function here or with bad arguments, and
+// one over its rate limit never reach it, and a delivery that does has
+// RECEIVED and STARTED recorded when the middleware runs. ErrorHandler
+// observes errors; logs go to an injected *slog.Logger and are silent by
+// default.
 //
 // # Task states
 //

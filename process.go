@@ -138,9 +138,9 @@ func (dv *delivery) process() {
 	}
 	tctx, cancelTask := w.taskContext(sig)
 	defer cancelTask()
-	// The attempt itself, wrapped in the worker's middleware (the hooks
-	// included). A middleware that never calls it leaves the delivery to
-	// be given back.
+	// The attempt itself, wrapped in the worker's middleware. A middleware
+	// that never calls it leaves the delivery to be given back, the task
+	// STARTED.
 	dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
 	wrapTask(w.mw, dv.attempt)(tctx, sig)
 }

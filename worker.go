@@ -181,7 +181,7 @@ type Worker struct {
 	err      error // an invalid configuration: Run returns it, Start reports it
 	id       string
 	archiver driver.Archiver // the broker's archive; nil when it keeps none
-	mw       []Middleware    // cfg.Middleware, then the hooks
+	mw       []Middleware    // cfg.Middleware, copied
 
 	queues *queueSet
 	lease  *leaseExtender
