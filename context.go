@@ -1,6 +1,10 @@
 package errand
 
-import "context"
+import (
+	"context"
+
+	"github.com/errand-go/errand/internal/ctxvalues"
+)
 
 // TaskInfo describes the running task to its function.
 type TaskInfo struct {
@@ -28,22 +32,8 @@ func TaskInfoFrom(ctx context.Context) (TaskInfo, bool) {
 	return ti, ok
 }
 
-// valuesCtx is a context whose lifetime is its Context's and whose values
-// are values' first.
-type valuesCtx struct {
-	context.Context
-	values context.Context
-}
-
-func (c valuesCtx) Value(key any) any {
-	if v := c.values.Value(key); v != nil {
-		return v
-	}
-	return c.Context.Value(key)
-}
-
 // withValuesOf returns ctx (its deadline and cancellation) with the values
 // of values.
 func withValuesOf(ctx, values context.Context) context.Context {
-	return valuesCtx{Context: ctx, values: values}
+	return ctxvalues.Of(ctx, values)
 }

@@ -116,13 +116,3 @@ func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, 
 	return false, outcome, err
 }
 
-// notRun is what the attempt handler returns to the worker's middleware
-// when begin found the task already recorded in a state it may not start
-// from (finished, owned by a later attempt, or another message's): err,
-// or an error saying why when settling it needed none.
-func notRun(sig *Signature, err error) error {
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("errand: task %s (%s): not run again: its recorded state is finished or a later attempt's", sig.Name, sig.UUID)
-}

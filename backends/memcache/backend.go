@@ -136,16 +136,7 @@ func (b *Backend) item(key string, v []byte, exp time.Duration) (*memcache.Item,
 // order; a state whose write fails (one over the item size limit) fails
 // alone.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
-	var errs []error
-	for i, st := range sts {
-		if err := b.setState(ctx, st); err != nil {
-			if errs == nil {
-				errs = make([]error, len(sts))
-			}
-			errs[i] = err
-		}
-	}
-	return errs
+	return driver.EachItem(len(sts), func(i int) error { return b.setState(ctx, sts[i]) })
 }
 
 // setState writes st as one item.

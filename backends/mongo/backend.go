@@ -245,16 +245,7 @@ func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []erro
 	if err := b.check(); err != nil {
 		return driver.BatchErrors(len(sts), err)
 	}
-	var errs []error
-	for i, st := range sts {
-		if err := b.setState(ctx, st); err != nil {
-			if errs == nil {
-				errs = make([]error, len(sts))
-			}
-			errs[i] = err
-		}
-	}
-	return errs
+	return driver.EachItem(len(sts), func(i int) error { return b.setState(ctx, sts[i]) })
 }
 
 // setState replaces the task's document (upsert).

@@ -18,6 +18,8 @@
 package coalesce
 
 import (
+	"github.com/errand-go/errand/internal/ctxvalues"
+
 	"context"
 	"errors"
 	"slices"
@@ -243,7 +245,7 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(valuesCtx{Context: c.base, values: live[0].ctx})
+	ctx, cancel := context.WithCancel(ctxvalues.Of(c.base, live[0].ctx))
 	defer cancel()
 	if deadlines {
 		var cancelD context.CancelFunc
@@ -268,20 +270,6 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 	for i, w := range live {
 		w.done <- reply[Res]{res[i], errs[i]}
 	}
-}
-
-// valuesCtx is a context whose lifetime is its Context's and whose values
-// are values' first.
-type valuesCtx struct {
-	context.Context
-	values context.Context
-}
-
-func (c valuesCtx) Value(key any) any {
-	if v := c.values.Value(key); v != nil {
-		return v
-	}
-	return c.Context.Value(key)
 }
 
 // Queued reports how many requests wait for a call, over every key (for
