@@ -179,7 +179,7 @@ func (d *deployment) run(args ...string) result {
 	var out, errOut bytes.Buffer
 	var code int
 	if d.url == "" {
-		code = (&cli{ctx: ctx, stdout: &out, stderr: &errOut, srv: d.srv}).main(args)
+		code = (&cli{ctx: ctx, stdout: &out, stderr: &errOut, broker: d.srv.Broker(), backend: d.srv.Backend()}).main(args)
 	} else {
 		env := map[string]string{"ERRAND_BROKER_URL": d.url}
 		code = run(ctx, args, &out, &errOut, func(k string) string { return env[k] })
