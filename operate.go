@@ -60,9 +60,24 @@ type QueuedTask struct {
 	// Message is the message as the broker holds it.
 	Message Message
 	// Signature is the decoded message; nil when it does not decode
-	// (DecodeError says why).
+	// (DecodeError says why). A signed message is decoded whether or not
+	// its signature verifies: check Verified and SignatureError before
+	// trusting what it says.
 	Signature   *Signature
 	DecodeError string
+	// SigningKey is the id of the key a signed message names in its
+	// signature header (see Signing); "" for an unsigned message.
+	SigningKey string
+	// Verified reports whether the message's MAC verified under this
+	// server's key of that id (Config.Signing.Keys). False for an unsigned
+	// message, and for a signed one this server has no key for.
+	Verified bool
+	// SignatureError says why a worker of this server (its Config.Signing)
+	// would set the message aside for its signature, as the error it would
+	// give (wrapping ErrBadSignature): a MAC that does not verify, a
+	// malformed header, or, under Signing.Require, an unsigned message or
+	// a key it does not have. Empty when such a worker would run it.
+	SignatureError string
 	// At is when the task is due (scheduled, retrying), was acked
 	// (completed) or archived (archived); zero otherwise.
 	At time.Time
@@ -111,17 +126,24 @@ type RunningTask struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// describe decodes m into a QueuedTask of list l. The broker holds
+// describe decodes m into a QueuedTask of list l, with what the server's
+// Signing makes of its signature (the body of a signed message is decoded
+// whether or not it verifies). The broker holds
 // scheduled tasks and retries in one delayed set: a scheduled message
 // whose signature's Attempt is above 1 is a retry (ListRetrying).
 func (s *Server) describe(m Message, l ListState, at time.Time) QueuedTask {
 	ti := QueuedTask{ID: m.ID, Queue: m.Queue, List: l, Message: m, At: at}
-	body, err := s.cfg.Signing.open(m.Body)
-	if err == nil {
-		ti.Signature, err = DecodeSignature(body)
+	body, key, verified, serr := s.cfg.Signing.inspect(m.Body)
+	ti.SigningKey, ti.Verified = key, verified
+	if serr != nil {
+		ti.SignatureError = serr.Error()
 	}
-	if err != nil {
-		ti.Signature, ti.DecodeError = nil, err.Error()
+	if body == nil {
+		ti.DecodeError = ti.SignatureError // a header without a body
+	} else if sig, err := DecodeSignature(body); err != nil {
+		ti.DecodeError = err.Error()
+	} else {
+		ti.Signature = sig
 	}
 	if l == ListScheduled && ti.Signature != nil && ti.Signature.Attempt > 1 {
 		ti.List = ListRetrying
@@ -407,6 +429,13 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 // (the other gets ErrNotArchived). A message that does not decode is
 // requeued as it is.
 //
+// A requeue never signs what this server could not verify. A message whose
+// signature verified is signed again (under Signing.SignWith, or the key it
+// was signed with when SignWith is empty). Requeue refuses, with an error
+// wrapping ErrBadSignature, a message a worker of this server would set
+// aside for its signature (QueuedTask.SignatureError), and a signed message
+// under a key this server does not have (it would go out unsigned).
+//
 // PENDING is recorded before the broker step, so a result handle waits
 // for the new outcome. If that step fails, the previous state is put
 // back; if another operator's requeue of the same task won the race, this
@@ -426,11 +455,24 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 	m := e.Message
 	m.NotBefore = time.Time{}
 	ti := s.describe(e.Message, ListArchived, e.At)
+	if _, _, _, serr := s.cfg.Signing.inspect(e.Message.Body); serr != nil {
+		return fmt.Errorf("errand: requeue %q of queue %q: %w (a worker would set it aside again; delete it instead)", id, queue, serr)
+	}
+	if ti.Signature != nil && ti.SigningKey != "" && !ti.Verified {
+		return fmt.Errorf("errand: requeue %q of queue %q: %w: signed with key %q, which this server does not have: a requeue encodes the message again, and would send it unsigned (give the server the key, Config.Signing)", id, queue, ErrBadSignature, ti.SigningKey)
+	}
 	var prev *TaskState
 	if sig := ti.Signature; sig != nil {
 		sig.Attempt, sig.ETA = 1, nil
 		sig.RetryTimeout = 0
-		if m, err = s.message(sig); err != nil {
+		sg := s.cfg.Signing
+		if ti.Verified && sg.SignWith == "" {
+			// Keep the signature: sign it again under the key it verified under.
+			again := *sg
+			again.SignWith = ti.SigningKey
+			sg = &again
+		}
+		if m, err = s.messageSignedBy(sig, sg); err != nil {
 			return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, err)
 		}
 		if prev, err = s.backend.GetState(ctx, sig.UUID); err != nil && !errors.Is(err, ErrTaskNotFound) {
@@ -454,15 +496,27 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 }
 
 // RequeueAll requeues every archived task of queue (only those named name,
-// when name is not empty) and returns how many it requeued.
+// when name is not empty) and returns how many it requeued. Tasks Requeue
+// refuses for their signature (ErrBadSignature) stay in the archive, and
+// the others are requeued: it then returns their count with an error
+// wrapping ErrBadSignature that says how many stayed and why the first did.
 func (s *Server) RequeueAll(ctx context.Context, queue, name string) (int, error) {
-	return s.eachArchived(ctx, queue, name, func(ti QueuedTask) error {
+	var unsigned []error
+	n, err := s.eachArchived(ctx, queue, name, func(ti QueuedTask) error {
 		err := s.Requeue(ctx, queue, ti.ID)
-		if errors.Is(err, ErrNotArchived) {
+		switch {
+		case errors.Is(err, ErrNotArchived):
 			return errSkip // requeued or deleted by someone else meanwhile
+		case errors.Is(err, ErrBadSignature):
+			unsigned = append(unsigned, err)
+			return errSkip
 		}
 		return err
 	})
+	if err == nil && len(unsigned) > 0 {
+		err = fmt.Errorf("errand: requeue all of queue %q: %d archived tasks left in the archive for their signatures; the first: %w", queue, len(unsigned), unsigned[0])
+	}
+	return n, err
 }
 
 // DeleteArchived removes the archived tasks ids of queue and returns how

@@ -211,11 +211,17 @@ func (s *Server) prepare(sig *Signature) {
 // message encodes sig for the broker, signs it if Config.Signing says so,
 // and checks the broker's payload limit.
 func (s *Server) message(sig *Signature) (Message, error) {
+	return s.messageSignedBy(sig, s.cfg.Signing)
+}
+
+// messageSignedBy is message with sg's signing instead of Config.Signing's
+// (Requeue signs a verified message again under the key it was signed with).
+func (s *Server) messageSignedBy(sig *Signature, sg *Signing) (Message, error) {
 	body, err := EncodeSignature(sig)
 	if err != nil {
 		return Message{}, err
 	}
-	body = s.cfg.Signing.seal(body) // before the size check: the envelope counts
+	body = sg.seal(body) // before the size check: the envelope counts
 	m := Message{ID: sig.UUID, Queue: sig.RoutingKey, Body: body, Priority: sig.Priority}
 	if sig.ETA != nil {
 		m.NotBefore = *sig.ETA

@@ -124,36 +124,52 @@ func (s *Signing) seal(body []byte) []byte {
 // open checks raw's envelope against s (nil: no signing configured) and
 // returns the body inside it. Any error wraps ErrBadSignature.
 func (s *Signing) open(raw []byte) ([]byte, error) {
+	body, _, _, err := s.inspect(raw)
+	if err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// inspect is open's check, with what the operator's view shows beside it:
+// the body inside the envelope (raw itself when it is unsigned; nil only
+// for a header without a body), the key id the header names ("" when
+// unsigned or malformed), whether the MAC verified under s's key of that
+// id, and the error a worker under s sets the message aside with (nil when
+// it runs it). The body is returned even when the check fails, so that an
+// operator can see what a forged or altered message holds; only open's
+// caller decides whether to trust it.
+func (s *Signing) inspect(raw []byte) (body []byte, id string, verified bool, err error) {
 	if !bytes.HasPrefix(raw, []byte(sigPrefix)) {
 		if s != nil && s.Require {
-			return nil, fmt.Errorf("%w: message is not signed, and this worker requires signatures", ErrBadSignature)
+			return raw, "", false, fmt.Errorf("%w: message is not signed, and this worker requires signatures", ErrBadSignature)
 		}
-		return raw, nil
+		return raw, "", false, nil
 	}
 	header, body, ok := bytes.Cut(raw, []byte{'\n'})
 	if !ok {
-		return nil, fmt.Errorf("%w: signature header without a body", ErrBadSignature)
+		return nil, "", false, fmt.Errorf("%w: signature header without a body", ErrBadSignature)
 	}
 	id, m, ok := strings.Cut(string(header[len(sigPrefix):]), ":")
 	if !ok || !validKeyID(id) {
-		return nil, fmt.Errorf("%w: malformed signature header", ErrBadSignature)
+		return body, "", false, fmt.Errorf("%w: malformed signature header", ErrBadSignature)
 	}
 	got, err := base64.RawURLEncoding.DecodeString(m)
 	if err != nil || len(got) != sha256.Size {
-		return nil, fmt.Errorf("%w: malformed MAC under key %q", ErrBadSignature, id)
+		return body, id, false, fmt.Errorf("%w: malformed MAC under key %q", ErrBadSignature, id)
 	}
 	if s == nil {
-		return body, nil // no keys here: run it unverified
+		return body, id, false, nil // no keys here: run it unverified
 	}
 	key, ok := s.Keys[id]
 	if !ok {
 		if s.Require {
-			return nil, fmt.Errorf("%w: signed with key %q, which this worker does not have", ErrBadSignature, id)
+			return body, id, false, fmt.Errorf("%w: signed with key %q, which this worker does not have", ErrBadSignature, id)
 		}
-		return body, nil
+		return body, id, false, nil
 	}
 	if !hmac.Equal(got, mac(key, id, body)) {
-		return nil, fmt.Errorf("%w: MAC does not verify under key %q (forged, altered or signed with another secret)", ErrBadSignature, id)
+		return body, id, false, fmt.Errorf("%w: MAC does not verify under key %q (forged, altered or signed with another secret)", ErrBadSignature, id)
 	}
-	return body, nil
+	return body, id, true, nil
 }

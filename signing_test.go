@@ -313,3 +313,184 @@ func TestSigningConfigChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedMessagesListedWithTheirCheck (issue 24, item 6): the
+// operator's view (Server.List, Server.Task) decodes a signed message and
+// says what the server's keys make of its signature: verified under the
+// right key; a MAC that does not verify, or a malformed header, reported
+// with the worker's reason and still decoded; a key the server lacks, or
+// no keys at all, signed but unverified; under Require an unsigned message
+// reported as a worker would set it aside.
+func TestSignedMessagesListedWithTheirCheck(t *testing.T) {
+	t.Parallel()
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	ctx := ctxT(t)
+	const queue = "signed_list"
+	type message struct{ what, id string }
+	var msgs []message
+	publish := func(what string, seal func([]byte) []byte) {
+		sig := errand.NewSignature("add", 2, 3)
+		sig.RoutingKey = queue
+		b, err := errand.EncodeSignature(sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := br.Publish(ctx, errand.Message{ID: sig.UUID, Queue: queue, Body: seal(b)}); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, message{what, sig.UUID})
+	}
+	publish("good", func(b []byte) []byte { return sealWith("k1", key1, b) })
+	publish("forged", func(b []byte) []byte { return sealWith("k1", key2, b) })
+	publish("unknown key", func(b []byte) []byte { return sealWith("k9", key1, b) })
+	publish("garbled", func(b []byte) []byte { return append([]byte("errand-sig:v1:k1:!!!\n"), b...) })
+	publish("unsigned", func(b []byte) []byte { return b })
+
+	type want struct {
+		key      string
+		verified bool
+		err      string // "" none; else a part of SignatureError
+	}
+	for _, v := range []struct {
+		name string
+		sg   *errand.Signing
+		want map[string]want
+	}{
+		{"the right key", &errand.Signing{Keys: map[string][]byte{"k1": key1}}, map[string]want{
+			"good": {"k1", true, ""}, "forged": {"k1", false, "does not verify"}, "unknown key": {"k9", false, ""},
+			"garbled": {"k1", false, "malformed"}, "unsigned": {"", false, ""},
+		}},
+		{"a wrong key", &errand.Signing{Keys: map[string][]byte{"k1": key2}}, map[string]want{
+			"good": {"k1", false, "does not verify"}, "forged": {"k1", true, ""}, "unknown key": {"k9", false, ""},
+			"garbled": {"k1", false, "malformed"}, "unsigned": {"", false, ""},
+		}},
+		{"no keys", nil, map[string]want{
+			"good": {"k1", false, ""}, "forged": {"k1", false, ""}, "unknown key": {"k9", false, ""},
+			"garbled": {"k1", false, "malformed"}, "unsigned": {"", false, ""},
+		}},
+		{"Require", &errand.Signing{Keys: map[string][]byte{"k1": key1}, Require: true}, map[string]want{
+			"good": {"k1", true, ""}, "forged": {"k1", false, "does not verify"}, "unknown key": {"k9", false, `key "k9"`},
+			"garbled": {"k1", false, "malformed"}, "unsigned": {"", false, "not signed"},
+		}},
+	} {
+		srv := signServer(t, br, be, v.sg)
+		ts, err := srv.List(ctx, queue, errand.ListPending, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]errand.QueuedTask{}
+		for _, ti := range ts {
+			listed[ti.ID] = ti
+		}
+		for _, m := range msgs {
+			one, err := srv.Task(ctx, queue, m.id)
+			if err != nil {
+				t.Fatalf("Task %s (%s): %v", m.id, m.what, err)
+			}
+			for how, ti := range map[string]errand.QueuedTask{"List": listed[m.id], "Task": one} {
+				w := v.want[m.what]
+				if ti.ID != m.id {
+					t.Errorf("operator view promise broken: %s with %s does not hold the %s message", how, v.name, m.what)
+					continue
+				}
+				if ti.Signature == nil || ti.Signature.Name != "add" || ti.DecodeError != "" {
+					t.Errorf("operator view promise broken: %s with %s: the %s message should decode (add), got %+v, decode error %q", how, v.name, m.what, ti.Signature, ti.DecodeError)
+				}
+				if ti.SigningKey != w.key || ti.Verified != w.verified {
+					t.Errorf("operator view promise broken: %s with %s: the %s message shows key %q, verified %v; want %q, %v", how, v.name, m.what, ti.SigningKey, ti.Verified, w.key, w.verified)
+				}
+				switch {
+				case w.err == "" && ti.SignatureError != "":
+					t.Errorf("operator view promise broken: %s with %s: the %s message shows signature error %q; a worker with these keys runs it", how, v.name, m.what, ti.SignatureError)
+				case w.err != "" && (!strings.Contains(ti.SignatureError, w.err) || !strings.Contains(ti.SignatureError, errand.ErrBadSignature.Error())):
+					t.Errorf("operator view promise broken: %s with %s: the %s message shows signature error %q; want the worker's reason, containing %q", how, v.name, m.what, ti.SignatureError, w.err)
+				}
+			}
+		}
+	}
+}
+
+// TestRequeueSignedArchivedTask (issue 24, item 6): a requeue signs again
+// what verified (under the key it was signed with when the server signs
+// nothing), and never signs what the server could not verify: a message
+// signed under a key it lacks, and one whose MAC does not verify, stay in
+// the archive with an error wrapping ErrBadSignature. RequeueAll requeues
+// the rest and says how many stayed.
+func TestRequeueSignedArchivedTask(t *testing.T) {
+	t.Parallel()
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	ctx := ctxT(t)
+	keys := map[string][]byte{"k1": key1}
+	worker := signServer(t, br, be, &errand.Signing{Keys: keys, Require: true})
+	var fixed atomic.Bool
+	if err := worker.Register("flaky", func() (string, error) {
+		if !fixed.Load() {
+			return "", errand.Permanent(errors.New("the service is down"))
+		}
+		return "fine now", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, worker)
+	producer := signServer(t, br, be, &errand.Signing{Keys: keys, SignWith: "k1"})
+	archived := func(id string) {
+		t.Helper()
+		waitFor(t, "task "+id+" archived", func() bool {
+			_, err := worker.ArchivedTask(ctx, errand.DefaultQueue, id)
+			return err == nil
+		})
+	}
+	var good []string
+	for range 2 {
+		r, err := producer.SendTask(ctx, errand.NewSignature("flaky"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		good = append(good, r.Signature.UUID)
+		archived(r.Signature.UUID)
+	}
+	forged := errand.NewSignature("flaky")
+	forged.RoutingKey = errand.DefaultQueue
+	b, _ := errand.EncodeSignature(forged)
+	if err := br.Publish(ctx, errand.Message{ID: forged.UUID, Queue: errand.DefaultQueue, Body: sealWith("k1", key2, b)}); err != nil {
+		t.Fatal(err)
+	}
+	archived(forged.UUID)
+	fixed.Store(true)
+
+	// Without keys: nothing to sign it again with, so it stays.
+	blind := signServer(t, br, be, nil)
+	if err := blind.Requeue(ctx, errand.DefaultQueue, good[0]); !errors.Is(err, errand.ErrBadSignature) || !strings.Contains(err.Error(), `key "k1"`) {
+		t.Errorf("requeue promise broken: a server without keys requeued a signed task (%v); want an error wrapping ErrBadSignature naming key k1", err)
+	}
+	if _, err := blind.ArchivedTask(ctx, errand.DefaultQueue, good[0]); err != nil {
+		t.Errorf("requeue promise broken: a refused requeue took the task out of the archive: %v", err)
+	}
+
+	// Keys without SignWith (a dashboard's server): the forged one is
+	// refused, the good one signed again under k1 (the Require worker runs it).
+	operator := signServer(t, br, be, &errand.Signing{Keys: keys})
+	if err := operator.Requeue(ctx, errand.DefaultQueue, forged.UUID); !errors.Is(err, errand.ErrBadSignature) || !strings.Contains(err.Error(), "does not verify") {
+		t.Errorf("requeue promise broken: a message whose MAC does not verify was requeued (%v); want ErrBadSignature, 'does not verify'", err)
+	}
+	if err := operator.Requeue(ctx, errand.DefaultQueue, good[0]); err != nil {
+		t.Fatalf("requeue of a verified task: %v", err)
+	}
+	var s string
+	if err := operator.Result(good[0]).GetInto(ctx, &s); err != nil || s != "fine now" {
+		t.Fatalf("requeue promise broken: a verified task requeued by a server without SignWith gave %q, %v; want \"fine now\" (signed again under k1, run by the Require worker)", s, err)
+	}
+
+	n, err := operator.RequeueAll(ctx, errand.DefaultQueue, "")
+	if n != 1 || !errors.Is(err, errand.ErrBadSignature) || !strings.Contains(err.Error(), "1 archived tasks left") {
+		t.Errorf("requeue promise broken: RequeueAll over one good and one forged task gave %d, %v; want 1 and an error wrapping ErrBadSignature saying 1 stayed", n, err)
+	}
+	if err := operator.Result(good[1]).GetInto(ctx, &s); err != nil || s != "fine now" {
+		t.Errorf("requeue promise broken: the good task of RequeueAll gave %q, %v; want \"fine now\"", s, err)
+	}
+	if _, err := operator.ArchivedTask(ctx, errand.DefaultQueue, forged.UUID); err != nil {
+		t.Errorf("requeue promise broken: the forged task left the archive: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/errand-go/errand"
@@ -194,6 +195,25 @@ type taskData struct {
 	Timeline []event
 	Body     string
 	Terminal bool
+	// Sig is what the server's keys make of the message's signature
+	// (signatureCheck); SigNote says more.
+	Sig, SigNote string
+}
+
+// signatureCheck says what the dashboard's server (its Config.Signing)
+// makes of t's signature: "verified"; "failed" (a worker with these keys
+// sets it aside, never running it), with the reason; "unverified" (signed
+// under a key the server lacks); "" for an unsigned message a worker runs.
+func signatureCheck(t errand.QueuedTask) (mark, note string) {
+	switch {
+	case t.SignatureError != "":
+		return "failed", strings.TrimPrefix(t.SignatureError, errand.ErrBadSignature.Error()+": ")
+	case t.Verified:
+		return "verified", "HMAC verified under key " + strconv.Quote(t.SigningKey)
+	case t.SigningKey != "":
+		return "unverified", "signed with key " + strconv.Quote(t.SigningKey) + ", which the dashboard's server has no key for"
+	}
+	return "", ""
 }
 
 type shownArg struct {
@@ -244,6 +264,7 @@ func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 // describe lays out t for the task page.
 func describe(t errand.QueuedTask) taskData {
 	data := taskData{T: t, Name: t.TaskName()}
+	data.Sig, data.SigNote = signatureCheck(t)
 	if sig := t.Signature; sig != nil {
 		data.Attempt = max(sig.Attempt, 1)
 		data.Retries = sig.RetryCount

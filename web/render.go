@@ -26,6 +26,14 @@ type pages struct {
 
 var funcs = template.FuncMap{
 	"pe": url.PathEscape,
+	"sig": func(t errand.QueuedTask) string {
+		mark, _ := signatureCheck(t)
+		return mark
+	},
+	"sigNote": func(t errand.QueuedTask) string {
+		_, note := signatureCheck(t)
+		return note
+	},
 	"qe": url.QueryEscape,
 	"ago": func(t time.Time) string {
 		if t.IsZero() {
@@ -149,6 +157,8 @@ func explain(err error) (status int, title, text string) {
 		return http.StatusNotImplemented, "Not supported by this broker", "The broker driver does not have the ability this page needs."
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "The broker or backend did not answer in time", "Try again; if it lasts, check the servers."
+	case errors.Is(err, errand.ErrBadSignature):
+		return http.StatusConflict, "The signature does not allow it", "The task's message is signed, and its signature does not verify under the dashboard's keys or names a key the dashboard does not have: errand will not sign it again. Give the dashboard's server the key (Config.Signing), or delete the task."
 	case errors.Is(err, errand.ErrClosed):
 		return http.StatusServiceUnavailable, "The server is closed", "The errand server behind the dashboard has been closed."
 	}

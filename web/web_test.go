@@ -815,3 +815,101 @@ func Example() {
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
 	// Output: 200 text/html; charset=utf-8
 }
+
+// TestSignedTaskShownWithItsCheck (issue 24, item 6): the dashboard shows a
+// signed message decoded, and marked with what its server's keys make of
+// the signature: verified under the right key; failed, with the worker's
+// reason, under a wrong one (still decoded, not "undecodable"); signed but
+// unverified without keys. A requeue it cannot sign again is refused with
+// 409 and the page says why.
+func TestSignedTaskShownWithItsCheck(t *testing.T) {
+	t.Parallel()
+	const q = "signed_q"
+	key, other := []byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210")
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	server := func(sg *errand.Signing) *errand.Server {
+		srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be, Signing: sg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sig := errand.NewSignature("add", 40, 2)
+	sig.RoutingKey = q
+	if _, err := server(&errand.Signing{Keys: map[string][]byte{"k1": key}, SignWith: "k1"}).SendTask(ctx, sig); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		sg   *errand.Signing
+		mark string
+		note string
+	}{
+		{"the right key", &errand.Signing{Keys: map[string][]byte{"k1": key}}, "verified", `key &#34;k1&#34;`},
+		{"a wrong key", &errand.Signing{Keys: map[string][]byte{"k1": other}}, "failed", `MAC does not verify under key &#34;k1&#34;`},
+		{"no keys", nil, "unverified", `signed with key &#34;k1&#34;, which the dashboard&#39;s server has no key for`},
+	} {
+		dash := web.New(server(c.sg), web.Options{})
+		ts := httptest.NewServer(dash)
+		status, body := do(t, ts.Client(), "GET", ts.URL+"/queues/"+q+"/tasks/"+sig.UUID, nil, nil)
+		if status != http.StatusOK {
+			t.Fatalf("%s: GET the task page: status %d, want 200:\n%s", c.name, status, body)
+		}
+		for _, want := range []string{`data-signature="` + c.mark + `"`, c.note, "<h1>add ", "<pre>40</pre>", "<pre>2</pre>"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s: the task page of a signed add(40, 2) should show %s; it does not:\n%s", c.name, want, body)
+			}
+		}
+		if strings.Contains(body, "does not decode") {
+			t.Errorf("%s: the task page calls a signed message undecodable:\n%s", c.name, body)
+		}
+		if failed := strings.Contains(body, `id="signature-failed"`); failed != (c.mark == "failed") {
+			t.Errorf("%s: the page's 'signature does not verify' card shown: %v, want %v", c.name, failed, c.mark == "failed")
+		}
+		status, body = do(t, ts.Client(), "GET", ts.URL+"/queues/"+q+"/pending", nil, nil)
+		if status != http.StatusOK || !regexp.MustCompile(`data-task="`+sig.UUID+`"[^<]*<td[^>]*><a[^>]*>[^<]*</a></td>\s*<td>add <span class="sig `+c.mark+`" data-signature="`+c.mark+`"`).MatchString(body) {
+			t.Errorf("%s: the pending list should show add marked %s; status %d:\n%s", c.name, c.mark, status, body)
+		}
+		ts.Close()
+		dash.Close()
+	}
+
+	// A forged message in the archive: a dashboard with the key will not
+	// requeue (sign again) what does not verify.
+	worker := server(&errand.Signing{Keys: map[string][]byte{"k1": key}, Require: true})
+	w := worker.NewWorker(errand.WorkerConfig{Queue: q})
+	w.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		w.Shutdown(ctx)
+	})
+	forged := errand.NewSignature("add", 1, 1)
+	forged.RoutingKey = q
+	if _, err := server(&errand.Signing{Keys: map[string][]byte{"k1": other}, SignWith: "k1"}).SendTask(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, "the forged task in the archive", func() bool {
+		_, err := worker.ArchivedTask(ctx, q, forged.UUID)
+		return err == nil
+	})
+	dash := web.New(server(&errand.Signing{Keys: map[string][]byte{"k1": key}}), web.Options{})
+	defer dash.Close()
+	ts := httptest.NewServer(dash)
+	defer ts.Close()
+	f := &fixture{ts: ts}
+	if resp := f.post(t, "/queues/"+q+"/tasks/"+forged.UUID+"/requeue", nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("POST requeue of a forged task: status %d, want 409 (errand does not sign again what does not verify)", resp.StatusCode)
+	}
+	if _, err := worker.ArchivedTask(ctx, q, forged.UUID); err != nil {
+		t.Errorf("a refused requeue took the forged task out of the archive: %v", err)
+	}
+	status, body := do(t, ts.Client(), "GET", ts.URL+"/queues/"+q+"/archived", nil, nil)
+	if status != http.StatusOK || !strings.Contains(body, `data-signature="failed"`) {
+		t.Errorf("the archive should list the forged task marked failed; status %d:\n%s", status, body)
+	}
+}

@@ -21,15 +21,22 @@ type cli struct {
 	env    func(string) string
 	cmd    *command
 
-	// srv, when set before the command runs (tests), is the server the
-	// operator commands use instead of opening one by URL; it is not closed.
-	srv         *errand.Server
+	// broker and backend, when set before the command runs (tests), are
+	// what the operator commands use instead of opening them by URL; the
+	// command does not close them.
+	broker      errand.Broker
+	backend     errand.Backend
 	closeServer func()
 
 	// The flags every operator command takes.
 	brokerURL  string
 	backendURL string
 	output     string
+	keysFile   string
+	signWith   string
+
+	// keys reports whether the server has signing keys (see signing.go).
+	keys bool
 }
 
 // errHelp is returned after a command printed its usage for -h.
@@ -56,6 +63,8 @@ func (c *cli) newFlags() *flag.FlagSet {
 		fs.StringVar(&c.brokerURL, "broker", "", "the broker's `URL` (default $ERRAND_BROKER_URL)")
 		fs.StringVar(&c.backendURL, "backend", "", "the result backend's `URL` (default $ERRAND_BACKEND_URL, else the broker's URL when its scheme is also a backend's)")
 		fs.StringVar(&c.output, "o", "table", "output `format`: table or json")
+		fs.StringVar(&c.keysFile, "signing-keys-file", "", "read signing keys from `FILE` (ID=SECRET entries, SECRET base64 or hex:HEX; default $"+envSigningKeys+"): verify signed messages, sign what enqueue and requeue send")
+		fs.StringVar(&c.signWith, "sign-with", "", "the `ID` of the signing key enqueue and requeue sign with (default: the first key given)")
 	}
 	fs.Usage = func() {} // the flag package calls it on every error: printed for -h only
 	return fs
@@ -122,11 +131,21 @@ func (c *cli) parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 // json reports whether the output is JSON.
 func (c *cli) json() bool { return c.output == "json" }
 
-// server returns the server the operator commands use: c.srv, or one over
-// the broker and backend the flags or the environment name.
+// server returns the server the operator commands use: one over the
+// broker and backend the flags or the environment name (or c.broker and
+// c.backend), with the signing keys they give.
 func (c *cli) server() (*errand.Server, error) {
-	if c.srv != nil {
-		return c.srv, nil
+	sg, err := c.signing()
+	if err != nil {
+		return nil, err
+	}
+	c.keys = sg != nil
+	if c.broker != nil {
+		srv, err := errand.NewServer(errand.Config{Broker: c.broker, Backend: c.backend, Signing: sg})
+		if err != nil {
+			return nil, usageError{err} // only the signing keys can be wrong
+		}
+		return srv, nil
 	}
 	brokerURL := c.brokerURL
 	if brokerURL == "" {
@@ -159,11 +178,11 @@ func (c *cli) server() (*errand.Server, error) {
 		broker.Close()
 		return nil, openFailure(err)
 	}
-	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend})
+	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend, Signing: sg})
 	if err != nil {
 		broker.Close()
 		backend.Close()
-		return nil, err
+		return nil, usageError{err} // only the signing keys can be wrong
 	}
 	c.closeServer = func() { srv.Close() }
 	return srv, nil

@@ -19,7 +19,11 @@
 //	errand version                    print the version
 //
 // The operator commands open the broker and the backend by URL: --broker
-// and --backend, or ERRAND_BROKER_URL and ERRAND_BACKEND_URL. errand web
+// and --backend, or ERRAND_BROKER_URL and ERRAND_BACKEND_URL. On queues
+// whose messages are signed (errand.Signing), they take the signing keys
+// from --signing-keys-file FILE or ERRAND_SIGNING_KEYS (ID=SECRET entries):
+// show, ls and web then mark each signed message verified or not, and
+// enqueue and requeue sign what they send. errand web
 // reads its credentials from ERRAND_WEB_TOKEN (bearer) or ERRAND_WEB_USER
 // and ERRAND_WEB_PASSWORD (basic authentication), never from flags. Exit codes:
 // 0 done, 1 the operation failed, 2 a usage error.
@@ -170,6 +174,9 @@ The operator commands open the broker and the result backend by URL:
   --backend URL   or ERRAND_BACKEND_URL  (redis://, mongodb://, memcache://, memory://);
                   default: the broker's URL when its scheme is also a backend's
   -o json         print JSON instead of a table
+  --signing-keys-file FILE  or ERRAND_SIGNING_KEYS  (ID=SECRET,...; SECRET base64 or hex:HEX)
+                  verify signed messages, and sign what enqueue and requeue send
+                  (with the first key, or --sign-with ID)
 Run "errand help COMMAND" for a command's flags. Exit codes: 0 done,
 1 the operation failed, 2 a usage error.
 `)

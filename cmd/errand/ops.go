@@ -340,8 +340,14 @@ func (c *cli) onArchive(queue string, ids []string, all bool, name, done string,
 	}{Queue: queue, Name: name}
 	var errs []error
 	if len(ids) == 0 {
-		if out.Count, err = every(srv); err != nil {
-			return err
+		// A count with an error: some were done, the rest refused for
+		// their signatures (errand.Server.RequeueAll).
+		out.Count, err = every(srv)
+		if err != nil && (out.Count == 0 || !errors.Is(err, errand.ErrBadSignature)) {
+			return c.keysHint(err)
+		}
+		if err != nil {
+			errs = append(errs, c.keysHint(err))
 		}
 	}
 	for _, id := range ids {
@@ -350,7 +356,7 @@ func (c *cli) onArchive(queue string, ids []string, all bool, name, done string,
 			err = c.notArchived(srv, queue, id)
 		}
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, c.keysHint(err))
 			continue
 		}
 		out.Count++
@@ -380,6 +386,15 @@ func (c *cli) onArchive(queue string, ids []string, all bool, name, done string,
 		fmt.Fprintf(c.stderr, "errand %s: %s\n", c.cmd.name, oneLine(err))
 	}
 	return fmt.Errorf("%d of %d tasks not %s", len(errs), len(ids), done)
+}
+
+// keysHint adds to an error about a message's signature where the
+// command's signing keys come from, when it was given none.
+func (c *cli) keysHint(err error) error {
+	if err == nil || c.keys || !errors.Is(err, errand.ErrBadSignature) {
+		return err
+	}
+	return fmt.Errorf("%w (no signing keys given: %s)", err, keysHint)
 }
 
 // notArchived says that task id is not in queue's archive, and where it is

@@ -41,6 +41,8 @@ type deployment struct {
 	// uses srv.
 	url   string
 	queue string
+	// env adds to the command's environment (over ERRAND_BROKER_URL).
+	env map[string]string
 }
 
 // eachDeployment runs f over the memory drivers and over Redis.
@@ -178,11 +180,16 @@ func (d *deployment) run(args ...string) result {
 	defer cancel()
 	var out, errOut bytes.Buffer
 	var code int
+	env := map[string]string{}
+	for k, v := range d.env {
+		env[k] = v
+	}
+	getenv := func(k string) string { return env[k] }
 	if d.url == "" {
-		code = (&cli{ctx: ctx, stdout: &out, stderr: &errOut, srv: d.srv}).main(args)
+		code = (&cli{ctx: ctx, stdout: &out, stderr: &errOut, env: getenv, broker: d.srv.Broker(), backend: d.srv.Backend()}).main(args)
 	} else {
-		env := map[string]string{"ERRAND_BROKER_URL": d.url}
-		code = run(ctx, args, &out, &errOut, func(k string) string { return env[k] })
+		env["ERRAND_BROKER_URL"] = d.url
+		code = run(ctx, args, &out, &errOut, getenv)
 	}
 	return result{code, out.String(), errOut.String()}
 }

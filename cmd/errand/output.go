@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -88,7 +89,8 @@ type taskJSON struct {
 	ETA         *time.Time        `json:"eta,omitempty"`
 	Headers     errand.Headers    `json:"headers,omitempty"`
 	DecodeError string            `json:"decode_error,omitempty"`
-	At          *time.Time        `json:"at,omitempty"` // due (scheduled, retrying), acked (completed), archived (archived)
+	Signature   *signatureJSON    `json:"signature,omitempty"` // signed messages (and unsigned ones a worker would refuse)
+	At          *time.Time        `json:"at,omitempty"`        // due (scheduled, retrying), acked (completed), archived (archived)
 	Archive     *archiveJSON      `json:"archive,omitempty"`
 	State       *errand.TaskState `json:"state,omitempty"`
 }
@@ -101,6 +103,14 @@ type argView struct {
 	Value any    `json:"value"`
 }
 
+// signatureJSON is what the command's keys make of a message's signature
+// (errand.QueuedTask's SigningKey, Verified, SignatureError).
+type signatureJSON struct {
+	Key      string `json:"key,omitempty"`   // the key id the message names
+	Verified bool   `json:"verified"`        // its MAC verified under the key of that id
+	Error    string `json:"error,omitempty"` // why a worker with these keys would set it aside
+}
+
 type archiveJSON struct {
 	Reason   string    `json:"reason"`
 	Error    string    `json:"error"`
@@ -110,6 +120,9 @@ type archiveJSON struct {
 
 func taskView(t errand.QueuedTask) taskJSON {
 	v := taskJSON{ID: t.ID, Queue: t.Queue, List: string(t.List), DecodeError: t.DecodeError, State: t.State}
+	if t.SigningKey != "" || t.SignatureError != "" {
+		v.Signature = &signatureJSON{Key: t.SigningKey, Verified: t.Verified, Error: t.SignatureError}
+	}
 	if s := t.Signature; s != nil {
 		v.Name, v.Attempt, v.RetryCount, v.ETA, v.Headers = s.Name, max(s.Attempt, 1), s.RetryCount, s.ETA, s.Headers
 		for _, a := range s.Args {
@@ -159,12 +172,27 @@ func (c *cli) printTasks(l errand.ListState, ts []errand.QueuedTask) {
 	if l == errand.ListArchived {
 		head += "\tREASON\tERROR"
 	}
+	signed := slices.ContainsFunc(ts, func(t errand.QueuedTask) bool { return t.SigningKey != "" || t.SignatureError != "" })
+	if signed {
+		head += "\tSIGNATURE"
+	}
 	fmt.Fprintln(tw, head)
+	failed, unverified := 0, 0
 	for _, t := range ts {
 		v := taskView(t)
 		row := []string{t.ID, orDash(v.Name), clip(argsText(v.Args), 40), strconv.Itoa(v.Attempt), stateText(t)}
 		if v.Attempt == 0 {
 			row[3] = "-"
+		}
+		if signed {
+			mark := signatureMark(t)
+			switch mark {
+			case "FAILED":
+				failed++
+			case "unverified":
+				unverified++
+			}
+			row = append(row, mark)
 		}
 		if at != "" {
 			row = append(row, timeText(t.At))
@@ -176,6 +204,50 @@ func (c *cli) printTasks(l errand.ListState, ts []errand.QueuedTask) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+	if failed > 0 {
+		fmt.Fprintf(c.stderr, "%d tasks whose signature does not verify: a worker with these keys sets them aside (errand show ID says why)\n", failed)
+	}
+	if unverified > 0 {
+		fmt.Fprintf(c.stderr, "%d signed tasks not verified: %s\n", unverified, c.noKeyText())
+	}
+}
+
+// signatureMark is the SIGNATURE column of a task: verified, FAILED (a
+// worker with these keys sets it aside), unverified (signed under a key
+// the command was not given), or - (unsigned).
+func signatureMark(t errand.QueuedTask) string {
+	switch {
+	case t.SignatureError != "":
+		return "FAILED"
+	case t.Verified:
+		return "verified"
+	case t.SigningKey != "":
+		return "unverified"
+	}
+	return "-"
+}
+
+// signatureText says, on one line, what the command's keys make of t's
+// signature; "" for an unsigned message a worker would run.
+func (c *cli) signatureText(t errand.QueuedTask) string {
+	switch {
+	case t.SignatureError != "":
+		why := strings.TrimPrefix(oneLineText(t.SignatureError), errand.ErrBadSignature.Error()+": ")
+		return "FAILED: " + why + "; a worker with these keys sets it aside and never runs it"
+	case t.Verified:
+		return fmt.Sprintf("verified (key %q)", t.SigningKey)
+	case t.SigningKey != "":
+		return fmt.Sprintf("not verified: signed with key %q; %s", t.SigningKey, c.noKeyText())
+	}
+	return ""
+}
+
+// noKeyText says why a signed message was not verified.
+func (c *cli) noKeyText() string {
+	if c.keys {
+		return "its key is not among the keys given"
+	}
+	return "give the signing keys (" + keysHint + ") to verify"
 }
 
 func (c *cli) printTask(t errand.QueuedTask) {
@@ -199,6 +271,9 @@ func (c *cli) printTask(t errand.QueuedTask) {
 		for k, h := range v.Headers {
 			line("header", "%s=%v", k, h)
 		}
+	}
+	if sig := c.signatureText(t); sig != "" {
+		line("signature", "%s", sig)
 	}
 	if t.DecodeError != "" {
 		line("undecodable", "%s", oneLineText(t.DecodeError))

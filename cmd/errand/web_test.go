@@ -415,3 +415,28 @@ func grepLines(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// errand web takes the signing keys from ERRAND_SIGNING_KEYS: a signed
+// task's page says it verified; without the keys, that it is signed but
+// unverified.
+func TestWebSignedTask(t *testing.T) {
+	d := redisDeployment(t)
+	id := d.sendSigned(d.signer(testKey, false), 2, 3)
+	for _, c := range []struct {
+		env  map[string]string
+		mark string
+	}{
+		{map[string]string{"ERRAND_SIGNING_KEYS": "k1=" + testB64}, "verified"},
+		{nil, "unverified"},
+	} {
+		w := startWeb(t, d, c.env)
+		code, body := w.do("GET", "/queues/"+d.queue+"/tasks/"+id, "")
+		if code != http.StatusOK || !strings.Contains(body, `data-signature="`+c.mark+`"`) || !strings.Contains(body, "<pre>3</pre>") {
+			t.Errorf("errand web with keys %v: the page of a signed add(2, 3) should show it decoded and %s; status %d:\n%s", c.env["ERRAND_SIGNING_KEYS"] != "", c.mark, code, body)
+		}
+		w.stop()
+		if s := w.stderr.String(); strings.Contains(s, testB64) {
+			t.Errorf("secrets promise broken: errand web logged a signing key:\n%s", s)
+		}
+	}
+}
