@@ -881,7 +881,7 @@ func TestSignedTaskShownWithItsCheck(t *testing.T) {
 	// A forged message in the archive: a dashboard with the key will not
 	// requeue (sign again) what does not verify.
 	worker := server(&errand.Signing{Keys: map[string][]byte{"k1": key}, Require: true})
-	w := worker.NewWorker(errand.WorkerConfig{Queue: q})
+	w := worker.NewWorker(errand.WorkerConfig{Queues: map[string]int{q: 1}})
 	w.Start()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -202,7 +202,7 @@ func TestSignedEnqueueAndRequeue(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		w := srv.NewWorker(errand.WorkerConfig{Queue: d.queue, Concurrency: 2, PausePoll: 20 * time.Millisecond})
+		w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{d.queue: 1}, Concurrency: 2, PausePoll: 20 * time.Millisecond})
 		w.Start()
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
