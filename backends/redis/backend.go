@@ -80,10 +80,12 @@ const defaultCallTimeout = 10 * time.Second
 func init() {
 	driver.RegisterBackend("redis", Open)
 	driver.RegisterBackend("rediss", Open)
+	driver.RegisterBackend("redis-sentinel", Open)
+	driver.RegisterBackend("rediss-sentinel", Open)
 }
 
-// Open returns a backend for a redis:// or rediss:// URL (see the package
-// doc). The backend owns the client it makes.
+// Open returns a backend for a redis://, rediss://, redis-sentinel:// or
+// rediss-sentinel:// URL (see the package doc). The backend owns the client it makes.
 func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	rdb, own, err := redisconn.Open(ctx, u, "prefix", "result_expiry", "group_expiry", "timeout")
 	if err != nil {

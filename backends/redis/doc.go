@@ -8,9 +8,12 @@
 //	rediss://...[&tls_ca=/path/ca.pem]            the same over TLS; tls_ca: trust
 //	                                              only the CAs in that PEM file
 //	redis://host:port?addr=host2:port&addr=...    Redis Cluster
+//	redis-sentinel://[user:password@]sentinel1:port,sentinel2:port[/db]?master=NAME
+//	                                              Redis Sentinel (rediss-sentinel://
+//	                                              over TLS); docs/redis.md, Sentinel
 //
 // Import the package (github.com/errand-go/errand/backends/redis) for its
-// side effect to register both schemes with errand.OpenBackend (the broker,
+// side effect to register these schemes with errand.OpenBackend (the broker,
 // package redisbroker, registers its own; neither module requires the other).
 // New takes an injected client instead.
 //

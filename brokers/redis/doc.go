@@ -10,9 +10,13 @@
 //	                                    the CAs in that PEM file
 //	redis://[user:password@]host:port?addr=host2:port&addr=host3:port
 //	                                    Redis Cluster (several seed addresses)
+//	redis-sentinel://[user:password@]sentinel1:port,sentinel2:port[/db]?master=NAME
+//	                                    Redis Sentinel (rediss-sentinel:// over
+//	                                    TLS); see redisconn.SentinelSchemes
+//	                                    and docs/redis.md, Sentinel
 //
 // Import the package (github.com/errand-go/errand/brokers/redis) for its side
-// effect to register both schemes with errand.OpenBroker. Passwords never
+// effect to register these schemes with errand.OpenBroker. Passwords never
 // appear in errors or logs. New takes an injected client instead. The URL
 // form is shared with the Redis result backend (package redisbackend); neither
 // module requires the other.

@@ -14,10 +14,12 @@ import (
 func init() {
 	driver.RegisterBroker("redis", Open)
 	driver.RegisterBroker("rediss", Open)
+	driver.RegisterBroker("redis-sentinel", Open)
+	driver.RegisterBroker("rediss-sentinel", Open)
 }
 
-// Open returns a broker for a redis:// or rediss:// URL (see the package
-// doc). The broker owns the client it makes and closes it on Close.
+// Open returns a broker for a redis://, rediss://, redis-sentinel:// or
+// rediss-sentinel:// URL (see the package doc). The broker owns the client it makes and closes it on Close.
 // max_payload=BYTES sets Options.MaxPayload: 0 or absent is the default
 // (DefaultMaxPayload), a negative count (max_payload=-1) no limit;
 // timeout=DURATION sets Options.CallTimeout.

@@ -19,7 +19,9 @@ import (
 
 // Open makes a go-redis client for a redis:// or rediss:// URL and checks
 // it answers within ctx: a cluster client when the URL names more than one
-// address (?addr=host:port), else a single-node client. The query
+// address (?addr=host:port), else a single-node client; a Sentinel
+// failover client for redis-sentinel:// and rediss-sentinel:// (see
+// SentinelSchemes). The query
 // parameters named in own are errand's, not go-redis's: they are taken out
 // first and returned. The client honours ctx deadlines
 // (ContextTimeoutEnabled), so no call outlives its caller's deadline on a
@@ -53,7 +55,13 @@ func Open(ctx context.Context, u *url.URL, own ...string) (goredis.UniversalClie
 	clean := *u
 	clean.RawQuery = q.Encode()
 	var rdb goredis.UniversalClient
-	if q.Has("addr") {
+	if isSentinel(u.Scheme) {
+		c, err := newFailoverClient(&clean, caFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb = c
+	} else if q.Has("addr") {
 		co, err := goredis.ParseClusterURL(clean.String())
 		if err != nil {
 			return nil, nil, err
