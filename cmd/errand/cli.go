@@ -209,7 +209,7 @@ func backendOf(brokerURL string) string {
 		return ""
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "redis", "rediss", "memory":
+	case "redis", "rediss", "redis-sentinel", "rediss-sentinel", "memory":
 	default:
 		return ""
 	}
