@@ -88,9 +88,12 @@ const (
 
 // Broker is a driver.Broker on Redis. It is safe for concurrent use.
 type Broker struct {
-	rdb    goredis.UniversalClient
-	opts   Options
-	closed atomic.Bool
+	rdb goredis.UniversalClient
+	// scripts runs the broker's scripts on rdb without go-redis's
+	// retries (redisconn.NoRetry; see the package doc, Retries).
+	scripts goredis.Scripter
+	opts    Options
+	closed  atomic.Bool
 	// registered holds the queues this broker has added to P:queues on
 	// Fetch (see Queues).
 	registered sync.Map
@@ -114,7 +117,7 @@ var (
 // New returns a broker on rdb: a *redis.Client, *redis.ClusterClient or
 // any UniversalClient (Sentinel included). opts may be nil.
 func New(rdb goredis.UniversalClient, opts *Options) *Broker {
-	b := &Broker{rdb: rdb}
+	b := &Broker{rdb: rdb, scripts: redisconn.NoRetry(rdb)}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -333,6 +336,9 @@ func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, eva
 	var calls []call
 	pipe := b.rdb.Pipeline()
 	fill(pipe, func(s *goredis.Script, ctx context.Context, c goredis.Scripter, keys []string, args ...any) *goredis.Cmd {
+		if p, ok := c.(redisconn.Processor); ok {
+			c = redisconn.NoRetry(p)
+		}
 		cmd := s.EvalSha(ctx, c, keys, args...)
 		calls = append(calls, call{cmd, s, keys, args})
 		return cmd
@@ -346,7 +352,7 @@ func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, eva
 	var redos []redo
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
-			redos = append(redos, redo{c.cmd, c.script.Eval(ctx, again, c.keys, c.args...)})
+			redos = append(redos, redo{c.cmd, c.script.Eval(ctx, redisconn.NoRetry(again), c.keys, c.args...)})
 		}
 	}
 	if len(redos) == 0 {
@@ -403,7 +409,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 			return nil, err
 		}
 		sctx, cancel := b.bound(ctx)
-		res, err := fetchScript.Run(sctx, b.rdb, keys, limit, lease.Milliseconds(), promoteBatch, randomID()).Slice()
+		res, err := fetchScript.Run(sctx, b.scripts, keys, limit, lease.Milliseconds(), promoteBatch, randomID()).Slice()
 		cancel()
 		if err != nil {
 			return nil, b.err(ctx, err)
@@ -538,7 +544,7 @@ func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 			args = append(args, h.mid, h.token)
 		}
 		acked, err := honourCancel(ctx, func() ([]int64, error) {
-			return ackScript.Run(ctx, b.rdb, k.ackKeys(), args...).Int64Slice()
+			return ackScript.Run(ctx, b.scripts, k.ackKeys(), args...).Int64Slice()
 		})
 		if err == nil && len(acked) != len(idx) {
 			err = fmt.Errorf("redis broker: ack script answered %d results for %d deliveries", len(acked), len(idx))
@@ -592,7 +598,7 @@ func (b *Broker) Close() error {
 // (inclusive; -1: to the end) in delivery order, with their priorities.
 func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int) ([]driver.Listed, error) {
 	k := b.keys(queue)
-	envs, err := pendingScript.Run(ctx, b.rdb, k.pendingKeys(), start, stop).StringSlice()
+	envs, err := pendingScript.Run(ctx, b.scripts, k.pendingKeys(), start, stop).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -610,7 +616,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	k := b.keys(queue)
-	n, err := purgeScript.Run(ctx, b.rdb, k.purgeKeys()).Int()
+	n, err := purgeScript.Run(ctx, b.scripts, k.purgeKeys()).Int()
 	return n, b.err(ctx, err)
 }
 

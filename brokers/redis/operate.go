@@ -137,7 +137,7 @@ func (b *Broker) Beat(ctx context.Context, id string, data []byte, ttl time.Dura
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return beatScript.Run(ctx, b.rdb, b.beatKeys(), id, data, ttl.Milliseconds()).Result()
+		return beatScript.Run(ctx, b.scripts, b.beatKeys(), id, data, ttl.Milliseconds()).Result()
 	})
 	return b.err(ctx, err)
 }
@@ -147,7 +147,7 @@ func (b *Broker) Beat(ctx context.Context, id string, data []byte, ttl time.Dura
 func (b *Broker) Beats(ctx context.Context) ([][]byte, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	ss, err := honourCancel(ctx, func() ([]string, error) { return beatsScript.Run(ctx, b.rdb, b.beatKeys()).StringSlice() })
+	ss, err := honourCancel(ctx, func() ([]string, error) { return beatsScript.Run(ctx, b.scripts, b.beatKeys()).StringSlice() })
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -163,7 +163,7 @@ func (b *Broker) Unbeat(ctx context.Context, id string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return unbeatScript.Run(ctx, b.rdb, b.beatKeys(), id).Result()
+		return unbeatScript.Run(ctx, b.scripts, b.beatKeys(), id).Result()
 	})
 	return b.err(ctx, err)
 }
