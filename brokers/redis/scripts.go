@@ -666,7 +666,7 @@ var migrateScript = newScript(`
 -- KEYS[4] -> K:archive
 -- KEYS[5] -> K:archived
 -- KEYS[6] -> K:ids
-local dead, reasons, msgs, archive, archived, ids = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local dead, reasons, msgs, archive, archived, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if redis.call('EXISTS', dead) == 0 then return 0 end
 `, luaNow, luaArchive, `
 local ids = redis.call('LRANGE', dead, 0, -1)
@@ -687,7 +687,7 @@ for _, mid in ipairs(ids) do
     local meta = cjson.encode({reason = reason, error = reason, at = at})
     keepArchived(id, at, meta .. '\n' .. env, 0, 0)
     redis.call('HDEL', msgs, mid)
-    if redis.call('HGET', ids, id) == mid then redis.call('HDEL', ids, id) end
+    if redis.call('HGET', index, id) == mid then redis.call('HDEL', index, id) end
     n = n + 1
   end
 end
