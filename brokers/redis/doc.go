@@ -88,7 +88,7 @@
 // # Retries
 //
 // go-redis retries a command after a network error or a read timeout
-// (Options.MaxRetries, default 3): for a script, that runs it again when
+// (go-redis's MaxRetries, default 3): for a script, that runs it again when
 // only its reply was late or lost — a second fetch leasing more messages
 // while the first lease is orphaned, a publish storing its messages
 // twice, a unique lock or rate-limit token taken twice. The broker runs
