@@ -292,9 +292,11 @@ while leased < want and aside < batch do
   for i, id in ipairs(got) do
     local p = prios[i] or 0
     local env
-    if redis.call('HEXISTS', msgs, id) == 1 then
-      -- HSTRLEN first: a body within the bound is read once, below.
-      if maxPayload > 0 and redis.call('HSTRLEN', msgs, id) - 1 > maxPayload then
+    -- The envelope's length (0: none, an envelope is never empty) before
+    -- its body: a body within the bound is read once, below.
+    local size = redis.call('HSTRLEN', msgs, id)
+    if size > 0 then
+      if maxPayload > 0 and size - 1 > maxPayload then
         env = redis.call('HGET', msgs, id)
         local nl = string.find(env, '\n', 1, true) or 0
         if #env - nl > maxPayload then
