@@ -47,9 +47,12 @@ type Options struct {
 
 // Backend is a driver.Backend on Redis. It is safe for concurrent use.
 type Backend struct {
-	rdb    goredis.UniversalClient
-	opts   Options
-	closed atomic.Bool
+	rdb goredis.UniversalClient
+	// scripts runs the backend's scripts on rdb without go-redis's
+	// retries (redisconn.NoRetry; docs/redis.md, Retries).
+	scripts goredis.Scripter
+	opts    Options
+	closed  atomic.Bool
 }
 
 var (
@@ -59,7 +62,7 @@ var (
 
 // New returns a backend on rdb. opts may be nil.
 func New(rdb goredis.UniversalClient, opts *Options) *Backend {
-	b := &Backend{rdb: rdb}
+	b := &Backend{rdb: rdb, scripts: redisconn.NoRetry(rdb)}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -292,7 +295,7 @@ func (b *Backend) InitGroup(ctx context.Context, g string, ids []string) error {
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return b.err(ctx, initGroupScript.Run(ctx, b.rdb, b.groupScriptKeys(g), args...).Err())
+	return b.err(ctx, initGroupScript.Run(ctx, b.scripts, b.groupScriptKeys(g), args...).Err())
 }
 
 // What the group scripts answer instead of a count or a claim.
@@ -334,7 +337,7 @@ return {redis.call('SCARD', done), tonumber(total)}
 func (b *Backend) CompleteGroupMember(ctx context.Context, g, id string) (int, int, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	r, err := completeScript.Run(ctx, b.rdb, b.groupScriptKeys(g), id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
+	r, err := completeScript.Run(ctx, b.scripts, b.groupScriptKeys(g), id, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, b.err(ctx, err)
 	}
@@ -380,7 +383,7 @@ func (b *Backend) claimKeys(g string) []string { return []string{b.groupKeys(g).
 func (b *Backend) ClaimChord(ctx context.Context, g, claimer string) (bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	n, err := claimScript.Run(ctx, b.rdb, b.claimKeys(g), claimer).Int()
+	n, err := claimScript.Run(ctx, b.scripts, b.claimKeys(g), claimer).Int()
 	if err != nil {
 		return false, b.err(ctx, err)
 	}

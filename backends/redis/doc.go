@@ -51,6 +51,18 @@
 // after the group's last completion, so a live group never loses its
 // metadata to a result's expiry (machinery#352).
 //
+// # Retries
+//
+// go-redis retries a command after a network error or a read timeout
+// (MaxRetries, default 3), which for a script would run it again when
+// only its reply was late. The backend runs its scripts (start, group
+// init, member completion, chord claim) with go-redis's per-command
+// NoRetry flag (redisconn.NoRetry), on clients Open makes and on clients
+// handed to New alike; a failed script returns its error to errand,
+// which retries at its own level where the step is idempotent. Its plain
+// commands (SET ... PX of a state, GET) keep the client's retries: a
+// second run writes the same value. docs/redis.md, "Retries".
+//
 // Result waiters poll with backoff (errand's default); the backend does not
 // implement [driver.StateWaiter]. States errand writes together (the
 // PENDING states of a group or chord, a task's RECEIVED and STARTED, the

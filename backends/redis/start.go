@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn"
 )
 
 var (
@@ -118,16 +119,16 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) []drive
 	}
 	cmds := make([]*goredis.Cmd, len(reqs))
 	if len(reqs) == 1 {
-		cmds[0] = startScript.Run(ctx, b.rdb, keys[0], args[0]...)
+		cmds[0] = startScript.Run(ctx, b.scripts, keys[0], args[0]...)
 	} else {
 		pipe := b.rdb.Pipeline()
 		for i := range reqs {
-			cmds[i] = startScript.EvalSha(ctx, pipe, keys[i], args[i]...)
+			cmds[i] = startScript.EvalSha(ctx, redisconn.NoRetry(pipe), keys[i], args[i]...)
 		}
 		pipe.Exec(ctx) // errors are read per command below
 		for i, c := range cmds {
 			if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				cmds[i] = startScript.Run(ctx, b.rdb, keys[i], args[i]...)
+				cmds[i] = startScript.Run(ctx, b.scripts, keys[i], args[i]...)
 			}
 		}
 	}

@@ -82,7 +82,7 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 // Where K:dead does not exist the script returns at once (one EXISTS).
 func (b *Broker) migrate(ctx context.Context, queue string) error {
 	k := b.keys(queue)
-	if err := migrateScript.Run(ctx, b.rdb, k.migrateKeys()).Err(); err != nil {
+	if err := migrateScript.Run(ctx, b.scripts, k.migrateKeys()).Err(); err != nil {
 		return b.err(ctx, err)
 	}
 	return nil
@@ -114,7 +114,7 @@ func (b *Broker) archivedPage(ctx context.Context, queue string, offset, limit i
 		stop = offset + limit - 1
 	}
 	k := b.keys(queue)
-	ss, err := archivedScript.Run(ctx, b.rdb, k.archivedKeys(), offset, stop).StringSlice()
+	ss, err := archivedScript.Run(ctx, b.scripts, k.archivedKeys(), offset, stop).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -192,6 +192,6 @@ func (b *Broker) DeleteArchived(ctx context.Context, queue string, ids ...string
 		return 0, err
 	}
 	k := b.keys(queue)
-	n, err := deleteArchivedScript.Run(ctx, b.rdb, k.deleteArchivedKeys(), anys(ids)...).Int()
+	n, err := deleteArchivedScript.Run(ctx, b.scripts, k.deleteArchivedKeys(), anys(ids)...).Int()
 	return n, b.err(ctx, err)
 }

@@ -27,7 +27,12 @@ type Options struct {
 	// MaxPayload is the largest message body accepted, in bytes: errand
 	// refuses a larger message before anything is written (an error
 	// satisfying errors.Is(err, errand.ErrPayloadTooLarge)), and so does
-	// Publish. Negative: no limit beyond Redis's own 512 MB per string.
+	// Publish. It is also the largest body Fetch delivers: a larger
+	// message that reached the queue anyway (pushed by another program,
+	// or published through a broker with a larger bound) is set aside in
+	// the queue's archive by the fetch script itself, with a reason naming
+	// its size and the bound, and never sent to a worker (package doc,
+	// Limits). Negative: no limit beyond Redis's own 512 MB per string.
 	// Default (0): DefaultMaxPayload, 1 MiB.
 	MaxPayload int
 	// MaxBlock bounds one blocking wait of an idle Fetch, so a cancelled
@@ -59,6 +64,12 @@ type Options struct {
 	// message. Negative: none (acks are still counted). Default:
 	// DefaultCompletedMax, 1000.
 	CompletedMax int
+	// CompletedMaxAge: Queues drops the completed messages of each queue
+	// acked longer ago than this (by the server's clock) before it
+	// decides whether the queue is empty and leaves the queue set (see
+	// Queues). Negative: no bound. Default: DefaultCompletedMaxAge, 7
+	// days.
+	CompletedMaxAge time.Duration
 	// Logger receives go-redis's own log lines (connection errors, pool
 	// warnings), at Warn with the attribute component=go-redis. go-redis
 	// has one logger per process: errand replaces its stderr logger on the
@@ -84,13 +95,17 @@ const (
 	DefaultArchiveMaxCount = 10000
 	DefaultArchiveMaxAge   = 90 * 24 * time.Hour
 	DefaultCompletedMax    = 1000
+	DefaultCompletedMaxAge = 7 * 24 * time.Hour
 )
 
 // Broker is a driver.Broker on Redis. It is safe for concurrent use.
 type Broker struct {
-	rdb    goredis.UniversalClient
-	opts   Options
-	closed atomic.Bool
+	rdb goredis.UniversalClient
+	// scripts runs the broker's scripts on rdb without go-redis's
+	// retries (redisconn.NoRetry; see the package doc, Retries).
+	scripts goredis.Scripter
+	opts    Options
+	closed  atomic.Bool
 	// registered holds the queues this broker has added to P:queues on
 	// Fetch (see Queues).
 	registered sync.Map
@@ -114,7 +129,7 @@ var (
 // New returns a broker on rdb: a *redis.Client, *redis.ClusterClient or
 // any UniversalClient (Sentinel included). opts may be nil.
 func New(rdb goredis.UniversalClient, opts *Options) *Broker {
-	b := &Broker{rdb: rdb}
+	b := &Broker{rdb: rdb, scripts: redisconn.NoRetry(rdb)}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -137,6 +152,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Broker {
 	b.opts.ArchiveMaxCount = orDefault(b.opts.ArchiveMaxCount, DefaultArchiveMaxCount)
 	b.opts.ArchiveMaxAge = orDefault(b.opts.ArchiveMaxAge, DefaultArchiveMaxAge)
 	b.opts.CompletedMax = orDefault(b.opts.CompletedMax, DefaultCompletedMax)
+	b.opts.CompletedMaxAge = orDefault(b.opts.CompletedMaxAge, DefaultCompletedMaxAge)
 	return b
 }
 
@@ -164,6 +180,7 @@ type keys struct {
 	prio, ppending, pseq                                    string // priorities 1-255
 	archive, archived, done, acked, seq                     string
 	dead, reasons                                           string // older versions' dead letters
+	ids, unlisted                                           string
 }
 
 func (b *Broker) keys(queue string) keys {
@@ -174,6 +191,7 @@ func (b *Broker) keys(queue string) keys {
 		archive: k + "archive", archived: k + "archived", done: k + "done", acked: k + "acked", seq: k + "seq",
 		dead: k + "dead", reasons: k + "reasons",
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
+		ids: k + "ids", unlisted: k + "unlisted",
 	}
 }
 
@@ -225,6 +243,9 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	})
 	if err != nil {
 		err = scriptsErr(scripts, err)
+	}
+	if err == nil {
+		batch.relist(ctx, scripts)
 	}
 	return b.err(ctx, err)
 }
@@ -304,6 +325,23 @@ func (p *publishBatch) queue(ctx context.Context, pipe goredis.Pipeliner, eval e
 	return scripts
 }
 
+// relist puts back into the queue set, after the publish scripts
+// answered, the queues whose script found them marked unlisted (Queues
+// took them out for being empty): the SADD queued before the scripts may
+// have run before that removal. Best effort, like the pipeline's SADD: a
+// worker's Fetch adds its queue too.
+func (p *publishBatch) relist(ctx context.Context, scripts []*goredis.Cmd) {
+	var qs []any
+	for i, c := range scripts {
+		if r, _ := c.Slice(); len(r) == 2 && r[1] == int64(1) {
+			qs = append(qs, p.order[i])
+		}
+	}
+	if len(qs) > 0 {
+		p.b.rdb.SAdd(ctx, p.b.global("queues"), qs...)
+	}
+}
+
 func anys(ss []string) []any {
 	out := make([]any, len(ss))
 	for i, s := range ss {
@@ -333,6 +371,9 @@ func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, eva
 	var calls []call
 	pipe := b.rdb.Pipeline()
 	fill(pipe, func(s *goredis.Script, ctx context.Context, c goredis.Scripter, keys []string, args ...any) *goredis.Cmd {
+		if p, ok := c.(redisconn.Processor); ok {
+			c = redisconn.NoRetry(p)
+		}
 		cmd := s.EvalSha(ctx, c, keys, args...)
 		calls = append(calls, call{cmd, s, keys, args})
 		return cmd
@@ -346,7 +387,7 @@ func (b *Broker) pipelined(ctx context.Context, fill func(goredis.Pipeliner, eva
 	var redos []redo
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
-			redos = append(redos, redo{c.cmd, c.script.Eval(ctx, again, c.keys, c.args...)})
+			redos = append(redos, redo{c.cmd, c.script.Eval(ctx, redisconn.NoRetry(again), c.keys, c.args...)})
 		}
 	}
 	if len(redos) == 0 {
@@ -403,7 +444,8 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 			return nil, err
 		}
 		sctx, cancel := b.bound(ctx)
-		res, err := fetchScript.Run(sctx, b.rdb, keys, limit, lease.Milliseconds(), promoteBatch, randomID()).Slice()
+		res, err := fetchScript.Run(sctx, b.scripts, keys, limit, lease.Milliseconds(), promoteBatch, randomID(),
+			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()).Slice()
 		cancel()
 		if err != nil {
 			return nil, b.err(ctx, err)
@@ -538,7 +580,7 @@ func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 			args = append(args, h.mid, h.token)
 		}
 		acked, err := honourCancel(ctx, func() ([]int64, error) {
-			return ackScript.Run(ctx, b.rdb, k.ackKeys(), args...).Int64Slice()
+			return ackScript.Run(ctx, b.scripts, k.ackKeys(), args...).Int64Slice()
 		})
 		if err == nil && len(acked) != len(idx) {
 			err = fmt.Errorf("redis broker: ack script answered %d results for %d deliveries", len(acked), len(idx))
@@ -592,7 +634,7 @@ func (b *Broker) Close() error {
 // (inclusive; -1: to the end) in delivery order, with their priorities.
 func (b *Broker) pendingPage(ctx context.Context, queue string, start, stop int) ([]driver.Listed, error) {
 	k := b.keys(queue)
-	envs, err := pendingScript.Run(ctx, b.rdb, k.pendingKeys(), start, stop).StringSlice()
+	envs, err := pendingScript.Run(ctx, b.scripts, k.pendingKeys(), start, stop).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -610,7 +652,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	k := b.keys(queue)
-	n, err := purgeScript.Run(ctx, b.rdb, k.purgeKeys()).Int()
+	n, err := purgeScript.Run(ctx, b.scripts, k.purgeKeys()).Int()
 	return n, b.err(ctx, err)
 }
 

@@ -76,11 +76,13 @@ func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*d
 		scripts = batch.queue(ctx, pipe, eval)
 	})
 	if err == nil {
+		batch.relist(ctx, scripts)
 		return true, encodeErr
 	}
 	if err := scriptsErr(scripts, err); err != nil {
 		return false, b.err(ctx, err)
 	}
+	batch.relist(ctx, scripts)
 	if encodeErr != nil {
 		return true, encodeErr
 	}

@@ -76,8 +76,37 @@
 // (errand's SQS broker takes 256 KiB, Kafka 1 MB by default; asynq and
 // Celery set no bound of their own.)
 //
+// The bound holds on the consumer's side too: a message over MaxPayload
+// that reached the queue anyway (text pushed onto the list by another
+// program, a message published through a broker with a larger bound) is
+// set aside by the fetch script itself, before its body is read: it goes
+// to the queue's archive, body kept, with the reason "message body of N
+// bytes is over the broker's MaxPayload of M bytes: set aside by fetch,
+// never delivered", and the script leases the next message instead. No
+// fetch reply carries a body over the bound, whatever the client's read
+// timeout.
+//
 // Rejected and archived messages stay in the queue's archive (see
 // Operating) within its retention.
+//
+// # Retries
+//
+// go-redis retries a command after a network error or a read timeout
+// (go-redis's MaxRetries, default 3): for a script, that runs it again when
+// only its reply was late or lost — a second fetch leasing more messages
+// while the first lease is orphaned, a publish storing its messages
+// twice, a unique lock or rate-limit token taken twice. The broker runs
+// every one of its scripts, alone or in a pipeline, with go-redis's
+// per-command NoRetry flag (redisconn.NoRetry), which every go-redis
+// client honours: on clients Open makes and on clients handed to New
+// alike, whatever their MaxRetries, nothing about the client changes and
+// no second pool is opened. A command that never reached the wire is
+// still replayed, and a cluster's MOVED or ASK still followed. A script
+// whose reply is lost returns its error, and errand's worker goes on as
+// after any failed fetch or settle (at-least-once: a lease whose ack was
+// lost runs out and the message comes back). Plain commands whose second
+// run changes nothing (SADD of the queue set, HSET of a schedule, reads)
+// keep the client's retries. docs/redis.md, "Retries", has the reasons.
 //
 // # Operating
 //
@@ -104,7 +133,14 @@
 //     counts the ack in K:acked (Stats.Completed): an ack is still one
 //     round trip. Kept bodies cost Redis memory like queued ones.
 //   - {prefix}:queues, the set of queues published to, added to in the
-//     publish pipeline (no extra round trip);
+//     publish pipeline (no extra round trip); Queues takes out of it the
+//     queues of which nothing remains (nothing queued, archived or
+//     completed, after trimming the archive to its retention and the
+//     completed to Options.CompletedMaxAge), see [Broker.Queues];
+//   - K:ids, each queue's index from task ID to message ID, kept by the
+//     scripts that queue and settle messages, through which
+//     [Broker.Find] looks a queued task up in a fixed number of commands
+//     (a completed one among the at most CompletedMax completed);
 //   - {prefix}:paused, the set of paused queues: the flag outlives
 //     processes until Resume; Fetch ignores it, errand's workers poll it;
 //   - {prefix}:workers and {prefix}:beats, each live worker's heartbeat

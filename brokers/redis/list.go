@@ -45,7 +45,7 @@ func (b *Broker) List(ctx context.Context, queue string, state driver.ListState,
 	case driver.ListPending:
 		return b.pendingPage(ctx, queue, start, stop) // by priority, then FIFO
 	case driver.ListScheduled:
-		res, err := scheduledScript.Run(ctx, b.rdb, k.scheduledKeys(), start, stop).StringSlice()
+		res, err := scheduledScript.Run(ctx, b.scripts, k.scheduledKeys(), start, stop).StringSlice()
 		if err != nil {
 			return nil, b.err(ctx, err)
 		}
@@ -58,7 +58,7 @@ func (b *Broker) List(ctx context.Context, queue string, state driver.ListState,
 		}
 		return out, nil
 	case driver.ListInFlight:
-		res, err := inflightScript.Run(ctx, b.rdb, k.inflightKeys(), start, stop).StringSlice()
+		res, err := inflightScript.Run(ctx, b.scripts, k.inflightKeys(), start, stop).StringSlice()
 		if err != nil {
 			return nil, b.err(ctx, err)
 		}
@@ -83,7 +83,7 @@ func (b *Broker) Find(ctx context.Context, queue, id string) (driver.Listed, dri
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	k := b.keys(queue)
-	res, err := findScript.Run(ctx, b.rdb, k.findKeys(), id).StringSlice()
+	res, err := findScript.Run(ctx, b.scripts, k.findKeys(), id).StringSlice()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			return driver.Listed{}, "", false, nil

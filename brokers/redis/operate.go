@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,13 +14,24 @@ import (
 // (see honourCancel): errand's worker polls Paused and beats in the
 // background, and its Shutdown must not wait for them.
 
-// Queues returns every queue published to: the set P:queues, which
-// Publish and Requeue add to in their own round trip, and Fetch once per
-// queue and Broker value. So that the queues of an older version (which
-// kept no P:queues) are listed too, the first call on a Broker value also
-// scans the keyspace (every master of a cluster) for the keys of queues —
-// K:pending, K:ppending, K:delayed, K:inflight, K:dead, K:archive — and
-// adds what it finds to P:queues.
+// Queues returns the queues published to that still hold something: the
+// set P:queues, which Publish and Requeue add to in their own round trip,
+// and Fetch once per queue and Broker value. So that the queues of an
+// older version (which kept no P:queues) are listed too, the first call
+// on a Broker value also scans the keyspace (every master of a cluster)
+// for the keys of queues — K:pending, K:ppending, K:delayed, K:inflight,
+// K:dead, K:archive — and adds what it finds to P:queues.
+//
+// A queue of which nothing remains leaves the set: each call first drops
+// every listed queue's archive entries past Options.ArchiveMaxCount and
+// ArchiveMaxAge and its completed messages past Options.CompletedMaxAge,
+// then takes out of P:queues the queues with no message pending,
+// scheduled or in flight, an empty archive and no completed message
+// (unlistScript, SREM, relistScript: a publish racing the removal puts
+// the queue back, see scripts.go). A queue used once is so listed until
+// its last archived and completed messages age out. This costs three
+// pipelined round trips (one per node on a cluster) over the listed
+// queues; it is an operator's call.
 func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
@@ -29,8 +41,71 @@ func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 		}
 		b.discovered.Store(true)
 	}
-	qs, err := honourCancel(ctx, func() ([]string, error) { return b.rdb.SMembers(ctx, b.global("queues")).Result() })
+	qs, err := honourCancel(ctx, func() ([]string, error) {
+		qs, err := b.rdb.SMembers(ctx, b.global("queues")).Result()
+		if err != nil {
+			return nil, err
+		}
+		return b.unlistEmpty(ctx, qs)
+	})
 	return qs, b.err(ctx, err)
+}
+
+// unlistEmpty takes out of P:queues those of qs of which nothing remains
+// (see Queues) and returns the others.
+func (b *Broker) unlistEmpty(ctx context.Context, qs []string) ([]string, error) {
+	if len(qs) == 0 {
+		return qs, nil
+	}
+	marks := make([]*goredis.Cmd, len(qs))
+	if _, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+		for i, q := range qs {
+			marks[i] = eval(unlistScript, ctx, pipe, b.keys(q).unlistKeys(),
+				b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds(), b.opts.CompletedMaxAge.Milliseconds())
+		}
+	}); err != nil {
+		return nil, err
+	}
+	var empty []string
+	kept := make([]string, 0, len(qs))
+	for i, q := range qs {
+		if n, _ := marks[i].Int(); n == 1 {
+			empty = append(empty, q)
+		} else {
+			kept = append(kept, q)
+		}
+	}
+	if len(empty) == 0 {
+		slices.Sort(kept)
+		return kept, nil
+	}
+	if err := b.rdb.SRem(ctx, b.global("queues"), anys(empty)...).Err(); err != nil {
+		return nil, err
+	}
+	relists := make([]*goredis.Cmd, len(empty))
+	if _, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+		for i, q := range empty {
+			relists[i] = eval(relistScript, ctx, pipe, b.keys(q).relistKeys())
+		}
+	}); err != nil {
+		// Unknown whether a publish came: put them all back.
+		b.rdb.SAdd(ctx, b.global("queues"), anys(empty)...)
+		return nil, err
+	}
+	var back []string
+	for i, q := range empty {
+		if n, _ := relists[i].Int(); n == 1 {
+			back = append(back, q)
+		}
+	}
+	if len(back) > 0 {
+		if err := b.rdb.SAdd(ctx, b.global("queues"), anys(back)...).Err(); err != nil {
+			return nil, err
+		}
+		kept = append(kept, back...)
+	}
+	slices.Sort(kept)
+	return kept, nil
 }
 
 // queueSuffixes end the keys by which discover recognises a queue.
@@ -137,7 +212,7 @@ func (b *Broker) Beat(ctx context.Context, id string, data []byte, ttl time.Dura
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return beatScript.Run(ctx, b.rdb, b.beatKeys(), id, data, ttl.Milliseconds()).Result()
+		return beatScript.Run(ctx, b.scripts, b.beatKeys(), id, data, ttl.Milliseconds()).Result()
 	})
 	return b.err(ctx, err)
 }
@@ -147,7 +222,7 @@ func (b *Broker) Beat(ctx context.Context, id string, data []byte, ttl time.Dura
 func (b *Broker) Beats(ctx context.Context) ([][]byte, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	ss, err := honourCancel(ctx, func() ([]string, error) { return beatsScript.Run(ctx, b.rdb, b.beatKeys()).StringSlice() })
+	ss, err := honourCancel(ctx, func() ([]string, error) { return beatsScript.Run(ctx, b.scripts, b.beatKeys()).StringSlice() })
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
@@ -163,7 +238,7 @@ func (b *Broker) Unbeat(ctx context.Context, id string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return unbeatScript.Run(ctx, b.rdb, b.beatKeys(), id).Result()
+		return unbeatScript.Run(ctx, b.scripts, b.beatKeys(), id).Result()
 	})
 	return b.err(ctx, err)
 }

@@ -74,7 +74,7 @@ func (b *Broker) Take(ctx context.Context, key string, rate float64, burst int) 
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	us, err := honourCancel(ctx, func() (int64, error) {
-		return takeScript.Run(ctx, b.rdb, b.takeKeys(key), strconv.FormatFloat(rate, 'g', -1, 64), burst).Int64()
+		return takeScript.Run(ctx, b.scripts, b.takeKeys(key), strconv.FormatFloat(rate, 'g', -1, 64), burst).Int64()
 	})
 	if err != nil {
 		return 0, b.err(ctx, err)

@@ -74,7 +74,7 @@ func (b *Broker) DeleteSchedule(ctx context.Context, id string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return deleteScheduleScript.Run(ctx, b.rdb, b.scheduleKeys(), id).Result()
+		return deleteScheduleScript.Run(ctx, b.scripts, b.scheduleKeys(), id).Result()
 	})
 	return b.err(ctx, err)
 }
@@ -100,7 +100,7 @@ func (b *Broker) ClaimTick(ctx context.Context, id string, tick time.Time) (bool
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	n, err := honourCancel(ctx, func() (int, error) {
-		return claimTickScript.Run(ctx, b.rdb, b.scheduleKeys(), id, tick.UnixMilli()).Int()
+		return claimTickScript.Run(ctx, b.scripts, b.scheduleKeys(), id, tick.UnixMilli()).Int()
 	})
 	if err != nil {
 		return false, b.err(ctx, err)

@@ -28,6 +28,13 @@ import (
 //	                  (delivery number, colon, random)
 //	K:seq       string deliveries so far (numbers the tokens)
 //	K:count     hash  message ID -> deliveries so far
+//	K:ids       hash  task ID -> message ID, for every message queued
+//	                  (pending, scheduled or in flight): Find's index,
+//	                  written by publish, requeue and fetch (foreign
+//	                  text), removed by ack, archive and purge
+//	K:unlisted  string present while Queues has taken the queue out of
+//	                  P:queues for being empty; the publish that finds
+//	                  it deletes it and has the queue listed again
 //	K:archive   zset  archived task IDs by archive time (ms*1000 + a tie-breaker)
 //	K:archived  hash  archived task ID -> entry (see below)
 //	K:done      list  the most recently acked messages, newest first:
@@ -164,27 +171,30 @@ var publishScript = newScript(`
 -- KEYS[5] -> K:prio
 -- KEYS[6] -> K:ppending
 -- KEYS[7] -> K:pseq
+-- KEYS[8] -> K:ids
+-- KEYS[9] -> K:unlisted
 -- ARGV[4i-3] -> message ID of message i (i = 1, 2, ...)
 -- ARGV[4i-2] -> its envelope (task ID, newline, body)
 -- ARGV[4i-1] -> when it is due (ms; 0: now)
 -- ARGV[4i]   -> its priority (0-255)
 local pending, delayed, msgs, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local prio, ppending, pseq = KEYS[5], KEYS[6], KEYS[7]
+local prio, ppending, pseq, ids, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 `, luaNow, luaEnqueue, `
 local n = 0
 for i = 1, #ARGV, 4 do
   local id, env, due, p = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('HSET', msgs, id, env)
+  redis.call('HSET', ids, string.match(env, '^([^\n]*)\n'), id)
   if p > 0 then redis.call('HSET', prio, id, p) end
   enqueue(id, due, p)
   n = n + 1
 end
 wake(n)
-return n
+return {n, redis.call('DEL', unlisted)}
 `)
 
 func (k keys) publishKeys() []string {
-	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}
+	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq, k.ids, k.unlisted}
 }
 
 // promoteBatch is the most delayed messages that came due, and the most
@@ -199,10 +209,16 @@ const fetchReply = 5
 // fetchScript moves the delayed messages that came due and the messages
 // whose lease ran out (at the head of their priority) to the due
 // messages, then leases up to ARGV[1] of them: priority 1-255 first
-// (K:ppending), highest first; then priority 0 (K:pending). Returns
-// {message ID, envelope, token, deliveries, priority, ...}, or, when none
-// is due, {'wait', next wake (ms; -1: none), now (ms)}: the next wake is
-// the earliest due time or lease deadline.
+// (K:ppending), highest first; then priority 0 (K:pending). A message
+// whose body is over ARGV[5] bytes (the broker's MaxPayload) is not
+// leased: it goes to the archive with a reason naming its size and the
+// bound (setAside), so that no reply carries a body larger than the bound
+// (a reply too large to read before the client's read timeout would leave
+// the lease orphaned, again and again). Returns {message ID, envelope,
+// token, deliveries, priority, ...}, or, when none is due, {'wait', next
+// wake (ms; -1: none), now (ms)}: the next wake is the earliest due time
+// or lease deadline, or now when it set aside as many as ARGV[3] and more
+// may be due.
 var fetchScript = newScript(`
 -- fetch
 -- KEYS[1]  -> K:pending
@@ -215,14 +231,23 @@ var fetchScript = newScript(`
 -- KEYS[8]  -> K:prio
 -- KEYS[9]  -> K:ppending
 -- KEYS[10] -> K:pseq
+-- KEYS[11] -> K:archive
+-- KEYS[12] -> K:archived
+-- KEYS[13] -> K:ids
 -- ARGV[1] -> the most messages to lease
 -- ARGV[2] -> lease (ms)
--- ARGV[3] -> the most delayed messages, and expired leases, to promote
+-- ARGV[3] -> the most delayed messages, expired leases and oversized
+--            messages to move in one fetch
 -- ARGV[4] -> this fetch's random token (starts its lease tokens)
+-- ARGV[5] -> the largest body to deliver (bytes; 0: no bound)
+-- ARGV[6] -> the most archive entries to keep (0: no bound)
+-- ARGV[7] -> how long to keep an archive entry (ms; 0: no bound)
 local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-`, luaNow, luaPush, `
+local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+`, luaNow, luaPush, luaForget, luaArchive, `
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
   redis.call('ZREM', delayed, id)
@@ -235,48 +260,88 @@ for i = #expired, 1, -1 do
   redis.call('HDEL', tokens, id)
   push(id, true)
 end
-local out = {}
-local ids, prios = {}, {}
-local z = redis.call('ZPOPMIN', ppending, want)
-for i = 1, #z, 2 do
-  ids[#ids + 1] = z[i]
-  prios[#ids] = PRIORITY_TOP - math.floor(tonumber(z[i + 1]) / PRIORITY_BAND + 0.5)
+-- setAside archives message id (envelope env, body of size bytes,
+-- priority p) instead of leasing it.
+local function setAside(id, env, size, p)
+  local nl = string.find(env, '\n', 1, true) or (#env + 1)
+  local taskID = string.sub(env, 1, nl - 1)
+  local reason = string.format('message body of %d bytes is over the broker\'s MaxPayload of %d bytes: set aside by fetch, never delivered', size, maxPayload)
+  local n = tonumber(redis.call('HGET', count, id) or '0') or 0
+  local meta = '{"reason":' .. cjson.encode(reason) .. ',"error":' .. cjson.encode(reason) ..
+    ',"attempts":' .. n .. ',"at":' .. string.format('%d', now)
+  if p > 0 then meta = meta .. ',"priority":' .. p end
+  forget(id, taskID)
+  keepArchived(taskID, now, meta .. '}\n' .. env, maxCount, maxAge)
 end
-if #ids < want then
-  local l = redis.call('LPOP', pending, want - #ids)
-  if l then
-    for _, id in ipairs(l) do ids[#ids + 1] = id end
+local out, leased, aside, foreign = {}, 0, 0, 0
+local deadline = now + lease
+while leased < want and aside < batch do
+  local got, prios = {}, {}
+  local z = redis.call('ZPOPMIN', ppending, want - leased)
+  for i = 1, #z, 2 do
+    got[#got + 1] = z[i]
+    prios[#got] = PRIORITY_TOP - math.floor(tonumber(z[i + 1]) / PRIORITY_BAND + 0.5)
   end
-end
-if #ids > 0 then
-  local deadline = now + lease
-  local first = redis.call('INCRBY', seq, #ids) - #ids
-  for i, id in ipairs(ids) do
-    local env = redis.call('HGET', msgs, id)
-    if not env then
+  if #got < want - leased then
+    local l = redis.call('LPOP', pending, want - leased - #got)
+    if l then
+      for _, id in ipairs(l) do got[#got + 1] = id end
+    end
+  end
+  if #got == 0 then break end
+  for i, id in ipairs(got) do
+    local p = prios[i] or 0
+    local env
+    -- The envelope's length (0: none, an envelope is never empty) before
+    -- its body: a body within the bound is read once, below.
+    local size = redis.call('HSTRLEN', msgs, id)
+    if size > 0 then
+      if maxPayload > 0 and size - 1 > maxPayload then
+        env = redis.call('HGET', msgs, id)
+        local nl = string.find(env, '\n', 1, true) or 0
+        if #env - nl > maxPayload then
+          setAside(id, env, #env - nl, p)
+          aside = aside + 1
+          env = false
+        end
+      end
+    else
       -- Foreign: text put on the list by something other than errand, with
       -- no stored envelope. Never dropped: it gets an ID and an envelope
       -- whose body is the text itself, and is handed out like any message
-      -- (a worker that cannot decode it rejects it into the archive).
+      -- (a worker that cannot decode it rejects it into the archive), or
+      -- set aside when the text is over the bound.
       local raw = id
-      id = random .. ':f' .. i
+      foreign = foreign + 1
+      id = random .. ':f' .. foreign
       env = id .. '\n' .. raw
       redis.call('HSET', msgs, id, env)
+      redis.call('HSET', ids, id, id)
+      if maxPayload > 0 and #raw > maxPayload then
+        setAside(id, env, #raw, 0)
+        aside = aside + 1
+        env = false
+      end
     end
-    -- The token starts with the delivery's number, so List can give the
-    -- in-flight messages in delivery order.
-    local tok = (first + i) .. ':' .. random
-    redis.call('ZADD', inflight, deadline, id)
-    redis.call('HSET', tokens, id, tok)
-    local n = redis.call('HINCRBY', count, id, 1)
-    out[#out + 1] = id
-    out[#out + 1] = env
-    out[#out + 1] = tok
-    out[#out + 1] = n
-    out[#out + 1] = prios[i] or 0
+    if env ~= false then
+      env = env or redis.call('HGET', msgs, id)
+      -- The token starts with the delivery's number, so List can give the
+      -- in-flight messages in delivery order.
+      local tok = redis.call('INCR', seq) .. ':' .. random
+      redis.call('ZADD', inflight, deadline, id)
+      redis.call('HSET', tokens, id, tok)
+      local n = redis.call('HINCRBY', count, id, 1)
+      out[#out + 1] = id
+      out[#out + 1] = env
+      out[#out + 1] = tok
+      out[#out + 1] = n
+      out[#out + 1] = p
+      leased = leased + 1
+    end
   end
 end
 if #out > 0 then return out end
+if aside >= batch then return {'wait', now, now} end
 local nextAt = -1
 local d = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if #d > 0 then nextAt = tonumber(d[2]) end
@@ -286,7 +351,8 @@ return {'wait', nextAt, now}
 `)
 
 func (k keys) fetchKeys() []string {
-	return []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq}
+	return []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq,
+		k.archive, k.archived, k.ids}
 }
 
 // What the settling scripts answer for a delivery: ack per delivery;
@@ -308,16 +374,38 @@ var luaOwns = luaSettled + `
 if redis.call('HGET', tokens, id) ~= token then return LEASE_LOST end
 `
 
-// luaForget defines forget(id): delete message id and its delivery (its
-// priority, lease, token, envelope and count of deliveries), over the
-// locals prio, inflight, tokens, msgs and count of the script's prologue.
+// luaForget defines forget(id, taskID): delete message id and its
+// delivery (its priority, lease, token, envelope and count of
+// deliveries) and its entry in Find's index when the entry names it,
+// over the locals prio, inflight, tokens, msgs, count and ids of the
+// script's prologue. taskID nil: read it from the envelope.
 const luaForget = `
-local function forget(id)
+local function forget(id, taskID)
+  if not taskID then
+    local env = redis.call('HGET', msgs, id)
+    if env then taskID = string.match(env, '^([^\n]*)\n') end
+  end
+  if taskID and redis.call('HGET', ids, taskID) == id then redis.call('HDEL', ids, taskID) end
   redis.call('HDEL', prio, id)
   redis.call('ZREM', inflight, id)
   redis.call('HDEL', tokens, id)
   redis.call('HDEL', msgs, id)
   redis.call('HDEL', count, id)
+end
+`
+
+// luaTrimDone defines trimDone(maxAge): drop the entries of K:done (the
+// local done) acked more than maxAge ms ago (0: no bound), oldest first,
+// over luaNow.
+const luaTrimDone = `
+local function trimDone(maxAge)
+  if maxAge <= 0 then return end
+  while true do
+    local last = redis.call('LINDEX', done, -1)
+    local at = last and tonumber(string.match(last, '^(%d+)\n'))
+    if not at or at >= now - maxAge then return end
+    redis.call('RPOP', done)
+  end
 end
 `
 
@@ -334,10 +422,12 @@ var ackScript = newScript(`
 -- KEYS[5] -> K:done
 -- KEYS[6] -> K:acked
 -- KEYS[7] -> K:prio
+-- KEYS[8] -> K:ids
 -- ARGV[1]    -> how many acked messages K:done keeps (0: none)
 -- ARGV[2i]   -> message ID of delivery i (i = 1, 2, ...)
 -- ARGV[2i+1] -> its lease token
 local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ids = KEYS[8]
 local keep = tonumber(ARGV[1])
 `, luaNow, luaSettled, luaForget, `
 local out, n = {}, 0
@@ -347,7 +437,7 @@ for i = 2, #ARGV - 1, 2 do
     out[#out + 1] = LEASE_LOST
   else
     local env = redis.call('HGET', msgs, id)
-    forget(id)
+    forget(id, env and string.match(env, '^([^\n]*)\n'))
     if env and keep > 0 then
       redis.call('LPUSH', done, now .. '\n' .. env)
     end
@@ -363,7 +453,7 @@ return out
 `)
 
 func (k keys) ackKeys() []string {
-	return []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio}
+	return []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio, k.ids}
 }
 
 // releaseScript ends the delivery and queues its message again
@@ -420,15 +510,11 @@ func (k keys) extendKeys() []string { return []string{k.inflight, k.tokens} }
 // prologue: keep entry as the task's archive entry (replacing any),
 // ordered by at (ms; ties in archive order, up to ARCHIVE_TIES of them),
 // then drop the entries beyond maxCount (oldest first) and those archived
-// more than maxAge ms ago (0: no bound).
+// more than maxAge ms ago (0: no bound). trimArchive(maxCount, maxAge)
+// does the dropping alone.
 const luaArchive = `
 local ARCHIVE_TIES = 1000 -- K:archive scores: ms * ARCHIVE_TIES + tie-breaker
-local function keepArchived(taskID, at, entry, maxCount, maxAge)
-  redis.call('ZREM', archive, taskID)
-  local base = at * ARCHIVE_TIES
-  local tie = redis.call('ZCOUNT', archive, base, base + ARCHIVE_TIES - 1)
-  redis.call('ZADD', archive, base + math.min(tie, ARCHIVE_TIES - 1), taskID)
-  redis.call('HSET', archived, taskID, entry)
+local function trimArchive(maxCount, maxAge)
   if maxAge > 0 then
     local cut = string.format('(%.0f', (now - maxAge) * ARCHIVE_TIES)
     local old = redis.call('ZRANGEBYSCORE', archive, '-inf', cut)
@@ -442,6 +528,14 @@ local function keepArchived(taskID, at, entry, maxCount, maxAge)
       for i = 1, #gone, 2 do redis.call('HDEL', archived, gone[i]) end
     end
   end
+end
+local function keepArchived(taskID, at, entry, maxCount, maxAge)
+  redis.call('ZREM', archive, taskID)
+  local base = at * ARCHIVE_TIES
+  local tie = redis.call('ZCOUNT', archive, base, base + ARCHIVE_TIES - 1)
+  redis.call('ZADD', archive, base + math.min(tie, ARCHIVE_TIES - 1), taskID)
+  redis.call('HSET', archived, taskID, entry)
+  trimArchive(maxCount, maxAge)
 end
 `
 
@@ -457,6 +551,7 @@ var archiveScript = newScript(`
 -- KEYS[5] -> K:archive
 -- KEYS[6] -> K:archived
 -- KEYS[7] -> K:prio
+-- KEYS[8] -> K:ids
 -- ARGV[1] -> message ID
 -- ARGV[2] -> lease token
 -- ARGV[3] -> task ID
@@ -465,6 +560,7 @@ var archiveScript = newScript(`
 -- ARGV[6] -> the most entries to keep (0: no bound)
 -- ARGV[7] -> how long to keep an entry (ms; 0: no bound)
 local inflight, tokens, msgs, count, archive, archived, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ids = KEYS[8]
 local id, token, taskID, at, entry = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local maxCount, maxAge = tonumber(ARGV[6]), tonumber(ARGV[7])
 `, luaOwns, luaNow, luaForget, luaArchive, `
@@ -474,7 +570,7 @@ return SETTLED
 `)
 
 func (k keys) archiveKeys() []string {
-	return []string{k.inflight, k.tokens, k.msgs, k.count, k.archive, k.archived, k.prio}
+	return []string{k.inflight, k.tokens, k.msgs, k.count, k.archive, k.archived, k.prio, k.ids}
 }
 
 // notArchived is requeueScript's answer when the task ID is not archived.
@@ -495,13 +591,15 @@ var requeueScript = newScript(`
 -- KEYS[7] -> K:prio
 -- KEYS[8] -> K:ppending
 -- KEYS[9] -> K:pseq
+-- KEYS[10] -> K:ids
+-- KEYS[11] -> K:unlisted
 -- ARGV[1] -> task ID
 -- ARGV[2] -> the message's new ID
 -- ARGV[3] -> its envelope
 -- ARGV[4] -> when it is due (ms; 0: now)
 -- ARGV[5] -> its priority (0-255)
 local archive, archived, pending, delayed, msgs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local notify, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local notify, prio, ppending, pseq, ids, unlisted = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local taskID, id, env, due, p = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]) or 0
 `, luaNow, luaEnqueue, fmt.Sprintf(`
 local NOT_ARCHIVED = %d
@@ -509,6 +607,8 @@ local NOT_ARCHIVED = %d
 if redis.call('HDEL', archived, taskID) == 0 then return NOT_ARCHIVED end
 redis.call('ZREM', archive, taskID)
 redis.call('HSET', msgs, id, env)
+redis.call('HSET', ids, string.match(env, '^([^\n]*)\n'), id)
+redis.call('DEL', unlisted)
 if p > 0 then redis.call('HSET', prio, id, p) end
 enqueue(id, due, p)
 wake(1)
@@ -516,7 +616,7 @@ return 1
 `)
 
 func (k keys) requeueKeys() []string {
-	return []string{k.archive, k.archived, k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq}
+	return []string{k.archive, k.archived, k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq, k.ids, k.unlisted}
 }
 
 // archivedScript returns the entries of one page of the archive, newest
@@ -567,7 +667,8 @@ var migrateScript = newScript(`
 -- KEYS[3] -> K:msgs
 -- KEYS[4] -> K:archive
 -- KEYS[5] -> K:archived
-local dead, reasons, msgs, archive, archived = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- KEYS[6] -> K:ids
+local dead, reasons, msgs, archive, archived, index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 if redis.call('EXISTS', dead) == 0 then return 0 end
 `, luaNow, luaArchive, `
 local ids = redis.call('LRANGE', dead, 0, -1)
@@ -588,6 +689,7 @@ for _, mid in ipairs(ids) do
     local meta = cjson.encode({reason = reason, error = reason, at = at})
     keepArchived(id, at, meta .. '\n' .. env, 0, 0)
     redis.call('HDEL', msgs, mid)
+    if redis.call('HGET', index, id) == mid then redis.call('HDEL', index, id) end
     n = n + 1
   end
 end
@@ -596,7 +698,7 @@ return n
 `)
 
 func (k keys) migrateKeys() []string {
-	return []string{k.dead, k.reasons, k.msgs, k.archive, k.archived}
+	return []string{k.dead, k.reasons, k.msgs, k.archive, k.archived, k.ids}
 }
 
 // luaPrune drops the workers whose expiry passed, over luaNow and the
@@ -666,7 +768,10 @@ var purgeScript = newScript(`
 -- KEYS[4] -> K:count
 -- KEYS[5] -> K:prio
 -- KEYS[6] -> K:ppending
+-- KEYS[7] -> K:inflight
+-- KEYS[8] -> K:ids
 local pending, delayed, msgs, count, prio, ppending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local inflight, ids = KEYS[7], KEYS[8]
 local n = 0
 for _, id in ipairs(redis.call('LRANGE', pending, 0, -1)) do
   redis.call('HDEL', msgs, id)
@@ -682,11 +787,16 @@ for _, key in ipairs({delayed, ppending}) do
   end
 end
 redis.call('DEL', pending, delayed, ppending)
+-- What remains queued is in flight: the index keeps only those.
+local idx = redis.call('HGETALL', ids)
+for i = 1, #idx, 2 do
+  if not redis.call('ZSCORE', inflight, idx[i + 1]) then redis.call('HDEL', ids, idx[i]) end
+end
 return n
 `)
 
 func (k keys) purgeKeys() []string {
-	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending}
+	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending, k.inflight, k.ids}
 }
 
 // scheduledScript returns one page of the delayed messages, earliest
@@ -775,47 +885,114 @@ return out
 
 func (k keys) pendingKeys() []string { return []string{k.ppending, k.pending, k.msgs, k.prio} }
 
-// findScript returns {list, envelope, at (ms) or empty} for the first
-// message whose envelope names the task ID, looking in flight, then
-// pending, scheduled and completed; or false.
+// findScript returns {list, envelope, at (ms) or empty} for the message
+// of the task ID: through the index K:ids for a queued message (in
+// flight, scheduled or else pending: one lookup each, whatever the
+// queue's length), or among the completed (K:done, at most CompletedMax
+// entries, each compared by its task ID's bytes alone); or false.
 var findScript = newScript(`
 -- find
 -- KEYS[1] -> K:msgs
--- KEYS[2] -> K:inflight
--- KEYS[3] -> K:ppending
--- KEYS[4] -> K:pending
--- KEYS[5] -> K:delayed
--- KEYS[6] -> K:done
+-- KEYS[2] -> K:ids
+-- KEYS[3] -> K:inflight
+-- KEYS[4] -> K:delayed
+-- KEYS[5] -> K:done
 -- ARGV[1] -> task ID
-local msgs, inflight, ppending, pending, delayed, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local msgs, ids, inflight, delayed, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prefix = ARGV[1] .. '\n'
-local function named(env)
-  return env and string.sub(env, 1, #prefix) == prefix
-end
-for _, mid in ipairs(redis.call('ZRANGE', inflight, 0, -1)) do
+local mid = redis.call('HGET', ids, ARGV[1])
+if mid then
   local env = redis.call('HGET', msgs, mid)
-  if named(env) then return {'inflight', env, ''} end
-end
-for _, mid in ipairs(redis.call('ZRANGE', ppending, 0, -1)) do
-  local env = redis.call('HGET', msgs, mid)
-  if named(env) then return {'pending', env, ''} end
-end
-for _, mid in ipairs(redis.call('LRANGE', pending, 0, -1)) do
-  local env = redis.call('HGET', msgs, mid)
-  if named(env) then return {'pending', env, ''} end
-end
-local d = redis.call('ZRANGE', delayed, 0, -1, 'WITHSCORES')
-for i = 1, #d, 2 do
-  local env = redis.call('HGET', msgs, d[i])
-  if named(env) then return {'scheduled', env, d[i + 1]} end
+  if env and string.sub(env, 1, #prefix) == prefix then
+    if redis.call('ZSCORE', inflight, mid) then return {'inflight', env, ''} end
+    local due = redis.call('ZSCORE', delayed, mid)
+    if due then return {'scheduled', env, due} end
+    return {'pending', env, ''}
+  end
 end
 for _, e in ipairs(redis.call('LRANGE', done, 0, -1)) do
   local nl = string.find(e, '\n', 1, true)
-  if nl and named(string.sub(e, nl + 1)) then return {'completed', string.sub(e, nl + 1), string.sub(e, 1, nl - 1)} end
+  if nl and string.sub(e, nl + 1, nl + #prefix) == prefix then
+    return {'completed', string.sub(e, nl + 1), string.sub(e, 1, nl - 1)}
+  end
 end
 return false
 `)
 
 func (k keys) findKeys() []string {
-	return []string{k.msgs, k.inflight, k.ppending, k.pending, k.delayed, k.done}
+	return []string{k.msgs, k.ids, k.inflight, k.delayed, k.done}
+}
+
+// luaEmpty defines empty(): nothing of the queue remains — no message
+// pending, scheduled or in flight, its archive and completed list empty,
+// no dead letters of an older version — over the locals pending,
+// ppending, delayed, inflight, archive, done and dead of the prologue.
+const luaEmpty = `
+local function empty()
+  return redis.call('LLEN', pending) == 0 and redis.call('ZCARD', ppending) == 0 and
+    redis.call('ZCARD', delayed) == 0 and redis.call('ZCARD', inflight) == 0 and
+    redis.call('ZCARD', archive) == 0 and redis.call('LLEN', done) == 0 and
+    redis.call('EXISTS', dead) == 0
+end
+`
+
+// unlistScript is the first step of taking an empty queue out of
+// P:queues (Queues): it drops the archive entries and completed messages
+// past their retention, and when nothing of the queue remains marks it
+// K:unlisted. Returns 1 when marked (the caller then removes the queue
+// from P:queues and runs relistScript), else 0.
+var unlistScript = newScript(`
+-- unlist
+-- KEYS[1] -> K:pending
+-- KEYS[2] -> K:ppending
+-- KEYS[3] -> K:delayed
+-- KEYS[4] -> K:inflight
+-- KEYS[5] -> K:archive
+-- KEYS[6] -> K:archived
+-- KEYS[7] -> K:done
+-- KEYS[8] -> K:dead
+-- KEYS[9] -> K:unlisted
+-- ARGV[1] -> the most archive entries to keep (0: no bound)
+-- ARGV[2] -> how long to keep an archive entry (ms; 0: no bound)
+-- ARGV[3] -> how long to keep a completed message (ms; 0: no bound)
+local pending, ppending, delayed, inflight = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local archive, archived, done, dead, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local maxCount, maxAge, doneAge = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+`, luaNow, luaArchive, luaTrimDone, luaEmpty, `
+trimArchive(maxCount, maxAge)
+trimDone(doneAge)
+if not empty() then return 0 end
+redis.call('SET', unlisted, '1')
+return 1
+`)
+
+func (k keys) unlistKeys() []string {
+	return []string{k.pending, k.ppending, k.delayed, k.inflight, k.archive, k.archived, k.done, k.dead, k.unlisted}
+}
+
+// relistScript is the last step of taking a queue out of P:queues, run
+// after the removal: a publish or requeue that came since unlistScript
+// deleted the mark, or something else filled the queue. Returns 1 when
+// the queue must go back into P:queues (deleting the mark), else 0 (it
+// stays out, marked, until the next publish).
+var relistScript = newScript(`
+-- relist
+-- KEYS[1] -> K:pending
+-- KEYS[2] -> K:ppending
+-- KEYS[3] -> K:delayed
+-- KEYS[4] -> K:inflight
+-- KEYS[5] -> K:archive
+-- KEYS[6] -> K:done
+-- KEYS[7] -> K:dead
+-- KEYS[8] -> K:unlisted
+local pending, ppending, delayed, inflight = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local archive, done, dead, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+`, luaEmpty, `
+if redis.call('EXISTS', unlisted) == 1 and empty() then return 0 end
+redis.call('DEL', unlisted)
+return 1
+`)
+
+func (k keys) relistKeys() []string {
+	return []string{k.pending, k.ppending, k.delayed, k.inflight, k.archive, k.done, k.dead, k.unlisted}
 }

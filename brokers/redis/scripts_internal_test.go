@@ -39,6 +39,8 @@ func TestScriptPrologues(t *testing.T) {
 		{"inflight", inflightScript, k.inflightKeys()},
 		{"pending", pendingScript, k.pendingKeys()},
 		{"find", findScript, k.findKeys()},
+		{"unlist", unlistScript, k.unlistKeys()},
+		{"relist", relistScript, k.relistKeys()},
 		{"beat", beatScript, b.beatKeys()},
 		{"beats", beatsScript, b.beatKeys()},
 		{"unbeat", unbeatScript, b.beatKeys()},

@@ -56,7 +56,7 @@ func (b *Broker) Lock(ctx context.Context, key, id string, ttl time.Duration) (s
 	defer cancel()
 	ms := max(ttl.Milliseconds(), 1)
 	holder, err := honourCancel(ctx, func() (string, error) {
-		return lockScript.Run(ctx, b.rdb, b.lockKeys(key), id, ms).Text()
+		return lockScript.Run(ctx, b.scripts, b.lockKeys(key), id, ms).Text()
 	})
 	return holder, b.err(ctx, err)
 }
@@ -66,7 +66,7 @@ func (b *Broker) Unlock(ctx context.Context, key, id string) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	_, err := honourCancel(ctx, func() (any, error) {
-		return unlockScript.Run(ctx, b.rdb, b.lockKeys(key), id).Result()
+		return unlockScript.Run(ctx, b.scripts, b.lockKeys(key), id).Result()
 	})
 	return b.err(ctx, err)
 }

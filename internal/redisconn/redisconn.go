@@ -25,8 +25,10 @@ import (
 // parameters named in own are errand's, not go-redis's: they are taken out
 // first and returned. The client honours ctx deadlines
 // (ContextTimeoutEnabled), so no call outlives its caller's deadline on a
-// server that stopped answering. Errors may repeat the URL;
-// errand.OpenBroker and errand.OpenBackend redact them.
+// server that stopped answering. Its MaxRetries is go-redis's (3, or
+// max_retries=): errand's drivers run every script through NoRetry, so
+// only commands whose second run changes nothing are retried. Errors may
+// repeat the URL; errand.OpenBroker and errand.OpenBackend redact them.
 //
 // # TLS
 //

@@ -1,0 +1,219 @@
+package redisbroker_test
+
+// Issue 24, item 2: no script runs twice by accident, and a message too
+// large to deliver is set aside by a bound that does not depend on the
+// client's read timeout. Both on a real server, through a client whose
+// link to it is slow (a dialer of the test's own): the commands reach
+// Redis and run; only their replies are late.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/driver"
+)
+
+// slowLink shapes the connections of a go-redis client: the reply to any
+// command whose bytes hold late arrives after the read deadline, and
+// replies are read at no more than rate bytes a second (0: no bound).
+type slowLink struct {
+	late []byte
+	rate int
+}
+
+func (s slowLink) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &slowConn{Conn: c, link: s}, nil
+}
+
+type slowConn struct {
+	net.Conn
+	link slowLink
+	mu   sync.Mutex
+	late bool
+	dl   time.Time
+}
+
+func (c *slowConn) Write(p []byte) (int, error) {
+	if c.link.late != nil && bytes.Contains(p, c.link.late) {
+		c.mu.Lock()
+		c.late = true
+		c.mu.Unlock()
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *slowConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.dl = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *slowConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.dl = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+// Read is the simulated link: its latency and its bandwidth.
+func (c *slowConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	late, dl := c.late, c.dl
+	c.late = false
+	c.mu.Unlock()
+	if late && !dl.IsZero() {
+		time.Sleep(time.Until(dl) + 10*time.Millisecond) // the reply comes in after the deadline
+	}
+	if c.link.rate <= 0 {
+		return c.Conn.Read(p)
+	}
+	const chunk = 64 << 10
+	n, err := c.Conn.Read(p[:min(len(p), chunk)])
+	time.Sleep(time.Duration(n) * time.Second / time.Duration(c.link.rate))
+	return n, err
+}
+
+// slowClient is a client of the single-node server with go-redis's
+// default retries (MaxRetries 3) and a 200ms read timeout, on link.
+func slowClient(t *testing.T, fast goredis.UniversalClient, link slowLink) *goredis.Client {
+	t.Helper()
+	o := *fast.(*goredis.Client).Options()
+	o.MaxRetries = 3
+	o.ReadTimeout = 200 * time.Millisecond
+	o.Dialer = link.dial
+	o.OnConnect = nil
+	c := goredis.NewClient(&o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dropAll deletes every key of prefix, the queues' and the global ones.
+func dropAll(t *testing.T, rdb goredis.UniversalClient, prefix string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, pat := range []string{"{" + prefix + ":*", "{" + prefix + "}:*"} {
+			if keys, _ := rdb.Keys(ctx, pat).Result(); len(keys) > 0 {
+				rdb.Del(ctx, keys...)
+			}
+		}
+	})
+}
+
+// TestSlowFetchLeasesOnce: a fetch whose reply comes after the client's
+// read timeout, on a client that retries (MaxRetries 3), leases one
+// message, not four. Before, go-redis ran the fetch script again on each
+// retry, and every earlier lease was orphaned until it ran out.
+func TestSlowFetchLeasesOnce(t *testing.T) {
+	fast := servers(t)["Single"]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "errand-test-slowfetch-" + rand.Text()[:8]
+	dropAll(t, fast, prefix)
+	producer := redisbroker.New(fast, &redisbroker.Options{Prefix: prefix})
+	defer producer.Close()
+	for i := range 5 {
+		if err := producer.Publish(ctx, driver.Message{ID: fmt.Sprint("t", i), Queue: "q", Body: []byte("small")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server has the fetch script cached (an EVALSHA answered NOSCRIPT
+	// late would prove nothing), from a fetch on another queue.
+	if err := producer.Publish(ctx, driver.Message{ID: "w", Queue: "warm", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := producer.Fetch(ctx, "warm", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// The fetch script names K:inflight; no other call of this test does.
+	slow := slowClient(t, fast, slowLink{late: []byte("{" + prefix + ":q}:inflight")})
+	consumer := redisbroker.New(slow, &redisbroker.Options{Prefix: prefix})
+	defer consumer.Close()
+	if _, err := consumer.Fetch(ctx, "q", 1, time.Minute); err == nil {
+		t.Fatal("a fetch whose reply came after the read timeout returned no error; the test's slow link did not work")
+	}
+	st, err := producer.Stats(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InFlight != 1 || st.Pending != 4 {
+		t.Errorf("no-retry promise broken: one Fetch(limit 1) whose reply was late left %d messages in flight and %d pending; want 1 and 4 (go-redis must not run the fetch script again: every extra run orphans a lease)", st.InFlight, st.Pending)
+	}
+}
+
+// TestOversizedMessageSetAside: a message larger than the consumer's
+// MaxPayload that reached the queue anyway — 3 MiB of text pushed raw
+// onto the list, and a 3 MiB body published through a broker without a
+// bound — is set aside in the archive by the fetch script, with a reason
+// naming its size and the bound, and the small message behind it is
+// delivered. The link reads 4 MB/s with a 200ms read timeout: a reply
+// carrying 3 MiB could never be read in time, so before, the fetch failed
+// again and again and the messages stayed in flight forever.
+func TestOversizedMessageSetAside(t *testing.T) {
+	fast := servers(t)["Single"]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "errand-test-oversized-" + rand.Text()[:8]
+	dropAll(t, fast, prefix)
+	const size = 3 << 20
+	if err := fast.LPush(ctx, "{"+prefix+":q}:pending", strings.Repeat("r", size)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unbounded := redisbroker.New(fast, &redisbroker.Options{Prefix: prefix, MaxPayload: -1})
+	defer unbounded.Close()
+	if err := unbounded.Publish(ctx,
+		driver.Message{ID: "big", Queue: "q", Body: bytes.Repeat([]byte("b"), size)},
+		driver.Message{ID: "small", Queue: "q", Body: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	slow := slowClient(t, fast, slowLink{rate: 4 << 20})
+	consumer := redisbroker.New(slow, &redisbroker.Options{Prefix: prefix})
+	defer consumer.Close()
+	ds, err := consumer.Fetch(ctx, "q", 10, time.Minute)
+	if err != nil {
+		t.Fatalf("large-message promise broken: Fetch over a link that cannot carry a 3 MiB reply within the read timeout failed (%v); the fetch script must set oversized messages aside and return only small ones", err)
+	}
+	if len(ds) != 1 || ds[0].ID != "small" {
+		ids := []string{}
+		for _, d := range ds {
+			ids = append(ids, fmt.Sprintf("%s (%d bytes)", d.ID, len(d.Body)))
+		}
+		t.Fatalf("large-message promise broken: Fetch delivered %v; want only the small message", ids)
+	}
+	st, err := unbounded.Stats(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dead != 2 || st.InFlight != 1 || st.Pending != 0 {
+		t.Errorf("large-message promise broken: after the fetch the queue counts %d archived, %d in flight, %d pending; want 2 archived (the oversized), 1 in flight (the small), 0 pending", st.Dead, st.InFlight, st.Pending)
+	}
+	es, err := unbounded.Archived(ctx, "q", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d bytes is over the broker's MaxPayload of %d bytes", size, redisbroker.DefaultMaxPayload)
+	for _, e := range es {
+		if !strings.Contains(e.Reason, want) || len(e.Body) != size {
+			t.Errorf("large-message promise broken: archive entry %q has reason %q and a body of %d bytes; want a reason saying %q and the whole body kept", e.ID, e.Reason, len(e.Body), want)
+		}
+	}
+	if len(es) == 2 {
+		if err := unbounded.Requeue(ctx, "q", "big", es[0].Message); err != nil && es[0].ID == "big" {
+			t.Errorf("an oversized message set aside by fetch cannot be requeued: %v", err)
+		}
+	}
+}

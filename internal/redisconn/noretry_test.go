@@ -1,0 +1,135 @@
+package redisconn
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// slowLink is a dialer whose connections deliver the reply to any command
+// naming marker (a key) after the client's read deadline: the command
+// reaches the server and runs, its reply is merely late, as on a slow
+// network or for a reply too large to read in time.
+type slowLink struct{ marker []byte }
+
+func (s slowLink) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &slowConn{Conn: c, marker: s.marker}, nil
+}
+
+type slowConn struct {
+	net.Conn
+	marker []byte
+	mu     sync.Mutex
+	late   bool
+	dl     time.Time
+}
+
+func (c *slowConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, c.marker) {
+		c.mu.Lock()
+		c.late = true
+		c.mu.Unlock()
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *slowConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.dl = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *slowConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.dl = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *slowConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	late, dl := c.late, c.dl
+	c.late = false
+	c.mu.Unlock()
+	if late && !dl.IsZero() {
+		// The simulated link's latency: the reply comes in just after the
+		// deadline, so the read fails with a timeout.
+		time.Sleep(time.Until(dl) + 10*time.Millisecond)
+	}
+	return c.Conn.Read(p)
+}
+
+// countScript counts its runs.
+var countScript = goredis.NewScript(`return redis.call('INCR', KEYS[1])`)
+
+// TestNoRetryRunsOnce: a script whose reply comes after the read timeout
+// runs once through NoRetry, on a client that retries (MaxRetries 3), where
+// the plain client runs it four times. The promise: no errand script runs
+// twice by accident (docs/redis.md, Retries).
+func TestNoRetryRunsOnce(t *testing.T) {
+	u := os.Getenv("ERRAND_REDIS_URL")
+	if u == "" {
+		if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
+			t.Fatal("ERRAND_REDIS_URL is not set (scripts/services start exports it)")
+		}
+		t.Skip("ERRAND_REDIS_URL is not set")
+	}
+	o, err := goredis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "errand-test:noretry:" + time.Now().Format("150405.000000000")
+	o.MaxRetries = 3
+	o.ReadTimeout = 200 * time.Millisecond
+	o.Dialer = slowLink{marker: []byte(key)}.dial
+	slow := goredis.NewClient(o)
+	defer slow.Close()
+	ctx := context.Background()
+	if err := slow.Ping(ctx).Err(); err != nil {
+		if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("Redis unreachable: %v", err)
+		}
+		t.Skipf("Redis unreachable: %v", err)
+	}
+	fast := goredis.NewClient(&goredis.Options{Addr: o.Addr, DB: o.DB, Username: o.Username, Password: o.Password})
+	defer fast.Close()
+	defer fast.Del(ctx, key, key+":plain")
+	countScript.Load(ctx, fast)
+
+	if err := countScript.Run(ctx, NoRetry(slow), []string{key}).Err(); err == nil {
+		t.Fatal("a reply later than the read timeout: want a timeout error from the script call, got none")
+	}
+	if n, _ := fast.Get(ctx, key).Int(); n != 1 {
+		t.Errorf("a script whose reply was late ran %d times through NoRetry; want exactly 1 (go-redis must not send it again)", n)
+	}
+
+	// The pipeline path too: a pipeline holding a NoRetry script is not
+	// sent again.
+	pipe := slow.Pipeline()
+	countScript.EvalSha(ctx, NoRetry(pipe), []string{key})
+	if _, err := pipe.Exec(ctx); err == nil {
+		t.Fatal("a pipeline whose reply was late: want a timeout error, got none")
+	}
+	if n, _ := fast.Get(ctx, key).Int(); n != 2 {
+		t.Errorf("after one more pipelined run with a late reply the count is %d; want 2 (one run per call)", n)
+	}
+
+	// The control: the same call on the plain client runs more than once,
+	// which is what NoRetry exists to prevent.
+	plain := key + ":plain"
+	countScript.Run(ctx, slow, []string{plain})
+	if n, _ := fast.Get(ctx, plain).Int(); n < 2 {
+		t.Errorf("control: without NoRetry the script ran %d times ; the test's slow link no longer makes go-redis retry, so it proves nothing", n)
+	}
+}
