@@ -371,10 +371,10 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 	found := func(m driver.Listed, l driver.ListState) (QueuedTask, error) {
 		return s.withState(ctx, s.describe(m.Message, l, m.At))
 	}
+	if err := s.broker.before(ctx); err != nil {
+		return QueuedTask{}, err
+	}
 	if f := s.broker.can.finder; f != nil {
-		if err := s.broker.before(ctx); err != nil {
-			return QueuedTask{}, err
-		}
 		m, l, ok, err := f.Find(ctx, queue, id)
 		if err != nil {
 			return QueuedTask{}, s.broker.after(ctx, err)
@@ -431,7 +431,8 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 //
 // A requeue never signs what this server could not verify. A message whose
 // signature verified is signed again (under Signing.SignWith, or the key it
-// was signed with when SignWith is empty). Requeue refuses, with an error
+// was signed with when SignWith is empty); a message that came unsigned is
+// requeued unsigned, whatever SignWith says. Requeue refuses, with an error
 // wrapping ErrBadSignature, a message a worker of this server would set
 // aside for its signature (QueuedTask.SignatureError), and a signed message
 // under a key this server does not have (it would go out unsigned).
@@ -466,7 +467,12 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 		sig.Attempt, sig.ETA = 1, nil
 		sig.RetryTimeout = 0
 		sg := s.cfg.Signing
-		if ti.Verified && sg.SignWith == "" {
+		if ti.SigningKey == "" {
+			// It came unsigned: it goes back unsigned. Signing it here would
+			// vouch for a message nobody verified (a forged one a worker
+			// with Signing.Require set aside would then run).
+			sg = nil
+		} else if ti.Verified && sg.SignWith == "" {
 			// Keep the signature: sign it again under the key it verified under.
 			again := *sg
 			again.SignWith = ti.SigningKey

@@ -493,4 +493,26 @@ func TestRequeueSignedArchivedTask(t *testing.T) {
 	if _, err := operator.ArchivedTask(ctx, errand.DefaultQueue, forged.UUID); err != nil {
 		t.Errorf("requeue promise broken: the forged task left the archive: %v", err)
 	}
+
+	// An unsigned message (anyone who can write to the broker) set aside by
+	// the Require worker: a server that signs (SignWith) requeues it
+	// unsigned, as it came, so the Require worker sets it aside again
+	// instead of running a message nobody verified.
+	unsigned := errand.NewSignature("flaky")
+	unsigned.RoutingKey = errand.DefaultQueue
+	b, _ = errand.EncodeSignature(unsigned)
+	if err := br.Publish(ctx, errand.Message{ID: unsigned.UUID, Queue: errand.DefaultQueue, Body: b}); err != nil {
+		t.Fatal(err)
+	}
+	archived(unsigned.UUID)
+	if err := producer.Requeue(ctx, errand.DefaultQueue, unsigned.UUID); err != nil {
+		t.Fatalf("requeue of an unsigned archived task: %v", err)
+	}
+	waitFor(t, "the unsigned task set aside again", func() bool {
+		ti, err := worker.ArchivedTask(ctx, errand.DefaultQueue, unsigned.UUID)
+		return err == nil && ti.Archive != nil && ti.Archive.Attempts >= 1
+	})
+	if st, err := producer.Result(unsigned.UUID).State(ctx); err == nil && st.State == errand.StateSuccess {
+		t.Fatalf("requeue promise broken: an unsigned message requeued by a signing server ran on a Require worker (%v): the requeue signed what nobody verified", st.State)
+	}
 }

@@ -40,6 +40,7 @@ var backendCases = []kase[BackendHarness]{
 	{"Chord/ClaimOnce", chordClaimOnce, parallel},
 	{"Start/Table", startTable, parallel},
 	{"Start/Batch", startBatch, parallel},
+	{"Start/SameTask", startSameTask, parallel},
 	{"Start/Concurrent", startConcurrent, parallel},
 	{"State/PendingIfAbsent", pendingIfAbsent, parallel},
 }

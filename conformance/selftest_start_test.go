@@ -91,6 +91,29 @@ var brokenStarts = map[string]BackendHarness{
 			return readThenWrite(b, ctx, reqs, 0, false, false)
 		}
 	}),
+	// Reads every request's state, then writes: two requests of one task
+	// in a batch both find no state.
+	"start-batch-reads-first": brokenStartHarness(func(b *brokenStart) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
+			out := make([]driver.StartResult, len(reqs))
+			for i, r := range reqs {
+				if prev, err := b.Backend.GetState(ctx, r.Started.TaskUUID); err == nil {
+					out[i].Prev = prev
+				}
+			}
+			for i, r := range reqs {
+				if !r.Allows(out[i].Prev) {
+					continue
+				}
+				if err := errors.Join(b.Backend.SetStates(ctx, []*errand.TaskState{r.Received, r.Started})...); err != nil {
+					out[i].Err = err
+					continue
+				}
+				out[i].Written = true
+			}
+			return out
+		}
+	}),
 	// Answers a batch in reverse order (a pipeline read back wrongly).
 	"start-batch-reversed": brokenStartHarness(func(b *brokenStart) {
 		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
@@ -113,6 +136,7 @@ func init() {
 	}
 	backendTargets["Start/Table"] = "start-ignores-condition"
 	backendTargets["Start/Batch"] = "start-batch-reversed"
+	backendTargets["Start/SameTask"] = "start-batch-reads-first"
 	backendTargets["Start/Concurrent"] = "start-not-atomic"
 	backendTargets["State/PendingIfAbsent"] = "pending-overwrites"
 	moreBackendTargets["Start/Table"] = "start-resets-created-at"

@@ -149,6 +149,32 @@ func startBatch(t testing.TB, h BackendHarness) {
 	}
 }
 
+// startSameTask: one batch holding two requests of one task with no state
+// (two messages of one UUID fetched together, such as a callback a
+// redelivered parent published again): they are decided in request order,
+// so the first writes and the second finds its STARTED and does not.
+func startSameTask(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	s, ok := c.b.(driver.Starter)
+	if !ok {
+		return
+	}
+	id := name(t, "task")
+	req := startRequest(id, startRow{name: startName, attempt: 1, first: true}, time.Now().UTC())
+	res := s.Start(c.ctx, []driver.StartRequest{req, req})
+	if len(res) != 2 {
+		t.Fatalf("batch convention promise broken: %d results for 2 requests; want one per request, in order", len(res))
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("Start of a batch of 2 requests of one task: request %d: %v", i, r.Err)
+		}
+	}
+	if !res[0].Written || res[0].Prev != nil || res[1].Written || res[1].Prev == nil || res[1].Prev.State != errand.StateStarted {
+		t.Fatalf("start promise broken: a batch holding two first deliveries of one task without a state answered %+v, %+v; want the first written (no previous state) and the second not written, finding the first's STARTED (requests of one task are decided in request order)", res[0], res[1])
+	}
+}
+
 // startConcurrent: racing Starts of one first delivery of a task with no
 // state: the read and the write are one step, so exactly one finds no
 // state and writes; every other finds it STARTED and does not.

@@ -20,7 +20,9 @@ type Backend interface {
 	// the previous one, and restarts its result expiry, under the batch
 	// error convention (see the package doc's "Batch calls"). A batch may
 	// hold the states of many tasks (errand joins the writes of concurrent
-	// worker slots, up to 64 a call) and several states of one task (its
+	// worker slots, and writes a group's PENDING states in chunks of its
+	// Config.PublishBatch, 100 by default: a driver whose service takes
+	// fewer per call splits the batch itself) and several states of one task (its
 	// RECEIVED then STARTED, or a group's PENDING states), which are stored
 	// in order, so the task's last state of the batch is its current one.
 	// Each state is written on its own: the batch need not be atomic, and
@@ -86,8 +88,10 @@ type Expirer interface {
 // worker then needs no separate read for its redelivery check.
 //
 // Start handles a batch: errand may gather the requests of many worker
-// slots into one call. Requests are independent (each its own task; a
-// batch may hold the same UUID twice only if errand is broken), and each
+// slots into one call. Requests are independent, and a batch may hold two
+// requests of one UUID (two messages of one task fetched together, such
+// as a callback published again by a redelivered parent): they are
+// decided in request order, the second seeing what the first wrote. Each
 // request is atomic on its own: a batch need not be, so a backend may
 // group a batch by server, shard or slot, or run one script per request
 // in one pipeline. Start always returns one result per request, in

@@ -42,7 +42,9 @@
 //
 // Settlement is batch-shaped: [Broker.Ack], [Backend.SetStates],
 // [Starter.Start] and [PendingWriter.SetPendingIfAbsent] each take a batch
-// (errand joins the calls of concurrent worker slots) and answer for each
+// (errand joins the acks, state writes and starts of concurrent worker
+// slots; a group's PENDING states go in chunks of errand's
+// Config.PublishBatch) and answer for each
 // item on its own, by one convention:
 //
 //   - the items are independent: each succeeds or fails on its own, and the

@@ -194,16 +194,34 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 	if len(queued) == 0 {
 		return errs
 	}
-	cmds, _ := pipe.Exec(ctx) // errors are read per command below
+	cmds, execErr := pipe.Exec(ctx) // errors are read per command below
 	if len(cmds) != len(queued) {
 		return driver.BatchErrors(len(sts), b.err(ctx, fmt.Errorf("pipeline answered %d replies for %d commands", len(cmds), len(queued))))
 	}
 	for j, c := range cmds {
-		if err := c.Err(); err != nil && err != goredis.Nil {
+		err := c.Err()
+		if err == nil && execErr != nil && !setReplied(c) {
+			// A command the failed pipeline left with neither a reply nor
+			// an error of its own was not written.
+			err = execErr
+		}
+		if err != nil && err != goredis.Nil {
 			fail(queued[j], b.err(ctx, err))
 		}
 	}
 	return errs
+}
+
+// setReplied reports whether c, a SET (OK) or SET NX (true or false),
+// carries the server's reply.
+func setReplied(c goredis.Cmder) bool {
+	switch c := c.(type) {
+	case *goredis.StatusCmd:
+		return c.Val() != ""
+	case *goredis.BoolCmd:
+		return true // false is the NX reply "not set"; a failure carries its error
+	}
+	return true
 }
 
 // queueStates queues on pipe one SET ... PX per state (SET ... NX PX when

@@ -108,33 +108,37 @@ func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
 func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	out := make([]driver.StartResult, len(reqs))
+	var run []int // the requests whose states encode, in order
 	args := make([][]any, len(reqs))
 	keys := make([][]string, len(reqs))
 	for i, r := range reqs {
 		a, err := b.startArgs(r)
 		if err != nil {
-			return driver.StartFailed(len(reqs), err)
+			out[i].Err = err // this request alone
+			continue
 		}
 		args[i], keys[i] = a, b.startKeys(r.Started.TaskUUID)
+		run = append(run, i)
 	}
 	cmds := make([]*goredis.Cmd, len(reqs))
-	if len(reqs) == 1 {
-		cmds[0] = startScript.Run(ctx, b.scripts, keys[0], args[0]...)
-	} else {
+	if len(run) == 1 {
+		i := run[0]
+		cmds[i] = startScript.Run(ctx, b.scripts, keys[i], args[i]...)
+	} else if len(run) > 1 {
 		pipe := b.rdb.Pipeline()
-		for i := range reqs {
+		for _, i := range run {
 			cmds[i] = startScript.EvalSha(ctx, redisconn.NoRetry(pipe), keys[i], args[i]...)
 		}
 		pipe.Exec(ctx) // errors are read per command below
-		for i, c := range cmds {
-			if err := c.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		for _, i := range run {
+			if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 				cmds[i] = startScript.Run(ctx, b.scripts, keys[i], args[i]...)
 			}
 		}
 	}
-	out := make([]driver.StartResult, len(reqs))
-	for i, c := range cmds {
-		r, err := c.Slice()
+	for _, i := range run {
+		r, err := cmds[i].Slice()
 		if err != nil {
 			out[i].Err = b.err(ctx, err)
 			continue
