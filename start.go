@@ -115,4 +115,3 @@ func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, 
 	}
 	return false, outcome, err
 }
-
