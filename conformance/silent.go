@@ -23,7 +23,11 @@ type SilentServerHarness struct {
 	// server, and for the one that finishes the tasks afterwards.
 	Broker func(t testing.TB, addr string) errand.Broker
 	// Timing tunes the waits; Lease bounds how long tasks stay leased to
-	// the worker that met the silent server. Default lease: 3s.
+	// the worker that met the silent server. It must outlast
+	// ShutdownDeadline, or the worker, unable to renew its leases, would
+	// cancel the tasks when their leases ran out (errand.ErrLeaseLost)
+	// before Shutdown gave up on them. Default lease: ShutdownDeadline +
+	// 2×ShutdownSlack (7s).
 	Timing Timing
 }
 
@@ -48,7 +52,7 @@ const (
 // to bound every call it makes while shutting down.
 func RunShutdownSilentServer(t *testing.T, h SilentServerHarness) {
 	if h.Timing.Lease <= 0 {
-		h.Timing.Lease = 3 * time.Second
+		h.Timing.Lease = ShutdownDeadline + 2*ShutdownSlack
 	}
 	tm := h.Timing.withDefaults()
 	t.Run("Shutdown/SilentServer", func(t *testing.T) {
