@@ -8,19 +8,25 @@ import (
 
 // TaskInfo describes the running task to its function.
 type TaskInfo struct {
-	UUID       string
-	Name       string
-	Attempt    int // 1 on the first run, 2 on the first retry, ...
-	RetryCount int // retries allowed after the first attempt
+	UUID    string
+	Name    string
+	Attempt int // 1 on the first run, 2 on the first retry, ...
+	// RetryCount is how many retries the worker allows after the first
+	// attempt: the signature's RetryCount, capped at the worker's
+	// WorkerConfig.MaxRetries (0 when the worker allows none), so
+	// Attempt > RetryCount means this is the last attempt.
+	RetryCount int
 	GroupUUID  string
 	Headers    Headers
 }
 
 type taskInfoKey struct{}
 
-func withTaskInfo(ctx context.Context, sig *Signature) context.Context {
+// withTaskInfo returns ctx carrying sig's TaskInfo, with retries the
+// retries the worker allows it (Worker.retryLimit).
+func withTaskInfo(ctx context.Context, sig *Signature, retries int) context.Context {
 	return context.WithValue(ctx, taskInfoKey{}, TaskInfo{
-		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: sig.RetryCount,
+		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: retries,
 		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
 	})
 }

@@ -111,12 +111,16 @@
 // ([ErrUUIDConflict]), is set aside without running.
 //
 // [Worker.Run] blocks until its ctx is done, then shuts down within
-// ShutdownTimeout. [Worker.Shutdown] works like http.Server.Shutdown: it
-// stops fetching and waits for running tasks; if its ctx ends first, it
-// cancels their contexts and releases each unfinished delivery back to the
-// broker, unrecorded, for another worker; half a second later it cancels
-// every broker and backend call still in progress, so a silent server cannot
-// hold it. Beside the fetch loop and the runners, a worker has a lease
+// ShutdownTimeout (and SettleGrace). [Worker.Shutdown] works like
+// http.Server.Shutdown: it stops fetching and waits for running tasks; if
+// its ctx ends first, it cancels their contexts and returns by the ctx's
+// end with a [ShutdownError] naming them. Within WorkerConfig.SettleGrace
+// the worker still records and acks each task that returns a result, and
+// releases, unrecorded, each that returns an error; then it cancels every
+// broker and backend call still in progress, so a silent server cannot
+// hold it. A lost lease cancels the running task's ctx with the cause
+// [ErrLeaseLost], and nothing of that attempt is recorded. Beside the
+// fetch loop and the runners, a worker has a lease
 // extender, a pause poller (on a broker that can pause queues) and a
 // heartbeater (on a broker that keeps a registry of workers); Shutdown
 // stops them in one order: fetching and the pause poller first (what a

@@ -3,16 +3,17 @@ package errand
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/errand-go/errand/driver"
 )
 
-// Sentinel errors, tested with [errors.Is]. The first four are the
-// driver package's own values, so a driver's error satisfies them too.
-// The driver package's errors that only drivers return (ErrLeaseLost,
-// ErrNotMember, ErrGroupNotFound) are not repeated here: test for them
-// with the driver package's values.
+// Sentinel errors, tested with [errors.Is]. The first four (and
+// ErrLeaseLost) are the driver package's own values, so a driver's error
+// satisfies them too. The driver package's errors that only drivers
+// return (ErrNotMember, ErrGroupNotFound) are not repeated here: test for
+// them with the driver package's values.
 var (
 	// ErrClosed is returned by every call on a broker, backend or server
 	// after it has been closed.
@@ -188,3 +189,61 @@ func (e *PanicError) Error() string {
 }
 
 func (e *PanicError) valueText() string { return fmt.Sprint(e.Value) }
+
+// ErrLeaseLost is the cause of a running task's ctx cancelled because the
+// worker lost the lease of its delivery (test it with
+// errors.Is(context.Cause(ctx), ErrLeaseLost)): the broker answered
+// driver.ErrLeaseLost to a renewal, or the lease ran out, on the worker's
+// clock, during an outage that kept every renewal from succeeding. The
+// broker may have delivered the task to another worker by then, so the
+// worker records nothing of the attempt (see docs/concepts.md, "Lost
+// leases"). It is driver.ErrLeaseLost's value: a driver's lease error
+// satisfies it too.
+var ErrLeaseLost = driver.ErrLeaseLost
+
+// ShutdownError is what Worker.Shutdown returns when its ctx ends before
+// every task has returned and settled. It unwraps to the ctx's error, so
+// errors.Is(err, context.DeadlineExceeded) holds for a Shutdown that ran
+// out of time. The tasks it names had their ctx cancelled; each that
+// returns within SettleGrace is still settled in the background (see
+// WorkerConfig.SettleGrace).
+type ShutdownError struct {
+	Err error // ctx.Err() of the Shutdown call
+	// Running are the tasks whose function had not returned when Shutdown
+	// did, Settling those whose function had returned and whose outcome
+	// was still being recorded, sent or acked; each oldest first, with the
+	// time its delivery was taken up as StartedAt.
+	Running, Settling []RunningTask
+	SettleGrace       time.Duration // WorkerConfig.SettleGrace
+}
+
+func (e *ShutdownError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "errand: worker shutdown: %v with %d tasks running", e.Err, len(e.Running))
+	name := func(ts []RunningTask) {
+		b.WriteString(" (")
+		for i, t := range ts {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if i == 5 {
+				fmt.Fprintf(&b, "and %d more", len(ts)-i)
+				break
+			}
+			fmt.Fprintf(&b, "%s %s", t.Name, t.UUID)
+		}
+		b.WriteString(")")
+	}
+	if len(e.Running) > 0 {
+		name(e.Running)
+	}
+	fmt.Fprintf(&b, " and %d settling", len(e.Settling))
+	if len(e.Settling) > 0 {
+		name(e.Settling)
+	}
+	fmt.Fprintf(&b, "; their ctx is cancelled, and each that returns within the settle grace (%v) is settled", e.SettleGrace)
+	return b.String()
+}
+
+// Unwrap returns the ctx error.
+func (e *ShutdownError) Unwrap() error { return e.Err }

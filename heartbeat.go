@@ -125,9 +125,9 @@ func (h *heartbeater) wait() {
 
 // run beats until the worker has drained, with the tasks still running,
 // so that during a graceful shutdown the registry shows the worker until
-// its last task is done; then it removes the worker's entry. Once
-// Shutdown gives up on a silent server (its ctx done and the grace over,
-// every call cancelled) it stops at once, leaving the entry to expire.
+// its last task is done; then it removes the worker's entry. Once the
+// settle grace after a Shutdown that gave up is over (every call
+// cancelled) it stops at once, leaving the entry to expire.
 func (h *heartbeater) run() {
 	info := h.info
 	info.Host, _ = os.Hostname()

@@ -106,7 +106,9 @@ func TestLeaseSurvivesOutageShorterThanLease(t *testing.T) {
 }
 
 // TestLeaseLostReportedOnce (item 9): once the broker says the lease is
-// lost, the worker stops extending and reports it once, not every tick.
+// lost, the worker stops extending and reports it once, not every tick;
+// the task that ignores its cancelled ctx and returns later has its
+// outcome dropped, reported once more (issue 24, item 3).
 func TestLeaseLostReportedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
@@ -118,8 +120,10 @@ func TestLeaseLostReportedOnce(t *testing.T) {
 		}
 		var leaseLost atomic.Int32
 		srv, _ := errand.NewServer(errand.Config{Broker: lost, Backend: e.rec})
+		returned := make(chan struct{})
 		srv.Register("long", func(ctx context.Context) error {
-			time.Sleep(10 * time.Second) // the task's own work: 10 extend ticks
+			defer close(returned)
+			time.Sleep(10 * time.Second) // the task's own work, ignoring its ctx: 10 extend ticks
 			return nil
 		})
 		// The memory broker's own lease (an hour) never lapses: only the
@@ -131,16 +135,22 @@ func TestLeaseLostReportedOnce(t *testing.T) {
 		}})
 		w.Start()
 		ctx := ctxT(t)
-		r, _ := srv.SendTask(ctx, errand.NewSignature("long"))
-		r.Get(ctx)
+		sig := errand.NewSignature("long")
+		if _, err := srv.SendTask(ctx, sig); err != nil {
+			t.Fatal(err)
+		}
+		<-returned
 		if err := w.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if n := extends.Load(); n != 1 {
 			t.Errorf("lease promise broken: Extend called %d times after the broker answered ErrLeaseLost, want 1 (stop extending)", n)
 		}
-		if n := leaseLost.Load(); n != 1 {
-			t.Errorf("lease promise broken: ErrLeaseLost reported %d times over 10 ticks, want once", n)
+		if n := leaseLost.Load(); n != 2 {
+			t.Errorf("lease promise broken: ErrLeaseLost reported %d times over 10 ticks, want twice (the loss, then the late outcome left unrecorded)", n)
+		}
+		if st, err := e.rec.GetState(ctx, sig.UUID); err != nil || st.State != errand.StateStarted {
+			t.Errorf("lost lease promise broken: the task that returned after its lease was lost left state %+v, %v; want STARTED (its outcome not recorded)", st, err)
 		}
 	})
 }

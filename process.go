@@ -7,6 +7,8 @@ import (
 	"math"
 	"reflect"
 	"runtime/debug"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/errand-go/errand/driver"
@@ -29,9 +31,10 @@ type delivery struct {
 	tk          *task
 	args        []reflect.Value
 	st, started *TaskState
-	outcome     settle // how it is settled
-	err         error  // why (the reason, for setAside and archive)
-	settling    bool   // its function returned: it holds a settling place, not a slot
+	outcome     settle      // how it is settled
+	err         error       // why (the reason, for setAside and archive)
+	settling    bool        // its function returned: it holds a settling place, not a slot
+	returned    atomic.Bool // its function returned (read by Shutdown, heldTasks)
 }
 
 // handle runs j's delivery from decoding to settling, then frees what it
@@ -43,8 +46,10 @@ func (w *Worker) handle(j job) {
 	if !dv.decode() {
 		return
 	}
+	w.held.add(dv)
+	defer w.held.remove(dv)
 	if dv.ext == nil {
-		dv.ext = w.lease.start(dv.d)
+		dv.ext = w.lease.start(dv.d, dv.got)
 	}
 	dv.process()
 	dv.ext.stop()
@@ -67,6 +72,7 @@ func (dv *delivery) ran() {
 		return // a middleware that ran the attempt twice
 	}
 	dv.settling = true
+	dv.returned.Store(true)
 	dv.w.settles <- struct{}{}
 	dv.freeSlot()
 }
@@ -136,7 +142,7 @@ func (dv *delivery) process() {
 	if !dv.begin() {
 		return
 	}
-	tctx, cancelTask := w.taskContext(sig)
+	tctx, cancelTask := w.taskContext(sig, dv.ext)
 	defer cancelTask()
 	// The attempt itself, wrapped in the worker's middleware. A middleware
 	// that never calls it leaves the delivery to be given back, the task
@@ -243,6 +249,16 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	results, runErr := safeCall(tctx, dv.tk, dv.args)
 	w.beat.remove(sig)
 	dv.ran()
+	if lost := dv.ext.lostCause(); lost != nil {
+		// The broker may have handed the message to another worker, whose
+		// attempt owns the task now: record nothing, settle nothing.
+		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s) returned after its lease was lost; its outcome is not recorded and the broker delivers it again: %w", sig.Name, sig.UUID, lost)
+		return nil, runErr
+	}
+	if w.callCtx.Err() != nil {
+		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s) returned after the worker's settle grace; its outcome is not recorded and the broker delivers it again once its lease runs out", sig.Name, sig.UUID)
+		return nil, runErr
+	}
 	if runErr != nil && w.hardCtx.Err() != nil {
 		// Shutdown gave up waiting and cancelled the task: give it back
 		// unrecorded so another worker runs it.
@@ -284,7 +300,14 @@ func (dv *delivery) settle() {
 	ctx, cancel := w.call()
 	defer cancel()
 	attrs := taskAttrs(sig, dv.queue)
+	if lost := dv.ext.lostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
+		// Nothing to give back: the broker refuses a settle of a lost
+		// lease, and delivers the message again on its own.
+		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): not given back, its lease being lost: %w", sig.Name, sig.UUID, lost)
+	}
 	switch dv.outcome {
+	case abandon:
+		w.report(dv.err, "errand: delivery left to its lease", attrs...)
 	case ack:
 		if err := b.ack(ctx, d); err != nil {
 			w.report(err, "errand: ack", attrs...)
@@ -381,13 +404,21 @@ func uuidConflict(sig *Signature, prev *TaskState, d *driver.Delivery) error {
 	return nil
 }
 
-func (w *Worker) taskContext(sig *Signature) (context.Context, context.CancelFunc) {
-	ctx := withTaskInfo(w.hardCtx, sig)
+// taskContext returns the ctx of an attempt of sig: cancelled when
+// Shutdown gives up on the running tasks, when the lease of its delivery
+// (ext) is lost (with a cause wrapping ErrLeaseLost), after its timeout and
+// at its deadline.
+func (w *Worker) taskContext(sig *Signature, ext *extension) (context.Context, context.CancelFunc) {
+	ctx, cancelLost := context.WithCancelCause(withTaskInfo(w.hardCtx, sig, w.retryLimit(sig)))
+	stopWatch := func() bool { return false }
+	if ext != nil {
+		stopWatch = context.AfterFunc(ext.lost, func() { cancelLost(context.Cause(ext.lost)) })
+	}
+	cancels := []context.CancelFunc{func() { stopWatch(); cancelLost(nil) }}
 	timeout := sig.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.TaskTimeout
 	}
-	cancels := []context.CancelFunc{}
 	if timeout > 0 {
 		var c context.CancelFunc
 		ctx, c = context.WithTimeout(ctx, timeout)
@@ -399,7 +430,7 @@ func (w *Worker) taskContext(sig *Signature) (context.Context, context.CancelFun
 		cancels = append(cancels, c)
 	}
 	return ctx, func() {
-		for _, c := range cancels {
+		for _, c := range slices.Backward(cancels) {
 			c()
 		}
 	}

@@ -57,11 +57,13 @@ type queueSet struct {
 
 // job is one delivery on its way to a runner; q is its queue in a
 // multi-queue worker (nil otherwise), ext its lease's renewal when it was
-// started at fetch time.
+// started at fetch time, got when its Fetch call returned (its lease began
+// just before).
 type job struct {
 	d   *driver.Delivery
 	q   *workerQueue
 	ext *extension
+	got time.Time
 }
 
 // Validate reports what is wrong with cfg's queues: a weight below 1, a
@@ -198,15 +200,15 @@ func (w *Worker) fetchQueue(q *workerQueue) {
 		}
 		kick(qs.kick) // q's fetch is under way: a slot may wait for it
 		ds, err := w.srv.broker.Fetch(w.fetchCtx, q.name, limit, w.cfg.Lease)
-		w.fetched(q, ds, err)
+		w.fetched(q, ds, time.Now(), err)
 		if !w.fetchFailed(q.name, err, &failures) {
 			return
 		}
 	}
 }
 
-// fetched puts what q's fetch returned in its hand.
-func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, err error) {
+// fetched puts what q's fetch returned, at got, in its hand.
+func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, got time.Time, err error) {
 	if len(ds) > 0 && q.pause.on() {
 		w.giveBack(ds) // paused while the fetch waited: give them back untouched
 		ds = nil
@@ -216,7 +218,7 @@ func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, err error) {
 		if d.Queue == "" {
 			d.Queue = q.name
 		}
-		jobs[i] = job{d: d, q: q, ext: w.lease.start(d)} // the lease runs while it waits in hand
+		jobs[i] = job{d: d, q: q, ext: w.lease.start(d, got)} // the lease runs while it waits in hand
 	}
 	qs := w.queues
 	qs.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,9 +66,22 @@ type WorkerConfig struct {
 	// Signature.Timeout: the task's ctx is cancelled after it. Default: none.
 	TaskTimeout time.Duration
 	// ShutdownTimeout is how long Run waits for running tasks after its ctx
-	// is done, before cancelling them and releasing their deliveries.
-	// Default: 30s.
+	// is done, before cancelling them and releasing their deliveries (the
+	// ctx Run gives Shutdown). Default: 30s.
 	ShutdownTimeout time.Duration
+	// SettleGrace is how long, once Shutdown's ctx has ended with tasks
+	// still running, the worker goes on in the background settling the
+	// tasks that return: a task that returns within it has its outcome
+	// recorded and its message acked (or, when it returned an error after
+	// its ctx was cancelled, released for another worker) as if Shutdown
+	// had waited; the leases of the tasks still running are extended
+	// meanwhile. When the grace ends, every broker and backend call still
+	// open is cancelled and nothing more is called: a task returning
+	// later is not recorded, its lease runs out, and the broker delivers
+	// it again. Run waits for the settling (at most SettleGrace after
+	// ShutdownTimeout). Default: 10s. Negative: no grace (calls are
+	// cancelled when Shutdown gives up).
+	SettleGrace time.Duration
 	// RetryPolicy chooses retry delays for tasks registered without their
 	// own. Default: Fibonacci{Unit: time.Second} (machinery's).
 	RetryPolicy RetryPolicy
@@ -137,10 +151,11 @@ type WorkerConfig struct {
 	// (driver.Heartbeater); an entry not renewed for three intervals
 	// disappears, so a crashed worker is gone within 3×Heartbeat. During
 	// Shutdown the worker keeps beating, with the tasks still running,
-	// until they have all returned, then removes its entry; if Shutdown's
-	// ctx ends first (a silent server), it stops beating once the shutdown
-	// grace is over and the entry expires. A worker never started never
-	// beats. Default: 5s. Negative: no heartbeats.
+	// until they have all returned and settled (through the SettleGrace
+	// once Shutdown's ctx has ended), then removes its entry; if the
+	// settle grace ends first (a silent server, a task that never
+	// returns), it stops beating and the entry expires. A worker never
+	// started never beats. Default: 5s. Negative: no heartbeats.
 	Heartbeat time.Duration
 	// Middleware wraps every attempt a worker runs, Middleware[0]
 	// outermost (see Middleware). Default: none.
@@ -162,6 +177,7 @@ const (
 	DefaultArchiveMaxAge       = 90 * 24 * time.Hour // WorkerConfig.ArchiveRetention.MaxAge
 	DefaultPausePoll           = 500 * time.Millisecond
 	DefaultHeartbeat           = 5 * time.Second
+	DefaultSettleGrace         = 10 * time.Second // WorkerConfig.SettleGrace
 )
 
 // Worker consumes one queue, or several (WorkerConfig.Queues): it
@@ -173,7 +189,7 @@ const (
 // a cap), the runners (2×Concurrency goroutines handling deliveries,
 // process.go), the lease extender (one goroutine per delivery held,
 // lease.go), the pause poller (pause.go) and the heartbeater
-// (heartbeat.go). Shutdown stops them in the order it documents.
+// (heartbeat.go). Shutdown stops them in the order stop documents.
 type Worker struct {
 	srv      *Server
 	cfg      WorkerConfig
@@ -188,6 +204,7 @@ type Worker struct {
 	poller *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
 	beat   *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
 
+	held    heldTasks      // the decoded deliveries in hand, for ShutdownError
 	slots   chan struct{}  // one per delivery held before or while its function runs (Concurrency)
 	settles chan struct{}  // one per delivery settling after its function returned (Concurrency)
 	work    chan job       // fetched deliveries, to the runners
@@ -196,9 +213,11 @@ type Worker struct {
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed once the fetch loop has returned (and closed work)
+	stopOnce  sync.Once     // starts stop, once
+	stopped   chan struct{} // closed once every part has returned (stop)
 	// The three lifetimes Shutdown ends, in this order: fetching, the
 	// running tasks (when it gives up waiting), and every broker and
-	// backend call (a grace later).
+	// backend call (SettleGrace later).
 	fetchCtx, hardCtx, callCtx    context.Context
 	stopFetch, hardStop, callStop context.CancelFunc
 }
@@ -226,6 +245,12 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	switch {
+	case cfg.SettleGrace == 0:
+		cfg.SettleGrace = DefaultSettleGrace
+	case cfg.SettleGrace < 0:
+		cfg.SettleGrace = 0
 	}
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = Fibonacci{Unit: time.Second}
@@ -272,7 +297,8 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		log = s.log
 	}
 	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
-		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{})}
+		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{}),
+		stopped: make(chan struct{}), held: heldTasks{m: map[*delivery]time.Time{}}}
 	w.queues = newQueueSet(cfg)
 	w.archiver = s.broker.can.archiver
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
@@ -337,7 +363,11 @@ func (w *Worker) Err() error { return w.err }
 func (w *Worker) ID() string { return w.id }
 
 // Run starts the worker and blocks until ctx is done, then shuts down
-// gracefully within ShutdownTimeout. It returns nil after a clean shutdown.
+// gracefully: it calls Shutdown with a ctx of ShutdownTimeout and returns
+// its error (nil after a clean shutdown, else a *ShutdownError), after
+// letting the tasks still running then settle for up to SettleGrace, so a
+// program that exits when Run returns keeps every outcome that came in
+// time.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.err != nil {
 		return w.err
@@ -346,43 +376,39 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
 	defer cancel()
-	return w.Shutdown(sctx)
+	err := w.Shutdown(sctx)
+	select {
+	case <-w.stopped:
+	case <-w.callCtx.Done(): // the settle grace is over
+	}
+	return err
 }
-
-// shutdownGrace is how long, after Shutdown's ctx is done and running
-// tasks are cancelled, their deliveries may still be released; then every
-// broker and backend call still in progress is cancelled too.
-const shutdownGrace = 500 * time.Millisecond
 
 // Shutdown stops fetching, then waits for running tasks and for the
 // deliveries still settling after their functions returned (recording
-// their outcome, sending their callbacks, acking). If ctx is done
-// first, it cancels the tasks' contexts and, as each returns, releases its
-// delivery back to the broker unrecorded so another worker runs it; after
-// a short grace (half a second) it cancels every broker and backend call
-// still in progress, so a server that stopped answering cannot hold it, and
-// returns ctx.Err() once the tasks have all returned. Task functions must
-// honour their ctx for this to be prompt. A worker never started shuts
-// down at once. Calling Shutdown again (a deferred call after Run, a test
-// cleanup) waits for the same shutdown and never starts the worker.
+// their outcome, sending their callbacks, acking), and returns nil once
+// they are all settled and the worker's goroutines have returned.
+//
+// Like net/http.Server.Shutdown, it returns by ctx's end: if ctx is done
+// first, it cancels the running tasks' contexts and returns a
+// *ShutdownError (errors.Is(err, ctx.Err()) holds) naming the tasks still
+// in hand. The worker goes on in the background for up to
+// WorkerConfig.SettleGrace: a task that returns then is settled as if
+// Shutdown had waited — a result is recorded and acked, and a task that
+// returned an error after its ctx was cancelled is released, unrecorded,
+// for another worker — and the leases of the tasks still running are
+// extended meanwhile. Once the grace is over, every broker and backend
+// call still open is cancelled, so a silent server cannot hold the
+// worker, and a task that returns later is left to its lease: not
+// recorded, delivered again once its lease runs out. The worker's
+// goroutines return once the last task function has returned. Task
+// functions must honour their ctx for all this to be prompt.
+//
+// A worker never started shuts down at once. Calling Shutdown again (a
+// deferred call after Run, a test cleanup) never starts the worker; it
+// waits, bounded by its own ctx, for the same shutdown to finish, every
+// task function returned: nil then, else a *ShutdownError.
 func (w *Worker) Shutdown(ctx context.Context) error {
-	// The order of termination is important:
-	//
-	//  1. Fetching stops: the fetch loops and the dispatcher return, and
-	//     what waits in a queue's hand is given back (its lease's renewal
-	//     stopped first); the pause poller, which only steers fetching,
-	//     returns with them.
-	//  2. The runners finish the deliveries they hold: running tasks
-	//     return, and each delivery settles (state, callbacks, ack),
-	//     stopping its lease's renewal before it is settled. If ctx ends
-	//     first, the tasks' ctx is cancelled (hardStop), and a grace later
-	//     every call still open (callStop).
-	//  3. The heartbeater, which kept beating with the tasks still running
-	//     so the registry showed them, removes the worker's entry (or, once
-	//     calls are cancelled, returns at once and lets it expire).
-	//  4. Every lease renewal has returned (each ended with its delivery),
-	//     then every broker and backend call is cancelled, and the runners,
-	//     with nothing left to handle, return.
 	w.stopFetch()
 	w.startOnce.Do(func() {
 		// Never started: nothing runs and nothing may start now — no
@@ -390,46 +416,75 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		close(w.work)
 		close(w.loopDone)
 	})
-	done := make(chan struct{})
+	w.stopOnce.Do(func() { go w.stop() })
+	select {
+	case <-w.stopped:
+		return nil
+	case <-ctx.Done():
+	}
+	select {
+	case <-w.stopped: // both at once: the worker did stop
+		return nil
+	default:
+	}
+	w.hardStop() // the tasks' ctx; stop begins the settle grace
+	running, settling := w.held.list()
+	return &ShutdownError{Err: ctx.Err(), Running: running, Settling: settling, SettleGrace: w.cfg.SettleGrace}
+}
+
+// stop ends the worker's parts, on a goroutine of its own that Shutdown
+// starts once; it closes stopped when they have all returned. The order
+// of termination is important:
+//
+//  1. Fetching stops (Shutdown cancelled fetchCtx): the fetch loops and
+//     the dispatcher return, and what waits in a queue's hand is given
+//     back (its lease's renewal stopped first); the pause poller, which
+//     only steers fetching, returns with them.
+//  2. The runners finish the deliveries they hold: running tasks return,
+//     and each delivery settles (state, callbacks, ack), stopping its
+//     lease's renewal before it is settled. If Shutdown gives up first, it
+//     cancels the tasks' ctx (hardStop), and the settle grace begins: at
+//     its end every call still open is cancelled (callStop).
+//  3. The heartbeater, which kept beating with the tasks still running so
+//     the registry showed them, removes the worker's entry (or, once
+//     calls are cancelled, returns at once and lets it expire).
+//  4. Every broker and backend call is cancelled, every lease renewal has
+//     returned (each ended with its delivery, or with the calls), and the
+//     runners, with nothing left to handle, return.
+func (w *Worker) stop() {
+	drained := make(chan struct{})
 	go func() {
 		<-w.loopDone // 1
 		w.poller.wait()
 		w.tasks.Wait() // 2
 		w.beat.drain() // 3
 		w.beat.wait()
-		close(done)
+		close(drained)
 	}()
-	var err error
 	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		w.hardStop()
-		grace := time.NewTimer(shutdownGrace)
+	case <-drained:
+	case <-w.hardCtx.Done(): // Shutdown gave up waiting: the settle grace
+		grace := time.NewTimer(w.cfg.SettleGrace)
 		select {
-		case <-done:
+		case <-drained:
 		case <-grace.C:
 		}
 		grace.Stop()
 	}
 	w.hardStop()
-	w.callStop()
-	<-done
-	w.lease.wait()   // 4
+	w.callStop() // 4
+	<-drained    // a task function still running holds the worker here
+	w.lease.wait()
 	w.runners.Wait() // the loop closed w.work; runners return once it is drained
-	return err
+	close(w.stopped)
 }
 
 // call returns the ctx of one step of handling a delivery: bounded by
-// CallTimeout (by the shutdown grace once Shutdown has given up waiting),
-// and ended by Shutdown when the grace is over. Drivers that only honour
-// deadlines, not cancellation, still return in time.
+// CallTimeout, and ended when the settle grace is over (or the worker
+// stopped). Drivers that only honour deadlines, not cancellation, still
+// return in time.
 func (w *Worker) call() (context.Context, context.CancelFunc) {
-	timeout := w.cfg.CallTimeout
-	if w.hardCtx.Err() != nil {
-		timeout = min(timeout, shutdownGrace)
-	}
-	return context.WithTimeout(w.callCtx, timeout)
+	return context.WithTimeout(w.callCtx, w.cfg.CallTimeout)
 }
 
 // taskAttrs are the attributes of every log line about one task: its
@@ -479,6 +534,7 @@ func (w *Worker) loop() {
 			}
 		}
 		ds, err := b.Fetch(w.fetchCtx, q.name, n, w.cfg.Lease)
+		got := time.Now() // the leases began just before
 		for range n - len(ds) {
 			<-w.slots
 		}
@@ -492,7 +548,7 @@ func (w *Worker) loop() {
 		}
 		for _, d := range ds {
 			w.tasks.Add(1)
-			w.work <- job{d: d} // never blocks: a slot is held for each delivery
+			w.work <- job{d: d, got: got} // never blocks: a slot is held for each delivery
 		}
 		if !w.fetchFailed(q.name, err, &failures) {
 			return
@@ -547,6 +603,7 @@ const (
 	archive                // failed for good: archive it (Ack it, without an archive), the error as the reason
 	passOn                 // no function here: deliver again after backoff(Attempt), for another worker
 	throttle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
+	abandon                // its lease is lost, or the settle grace is over: record nothing, call nothing; the broker delivers it again
 )
 
 // setAside rejects d, which is not handled at all, for reason.
@@ -600,4 +657,43 @@ func routeTo(sig *Signature, queue string) {
 		routeTo(c, queue)
 	}
 	routeTo(sig.ChordCallback, queue)
+}
+
+// heldTasks are the decoded deliveries a worker holds, from their
+// decoding until they are settled, for the *ShutdownError of a Shutdown
+// that gives up.
+type heldTasks struct {
+	mu sync.Mutex
+	m  map[*delivery]time.Time // when it was decoded
+}
+
+func (h *heldTasks) add(dv *delivery) {
+	h.mu.Lock()
+	h.m[dv] = time.Now().UTC()
+	h.mu.Unlock()
+}
+
+func (h *heldTasks) remove(dv *delivery) {
+	h.mu.Lock()
+	delete(h.m, dv)
+	h.mu.Unlock()
+}
+
+// list returns the held tasks whose function is running (or has yet to
+// run) and those settling after it returned, each oldest first.
+func (h *heldTasks) list() (running, settling []RunningTask) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for dv, at := range h.m {
+		t := RunningTask{UUID: dv.sig.UUID, Name: dv.sig.Name, Queue: dv.queue, StartedAt: at}
+		if dv.returned.Load() {
+			settling = append(settling, t)
+		} else {
+			running = append(running, t)
+		}
+	}
+	byStart := func(a, b RunningTask) int { return a.StartedAt.Compare(b.StartedAt) }
+	slices.SortFunc(running, byStart)
+	slices.SortFunc(settling, byStart)
+	return running, settling
 }

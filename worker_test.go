@@ -242,6 +242,9 @@ func TestShutdownReleasesUnfinished(t *testing.T) {
 		if err := w1.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Shutdown = %v, want DeadlineExceeded (the task outlived the timeout)", err)
 		}
+		// Shutdown returned at its deadline, cancelling the task; the
+		// worker releases it in the background as it returns.
+		synctest.Wait()
 		qi, _ := e.srv.Queue(ctx, errand.DefaultQueue)
 		st := qi.Stats
 		if st.Pending != 1 || st.InFlight != 0 {

@@ -402,6 +402,20 @@ var brokenBrokers = map[string]BrokerHarness{
 			return b.Broker.Publish(ctx, msgs...)
 		}
 	}),
+	// Release of a delivery whose lease was lost puts the message back
+	// anyway (an LPUSH of the body, not checking the lease): a late
+	// settle brings back a message another consumer finished.
+	"release-ignores-lost-lease": brokenBrokerHarness(func(b *brokenBroker) {
+		b.release = func(b *brokenBroker, ctx context.Context, d *driver.Delivery, nb time.Time) error {
+			err := b.Broker.Release(ctx, d, nb)
+			if errors.Is(err, driver.ErrLeaseLost) {
+				m := d.Message
+				m.NotBefore = nb
+				return b.Broker.Publish(ctx, m)
+			}
+			return err
+		}
+	}),
 	"ack-is-a-no-op": brokenBrokerHarness(func(b *brokenBroker) {
 		b.ack = func(*brokenBroker, context.Context, *driver.Delivery) error { return nil }
 	}),
@@ -853,6 +867,8 @@ var workerTargets = map[string]string{
 	"BadMessage/ForeignBytes":     "broker:drops-foreign-bytes",
 	"Redelivery/CrashedWorker":    "broker:loses-on-fetch",
 	"Shutdown/ReleasesUnfinished": "broker:release-drops",
+	"Shutdown/KeepsLateResults":   "broker:release-drops",
+	"Lease/LostCancelsTask":       "broker:release-ignores-lost-lease",
 	"Archive/FailedTask":          "broker:archive-acks-instead",
 	"Archive/Undecodable":         "broker:archive-drops-body",
 	"Pause":                       "broker:pause-flag-lost",

@@ -23,12 +23,18 @@ type SilentServerHarness struct {
 	// server, and for the one that finishes the tasks afterwards.
 	Broker func(t testing.TB, addr string) errand.Broker
 	// Timing tunes the waits; Lease bounds how long tasks stay leased to
-	// the worker that met the silent server. Default lease: 3s.
+	// the worker that met the silent server. It must outlast
+	// ShutdownDeadline, or the worker, unable to renew its leases, would
+	// cancel the tasks when their leases ran out (errand.ErrLeaseLost)
+	// before Shutdown gave up on them. Default lease: ShutdownDeadline +
+	// 2×ShutdownSlack (7s).
 	Timing Timing
 }
 
 // ShutdownDeadline is the Shutdown deadline RunShutdownSilentServer gives a
-// worker, and ShutdownSlack how much longer Shutdown may take.
+// worker, and ShutdownSlack how much longer Shutdown may take, and how
+// much longer than its settle grace (ShutdownSlack/2 there) the worker
+// may take to stop after that deadline.
 const (
 	ShutdownDeadline = 5 * time.Second
 	ShutdownSlack    = time.Second
@@ -36,14 +42,17 @@ const (
 
 // RunShutdownSilentServer checks that a worker's Shutdown returns by its
 // deadline (plus ShutdownSlack) while the broker's server accepts
-// connections but answers nothing, and that the tasks it was running are
-// not lost: once the server answers again, another worker completes them.
-// The driver's part is to return from every call by its ctx deadline (and
-// from Fetch soon after its ctx is done); errand's is to bound every call
-// it makes while shutting down.
+// connections but answers nothing; that the worker then stops (a second
+// Shutdown returns nil) within its settle grace (WorkerConfig.SettleGrace,
+// ShutdownSlack/2 here) plus ShutdownSlack, once the grace has cancelled
+// every call still open; and that the tasks it was running are not lost:
+// once the server answers again, another worker completes them. The
+// driver's part is to return from every call by its ctx deadline or
+// cancellation (and from Fetch soon after its ctx is done); errand's is
+// to bound every call it makes while shutting down.
 func RunShutdownSilentServer(t *testing.T, h SilentServerHarness) {
 	if h.Timing.Lease <= 0 {
-		h.Timing.Lease = 3 * time.Second
+		h.Timing.Lease = ShutdownDeadline + 2*ShutdownSlack
 	}
 	tm := h.Timing.withDefaults()
 	t.Run("Shutdown/SilentServer", func(t *testing.T) {
@@ -90,7 +99,8 @@ func shutdownSilentCase(t testing.TB, h SilentServerHarness, tm Timing, acking b
 		<-ctx.Done() // runs until the worker gives up on it
 		return "", ctx.Err()
 	})
-	w := srv.NewWorker(errand.WorkerConfig{Concurrency: n, Lease: tm.Lease})
+	const grace = ShutdownSlack / 2
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: n, Lease: tm.Lease, SettleGrace: grace})
 	w.Start()
 	var results []*errand.AsyncResult
 	for i := range n {
@@ -131,6 +141,14 @@ func shutdownSilentCase(t testing.TB, h SilentServerHarness, tm Timing, acking b
 	}
 	if !acking && !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown past its deadline returned %v, want context.DeadlineExceeded", err)
+	}
+	// The settle grace ends, cancelling every call still open: each must
+	// return, and the worker stop.
+	wctx, wcancel := context.WithTimeout(context.Background(), grace+ShutdownSlack)
+	defer wcancel()
+	if err := w.Shutdown(wctx); err != nil {
+		t.Errorf("shutdown promise broken: the worker was still stopping %v after Shutdown returned (its settle grace %v, which cancels every call still open, plus %v) on a server silent %s: a call ignores its ctx (%v)",
+			time.Since(begun)-took, grace, ShutdownSlack, what, err)
 	}
 
 	// The server answers again: the tasks come back (their release could

@@ -56,6 +56,8 @@ var workerCases = []kase[workerPair]{
 	{"BadMessage/ForeignBytes", foreignBytes, parallel},
 	{"Redelivery/CrashedWorker", crashedWorker, parallel},
 	{"Shutdown/ReleasesUnfinished", shutdownReleases, parallel},
+	{"Shutdown/KeepsLateResults", shutdownKeepsLate, parallel},
+	{"Lease/LostCancelsTask", leaseLostCancels, parallel},
 	{"Archive/FailedTask", archiveFailedTask, parallel},
 	{"Archive/Undecodable", archiveUndecodable, parallel},
 	{"Pause", pauseWorker, parallel},
