@@ -6,6 +6,9 @@ var (
 	FibonacciNext = fibonacciNext
 )
 
+// ValidateWorkerConfig is what NewWorker checks of cfg's queues.
+func ValidateWorkerConfig(cfg WorkerConfig) error { return cfg.validate() }
+
 // PortableBroker returns s's broker in the portable layer, as the server
 // calls it.
 func PortableBroker(s *Server) Broker { return s.broker }

@@ -66,11 +66,11 @@ type job struct {
 	got time.Time
 }
 
-// Validate reports what is wrong with cfg's queues: a weight below 1, a
+// validate reports what is wrong with cfg's queues: a weight below 1, a
 // negative cap, a cap for a queue the worker does not consume, or an
 // empty queue name. With Queues empty (the server's default queue), any
 // cap's queue is left for NewWorker to check against that default.
-func (cfg WorkerConfig) Validate() error {
+func (cfg WorkerConfig) validate() error {
 	var errs []error
 	for q, wt := range cfg.Queues {
 		if q == "" {

@@ -27,7 +27,7 @@ func TestWorkerQueuesValidate(t *testing.T) {
 		{errand.WorkerConfig{Queues: map[string]int{"a": 1}, QueueConcurrency: map[string]int{"b": 1}}, `names queue "b", which the worker does not consume`},
 		{errand.WorkerConfig{Queues: map[string]int{"": 1}}, `empty queue name`},
 	} {
-		err := tc.cfg.Validate()
+		err := errand.ValidateWorkerConfig(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want an error saying %q", tc.cfg, err, tc.want)
 		}
@@ -47,7 +47,7 @@ func TestWorkerQueuesValidate(t *testing.T) {
 		t.Errorf("NewWorker with a cap on the default queue: Err() = %v, want nil", w.Err())
 	}
 	ok := errand.WorkerConfig{Queues: map[string]int{"a": 2, "b": 1}, QueueConcurrency: map[string]int{"b": 1}}
-	if err := ok.Validate(); err != nil {
+	if err := errand.ValidateWorkerConfig(ok); err != nil {
 		t.Errorf("Validate(%+v) = %v, want nil", ok, err)
 	}
 }

@@ -223,15 +223,18 @@ type Worker struct {
 }
 
 // NewWorker returns a worker for cfg. It does nothing until Start or Run.
-// A cfg that Validate refuses gives a worker whose Run returns that error
-// at once, whose Start reports it (ErrorHandler, Logger) and fetches
-// nothing, and whose Err returns it.
+// A cfg whose queue settings are wrong (a weight below 1, a negative cap,
+// a cap for a queue the worker does not consume, an empty queue name)
+// gives a worker whose Run returns that error at once, whose Start
+// reports it (ErrorHandler, Logger) and fetches nothing, and whose Err
+// returns it: check Err right after NewWorker to refuse a bad config
+// early.
 func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
-	cfgErr := cfg.Validate()
+	cfgErr := cfg.validate()
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = map[string]int{s.cfg.DefaultQueue: 1}
 		if cfgErr == nil {
-			cfgErr = cfg.Validate() // a cap names the default queue, or none
+			cfgErr = cfg.validate() // a cap names the default queue, or none
 		}
 	}
 	if cfg.Concurrency <= 0 {
@@ -355,8 +358,8 @@ func (w *Worker) Start() {
 	})
 }
 
-// Err returns the worker's configuration error (see
-// WorkerConfig.Validate), nil when the configuration is valid.
+// Err returns the worker's configuration error (see NewWorker), nil when
+// the configuration is valid.
 func (w *Worker) Err() error { return w.err }
 
 // ID returns the worker's ID, as Server.Workers reports it.
