@@ -37,15 +37,19 @@ type WorkerConfig struct {
 	// key must be a queue the worker consumes. Default: none.
 	QueueConcurrency map[string]int
 	// Concurrency is how many tasks run at once: a slot is held from a
-	// delivery's fetch until its task's function returns, and the worker
-	// never fetches more than it has free slots for. What follows the
-	// function — recording SUCCESS, RETRY or FAILURE, sending callbacks,
-	// the ack, and the lease extension until the ack — no longer holds the
-	// slot: up to Concurrency more deliveries may be settling beside the
-	// running ones (a task whose function returned while that many are
-	// settling keeps its slot until one of them is done), so at most
-	// 2×Concurrency deliveries are in hand at once. QueueConcurrency caps
-	// and heartbeats count running functions only. Default: 10.
+	// delivery's fetch until its task's function returns, and a
+	// worker on one queue without caps never fetches more than it has
+	// free slots for. A worker on several queues (or with QueueConcurrency)
+	// keeps a bounded prefetch: each queue's fetch asks for its share of
+	// the slots plus one (docs/flow-control.md), so up to that many
+	// deliveries per queue may wait, leased and extended, in the worker's
+	// hand beyond its free slots. What follows the function — recording
+	// SUCCESS, RETRY or FAILURE, sending callbacks, the ack, and the lease
+	// extension until the ack — no longer holds the slot: up to
+	// Concurrency more deliveries may be settling beside the running ones
+	// (a task whose function returned while that many are settling keeps
+	// its slot until one of them is done). QueueConcurrency caps and
+	// heartbeats count running functions only. Default: 10.
 	Concurrency int
 	// Lease is how long a fetched delivery stays invisible to other
 	// consumers. While a task runs its lease is extended every
