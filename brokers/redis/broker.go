@@ -64,11 +64,11 @@ type Options struct {
 	// message. Negative: none (acks are still counted). Default:
 	// DefaultCompletedMax, 1000.
 	CompletedMax int
-	// CompletedMaxAge: Queues drops the completed messages of each queue
-	// acked longer ago than this (by the server's clock) before it
-	// decides whether the queue is empty and leaves the queue set (see
-	// Queues). Negative: no bound. Default: DefaultCompletedMaxAge, 7
-	// days.
+	// CompletedMaxAge: a queue whose only remains are completed messages
+	// all acked longer ago than this (by the server's clock) counts as
+	// empty, and Queues takes it out of the queue set; the messages stay
+	// (CompletedMax bounds them). Negative: a queue with any completed
+	// message stays listed. Default: DefaultCompletedMaxAge, 7 days.
 	CompletedMaxAge time.Duration
 	// Logger receives go-redis's own log lines (connection errors, pool
 	// warnings), at Warn with the attribute component=go-redis. go-redis
@@ -531,7 +531,7 @@ func (b *Broker) settle(ctx context.Context, d *driver.Delivery, script *goredis
 		return fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
 	}
 	n, err := honourCancel(ctx, func() (int, error) {
-		return script.Run(ctx, b.rdb, keys, append([]any{h.mid, h.token}, args...)...).Int()
+		return script.Run(ctx, b.scripts, keys, append([]any{h.mid, h.token}, args...)...).Int()
 	})
 	if err != nil {
 		return b.err(ctx, err)

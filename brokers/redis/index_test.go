@@ -171,8 +171,42 @@ func TestEmptyQueueLeavesSet(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond) // poll: the entry ages by the server's clock
 			}
-			if got, _ := aging.List(ctx, "aging", driver.ListCompleted, 0, 10); len(got) != 0 {
-				t.Errorf("queue-set promise broken: the completed list still holds %d entries older than CompletedMaxAge", len(got))
+			if got, _ := aging.List(ctx, "aging", driver.ListCompleted, 0, 10); len(got) != 1 {
+				t.Errorf("queue-set promise broken: the completed list of an unlisted queue holds %d entries, want its 1 kept (Queues deletes nothing)", len(got))
+			}
+
+			// A paused queue stays listed, empty or not, so an operator can
+			// resume it.
+			run(b, "idle")
+			if err := b.Pause(ctx, "idle"); err != nil {
+				t.Fatal(err)
+			}
+			if !listed("idle") {
+				t.Errorf("queue-set promise broken: the paused empty queue idle left the set; an operator could no longer see or resume it")
+			}
+
+			// Listing queues never trims an archive: its retention is the
+			// workers' (WorkerConfig.ArchiveRetention), not the listing
+			// broker's options.
+			small := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix, ArchiveMaxCount: 1, ArchiveMaxAge: time.Millisecond})
+			defer small.Close()
+			for _, id := range []string{"a1", "a2"} {
+				if err := b.Publish(ctx, driver.Message{ID: id, Queue: "kept", Body: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+				ds, err := b.Fetch(ctx, "kept", 1, time.Minute)
+				if err != nil || len(ds) != 1 {
+					t.Fatalf("Fetch: %v, %v", ds, err)
+				}
+				if err := b.Archive(ctx, ds[0], driver.ArchiveEntry{Message: ds[0].Message, Reason: "test"}, driver.Retention{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := small.Queues(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if es, err := b.Archived(ctx, "kept", 0, 10); err != nil || len(es) != 2 {
+				t.Errorf("archive promise broken: after Queues on a broker with ArchiveMaxCount 1 the archive holds %d entries (%v), want both kept: listing queues must delete nothing", len(es), err)
 			}
 		})
 	}

@@ -22,14 +22,15 @@ import (
 // for the keys of queues — K:pending, K:ppending, K:delayed, K:inflight,
 // K:dead, K:archive — and adds what it finds to P:queues.
 //
-// A queue of which nothing remains leaves the set: each call first drops
-// every listed queue's archive entries past Options.ArchiveMaxCount and
-// ArchiveMaxAge and its completed messages past Options.CompletedMaxAge,
-// then takes out of P:queues the queues with no message pending,
-// scheduled or in flight, an empty archive and no completed message
-// (unlistScript, SREM, relistScript: a publish racing the removal puts
-// the queue back, see scripts.go). A queue used once is so listed until
-// its last archived and completed messages age out. This costs three
+// A queue of which nothing remains leaves the set: each call takes out of
+// P:queues the queues with no message pending, scheduled or in flight, an
+// empty archive, and no completed message acked within
+// Options.CompletedMaxAge (unlistScript, SREM, relistScript: a publish
+// racing the removal puts the queue back, see scripts.go). It deletes
+// nothing: completed messages stay, bounded by CompletedMax, and the
+// archive keeps its own retention. A paused queue stays listed. A queue
+// used once is so listed until its archive is emptied and its last
+// completed message is CompletedMaxAge old. This costs four
 // pipelined round trips (one per node on a cluster) over the listed
 // queues; it is an operator's call.
 func (b *Broker) Queues(ctx context.Context) ([]string, error) {
@@ -51,23 +52,42 @@ func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 	return qs, b.err(ctx, err)
 }
 
-// unlistEmpty takes out of P:queues those of qs of which nothing remains
-// (see Queues) and returns the others.
-func (b *Broker) unlistEmpty(ctx context.Context, qs []string) ([]string, error) {
-	if len(qs) == 0 {
-		return qs, nil
+// unlistEmpty takes out of P:queues those of all of which nothing remains
+// (see Queues), paused queues excepted, and returns the others.
+
+// doneAge is unlistScript's bound on completed messages (ms; 0: none may
+// remain).
+func (b *Broker) doneAge() int64 { return max(b.opts.CompletedMaxAge.Milliseconds(), 0) }
+func (b *Broker) unlistEmpty(ctx context.Context, all []string) ([]string, error) {
+	if len(all) == 0 {
+		return all, nil
 	}
-	marks := make([]*goredis.Cmd, len(qs))
-	if _, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
-		for i, q := range qs {
-			marks[i] = eval(unlistScript, ctx, pipe, b.keys(q).unlistKeys(),
-				b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds(), b.opts.CompletedMaxAge.Milliseconds())
-		}
-	}); err != nil {
+	// A paused queue stays listed, empty or not: an operator must be able
+	// to see it and resume it.
+	paused, err := b.rdb.SMembers(ctx, b.global("paused")).Result()
+	if err != nil {
 		return nil, err
 	}
+	var qs, keep []string
+	for _, q := range all {
+		if slices.Contains(paused, q) {
+			keep = append(keep, q)
+		} else {
+			qs = append(qs, q)
+		}
+	}
+	marks := make([]*goredis.Cmd, len(qs))
+	if len(qs) > 0 {
+		if _, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+			for i, q := range qs {
+				marks[i] = eval(unlistScript, ctx, pipe, b.keys(q).unlistKeys(), b.doneAge())
+			}
+		}); err != nil {
+			return nil, err
+		}
+	}
 	var empty []string
-	kept := make([]string, 0, len(qs))
+	kept := append(make([]string, 0, len(all)), keep...)
 	for i, q := range qs {
 		if n, _ := marks[i].Int(); n == 1 {
 			empty = append(empty, q)
@@ -85,7 +105,7 @@ func (b *Broker) unlistEmpty(ctx context.Context, qs []string) ([]string, error)
 	relists := make([]*goredis.Cmd, len(empty))
 	if _, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
 		for i, q := range empty {
-			relists[i] = eval(relistScript, ctx, pipe, b.keys(q).relistKeys())
+			relists[i] = eval(relistScript, ctx, pipe, b.keys(q).relistKeys(), b.doneAge())
 		}
 	}); err != nil {
 		// Unknown whether a publish came: put them all back.

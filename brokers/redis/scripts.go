@@ -394,21 +394,6 @@ local function forget(id, taskID)
 end
 `
 
-// luaTrimDone defines trimDone(maxAge): drop the entries of K:done (the
-// local done) acked more than maxAge ms ago (0: no bound), oldest first,
-// over luaNow.
-const luaTrimDone = `
-local function trimDone(maxAge)
-  if maxAge <= 0 then return end
-  while true do
-    local last = redis.call('LINDEX', done, -1)
-    local at = last and tonumber(string.match(last, '^(%d+)\n'))
-    if not at or at >= now - maxAge then return end
-    redis.call('RPOP', done)
-  end
-end
-`
-
 // ackScript acks each delivery whose token is current (one Ack call's
 // batch, up to MaxAckBatch), keeping its envelope in K:done and counting it
 // in K:acked in the same step. Returns one SETTLED or LEASE_LOST per
@@ -928,19 +913,28 @@ func (k keys) findKeys() []string {
 // no dead letters of an older version — over the locals pending,
 // ppending, delayed, inflight, archive, done and dead of the prologue.
 const luaEmpty = `
-local function empty()
+local function doneOld(doneAge)
+  if redis.call('LLEN', done) == 0 then return true end
+  if doneAge <= 0 then return false end
+  local newest = redis.call('LINDEX', done, 0)
+  local at = newest and tonumber(string.match(newest, '^(%d+)\n'))
+  return at ~= nil and at < now - doneAge
+end
+local function empty(doneAge)
   return redis.call('LLEN', pending) == 0 and redis.call('ZCARD', ppending) == 0 and
     redis.call('ZCARD', delayed) == 0 and redis.call('ZCARD', inflight) == 0 and
-    redis.call('ZCARD', archive) == 0 and redis.call('LLEN', done) == 0 and
-    redis.call('EXISTS', dead) == 0
+    redis.call('ZCARD', archive) == 0 and redis.call('EXISTS', dead) == 0 and
+    doneOld(doneAge)
 end
 `
 
 // unlistScript is the first step of taking an empty queue out of
-// P:queues (Queues): it drops the archive entries and completed messages
-// past their retention, and when nothing of the queue remains marks it
-// K:unlisted. Returns 1 when marked (the caller then removes the queue
-// from P:queues and runs relistScript), else 0.
+// P:queues (Queues): when nothing of the queue remains but completed
+// messages all acked more than doneAge ago (which stay, bounded by
+// CompletedMax), it marks the queue K:unlisted. It deletes nothing: the
+// archive's retention is the workers' (WorkerConfig.ArchiveRetention),
+// never an operator's listing. Returns 1 when marked (the caller then
+// removes the queue from P:queues and runs relistScript), else 0.
 var unlistScript = newScript(`
 -- unlist
 -- KEYS[1] -> K:pending
@@ -948,26 +942,21 @@ var unlistScript = newScript(`
 -- KEYS[3] -> K:delayed
 -- KEYS[4] -> K:inflight
 -- KEYS[5] -> K:archive
--- KEYS[6] -> K:archived
--- KEYS[7] -> K:done
--- KEYS[8] -> K:dead
--- KEYS[9] -> K:unlisted
--- ARGV[1] -> the most archive entries to keep (0: no bound)
--- ARGV[2] -> how long to keep an archive entry (ms; 0: no bound)
--- ARGV[3] -> how long to keep a completed message (ms; 0: no bound)
+-- KEYS[6] -> K:done
+-- KEYS[7] -> K:dead
+-- KEYS[8] -> K:unlisted
+-- ARGV[1] -> how long ago the newest completed message must have been acked (ms; 0: none may remain)
 local pending, ppending, delayed, inflight = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local archive, archived, done, dead, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local maxCount, maxAge, doneAge = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-`, luaNow, luaArchive, luaTrimDone, luaEmpty, `
-trimArchive(maxCount, maxAge)
-trimDone(doneAge)
-if not empty() then return 0 end
+local archive, done, dead, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local doneAge = tonumber(ARGV[1])
+`, luaNow, luaEmpty, `
+if not empty(doneAge) then return 0 end
 redis.call('SET', unlisted, '1')
 return 1
 `)
 
 func (k keys) unlistKeys() []string {
-	return []string{k.pending, k.ppending, k.delayed, k.inflight, k.archive, k.archived, k.done, k.dead, k.unlisted}
+	return []string{k.pending, k.ppending, k.delayed, k.inflight, k.archive, k.done, k.dead, k.unlisted}
 }
 
 // relistScript is the last step of taking a queue out of P:queues, run
@@ -985,10 +974,12 @@ var relistScript = newScript(`
 -- KEYS[6] -> K:done
 -- KEYS[7] -> K:dead
 -- KEYS[8] -> K:unlisted
+-- ARGV[1] -> as unlistScript's ARGV[1]
 local pending, ppending, delayed, inflight = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local archive, done, dead, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-`, luaEmpty, `
-if redis.call('EXISTS', unlisted) == 1 and empty() then return 0 end
+local doneAge = tonumber(ARGV[1])
+`, luaNow, luaEmpty, `
+if redis.call('EXISTS', unlisted) == 1 and empty(doneAge) then return 0 end
 redis.call('DEL', unlisted)
 return 1
 `)

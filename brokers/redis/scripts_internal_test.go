@@ -2,6 +2,8 @@ package redisbroker
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -101,4 +103,29 @@ func checkPrologue(name, text string, keys []string) error {
 		return fmt.Errorf("reads KEYS[...] %d times, want once per key (bind each to a local)", reads)
 	}
 	return nil
+}
+
+// TestEveryScriptCallWithoutRetries: every script call goes through the
+// broker's NoRetry scripter (b.scripts) or a NoRetry pipeline, never the
+// bare client, whose go-redis retries would run a script twice.
+func TestEveryScriptCallWithoutRetries(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := regexp.MustCompile(`\.(Run|RunRO|Eval|EvalSha|EvalRO|EvalShaRO)\(ctx, b\.rdb\b`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if bare.MatchString(line) {
+				t.Errorf("no-retry promise broken: %s:%d runs a script on the bare client (go-redis may send it twice); use b.scripts or redisconn.NoRetry", f, i+1)
+			}
+		}
+	}
 }

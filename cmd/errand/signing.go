@@ -84,15 +84,21 @@ func parseKeys(text string) (map[string][]byte, []string, error) {
 			if !ok || id == "" {
 				return nil, nil, fmt.Errorf("entry %d is not ID=SECRET", n)
 			}
+			// Entries are named by number, never by their ID: a bare secret
+			// (no "ID=") whose base64 padding reads as the "=" would
+			// otherwise be quoted as an ID.
 			if _, dup := keys[id]; dup {
-				return nil, nil, fmt.Errorf("key %q is given twice", id)
+				return nil, nil, fmt.Errorf("entry %d repeats the key ID of an earlier entry", n)
+			}
+			if strings.TrimSpace(secret) == "" {
+				return nil, nil, fmt.Errorf("entry %d has no secret after its = (the form is ID=SECRET)", n)
 			}
 			k, err := decodeSecret(strings.TrimSpace(secret))
 			if err != nil {
-				return nil, nil, fmt.Errorf("key %q: %v", id, err)
+				return nil, nil, fmt.Errorf("entry %d: %v (the form is ID=SECRET)", n, err)
 			}
 			if len(k) < minSecret {
-				return nil, nil, fmt.Errorf("key %q: the secret is %d bytes, want at least %d (32 random bytes: openssl rand -base64 32)", id, len(k), minSecret)
+				return nil, nil, fmt.Errorf("entry %d: the secret is %d bytes, want at least %d (the form is ID=SECRET; 32 random bytes: openssl rand -base64 32)", n, len(k), minSecret)
 			}
 			keys[id] = k
 			order = append(order, id)

@@ -251,11 +251,14 @@ func TestSigningKeysBadInput(t *testing.T) {
 		want []string
 		leak string
 	}{
-		{"k1=" + short, nil, []string{`key "k1": the secret is 5 bytes, want at least 16`}, short},
+		{"k1=" + short, nil, []string{`entry 1: the secret is 5 bytes, want at least 16`}, short},
 		{"k1", nil, []string{"entry 1 is not ID=SECRET", "ERRAND_SIGNING_KEYS"}, ""},
-		{"k1=%%notbase64%%", nil, []string{`key "k1": the secret is not base64`}, "notbase64"},
-		{"k1=hex:zz" + wrongHex, nil, []string{`key "k1": the secret after hex: is not hexadecimal`}, wrongHex},
-		{"k1=" + testB64 + ",k1=" + testB64, nil, []string{`key "k1" is given twice`}, testB64},
+		{"k1=%%notbase64%%", nil, []string{`entry 1: the secret is not base64`}, "notbase64"},
+		{"k1=hex:zz" + wrongHex, nil, []string{`entry 1: the secret after hex: is not hexadecimal`}, wrongHex},
+		{"k1=" + testB64 + ",k1=" + testB64, nil, []string{`entry 2 repeats the key ID of an earlier entry`}, testB64},
+		// A bare secret (no "ID="): its base64 padding must not make the
+		// secret read as an ID quoted back.
+		{testB64, nil, []string{"entry 1 has no secret after its ="}, strings.TrimRight(testB64, "=")},
 		{"bad id=" + testB64, nil, []string{`key id "bad id"`}, testB64},
 		{"k1=" + testB64, []string{"--sign-with", "k2"}, []string{"--sign-with k2: no key of that id", "k1"}, testB64},
 		{"", []string{"--sign-with", "k2"}, []string{"--sign-with k2: no signing keys given"}, ""},
