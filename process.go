@@ -139,6 +139,12 @@ func (dv *delivery) decode() bool {
 // (Worker.call); the task itself runs under the task's ctx.
 func (dv *delivery) process() {
 	w, sig := dv.w, dv.sig
+	if lost := dv.ext.lostCause(); lost != nil {
+		// Its lease ran out while it waited in the worker's hand (a slow
+		// or silent broker): another worker may hold it now.
+		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost before it started; not run here, the broker delivers it again: %w", sig.Name, sig.UUID, lost)
+		return
+	}
 	if !dv.begin() {
 		return
 	}
@@ -278,6 +284,12 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 		if err := w.srv.backend.setState(ctx, final); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
+		}
+		if lost := dv.ext.lostCause(); lost != nil {
+			// Lost while SUCCESS was written: the callbacks are the
+			// redelivery's to send (it finds SUCCESS and settles the task).
+			dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost while its SUCCESS was recorded; its callbacks are left to the redelivery: %w", sig.Name, sig.UUID, lost)
+			return final, runErr
 		}
 		dv.outcome, dv.err = w.afterSuccess(ctx, sig, results)
 	} else {

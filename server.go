@@ -108,7 +108,18 @@ func (s *Server) Backend() Backend { return s.cfg.Backend }
 
 // Close closes the server's broker and backend; every later call on them,
 // or on the server, returns an error satisfying errors.Is(err, ErrClosed).
-// Shut workers down first.
+// Shut workers down first, and let them finish: a Shutdown that returned a
+// *ShutdownError leaves its late tasks settling in the background for up
+// to WorkerConfig.SettleGrace, and a Close meanwhile makes their outcomes
+// fail with ErrClosed (they run again after their leases). To keep them,
+// call Shutdown again with a ctx of SettleGrace before Close:
+//
+//	if err := w.Shutdown(ctx); err != nil {
+//		graceCtx, cancel := context.WithTimeout(context.Background(), errand.DefaultSettleGrace)
+//		w.Shutdown(graceCtx) // waits for the late tasks to settle
+//		cancel()
+//	}
+//	srv.Close()
 func (s *Server) Close() error {
 	if s.fresh != nil {
 		s.fresh.Close()

@@ -74,11 +74,13 @@ func (b *Broker) List(ctx context.Context, queue string, state driver.ListState,
 }
 
 // Find returns the message of queue whose task ID is id, with its list, in
-// one script: it looks in flight, then pending (both priorities), then
-// scheduled, then among the completed (K:done), comparing the task ID of
-// each envelope on the server. Its cost is one pass over the queue's
-// structures inside Redis, in one round trip, where paging through List
-// would take a round trip (and, in flight, a sort) per page.
+// one script (findScript): a queued message through the task-ID index
+// K:ids (in flight, scheduled or pending, a few lookups whatever the
+// queue's length), else among the completed (K:done, at most CompletedMax
+// entries). Two limits: a message queued by a version before the index
+// (or pushed by another program) is found only once completed; and of
+// two queued messages with one task ID the index names the newer, so the
+// older is not found while the newer is acked before it.
 func (b *Broker) Find(ctx context.Context, queue, id string) (driver.Listed, driver.ListState, bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()

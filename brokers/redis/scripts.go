@@ -908,10 +908,11 @@ func (k keys) findKeys() []string {
 	return []string{k.msgs, k.ids, k.inflight, k.delayed, k.done}
 }
 
-// luaEmpty defines empty(): nothing of the queue remains — no message
-// pending, scheduled or in flight, its archive and completed list empty,
-// no dead letters of an older version — over the locals pending,
-// ppending, delayed, inflight, archive, done and dead of the prologue.
+// luaEmpty defines empty(doneAge): nothing of the queue remains — no
+// message pending, scheduled or in flight, its archive empty, no dead
+// letters of an older version, and no completed message acked within
+// doneAge ms (0: none at all) — over the locals pending, ppending,
+// delayed, inflight, archive, done and dead of the prologue, and now.
 const luaEmpty = `
 local function doneOld(doneAge)
   if redis.call('LLEN', done) == 0 then return true end
