@@ -161,6 +161,10 @@ func (x *leaseExtender) renew(d *driver.Delivery, e *extension, got time.Time) {
 		switch {
 		case err == nil:
 			outage = false
+		case errors.Is(err, driver.ErrLeaseLost) && stopped(quit):
+			// The delivery was settled (acked or released) while this
+			// renewal was under way: nothing is lost, nothing to report.
+			return
 		case errors.Is(err, driver.ErrLeaseLost):
 			e.lose(err)
 			x.report(err, "errand: lease lost; no longer extended, the task's ctx is cancelled (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
@@ -168,5 +172,15 @@ func (x *leaseExtender) renew(d *driver.Delivery, e *extension, got time.Time) {
 		case errors.Is(err, ErrClosed):
 			return
 		}
+	}
+}
+
+// stopped reports whether quit is closed.
+func stopped(quit <-chan struct{}) bool {
+	select {
+	case <-quit:
+		return true
+	default:
+		return false
 	}
 }
