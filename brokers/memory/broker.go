@@ -253,20 +253,15 @@ func (b *Broker) leased(d *driver.Delivery) (*queue, *entry, error) {
 func (b *Broker) Ack(_ context.Context, ds []*driver.Delivery) []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var errs []error
 	now := time.Now()
-	for i, d := range ds {
-		q, e, err := b.leased(d)
+	return driver.EachItem(len(ds), func(i int) error {
+		q, e, err := b.leased(ds[i])
 		if err != nil {
-			if errs == nil {
-				errs = make([]error, len(ds))
-			}
-			errs[i] = err
-			continue
+			return err
 		}
 		q.complete(e, now)
-	}
-	return errs
+		return nil
+	})
 }
 
 // complete removes the in-flight e as acked at now; b.mu must be held.
