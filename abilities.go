@@ -7,10 +7,10 @@ import (
 )
 
 // A driver's optional abilities (driver/doc.go lists them) are discovered
-// here, once, when the portable layer wraps the driver, and nowhere else:
-// the rest of errand reads the fields below (nil where the driver lacks
-// the ability) and calls an ability through use or useErr, which make the
-// portable checks every call makes.
+// here, once, when the portable layer wraps the driver: the engine reads
+// the fields below (nil where the driver lacks the ability). Operator
+// calls reach an ability through ability, use or useErr (ops.go, below),
+// which make the portable checks every call makes.
 
 // brokerAbilities are a broker driver's optional interfaces.
 type brokerAbilities struct {
@@ -46,53 +46,6 @@ func discoverBroker(b driver.Broker) brokerAbilities {
 	a.schedules, _ = b.(driver.ScheduleStore)
 	a.carrier, _ = b.(driver.PendingCarrier)
 	return a
-}
-
-// get sets *p to the ability of p's type and reports whether the driver
-// has it; p points to one of brokerAbilities' interface types.
-func (a *brokerAbilities) get(p any) bool {
-	switch p := p.(type) {
-	case *driver.Limiter:
-		*p = a.limiter
-		return *p != nil
-	case *driver.StatsReporter:
-		*p = a.stats
-		return *p != nil
-	case *driver.Purger:
-		*p = a.purger
-		return *p != nil
-	case *driver.QueueLister:
-		*p = a.queues
-		return *p != nil
-	case *driver.Lister:
-		*p = a.lister
-		return *p != nil
-	case *driver.Finder:
-		*p = a.finder
-		return *p != nil
-	case *driver.Archiver:
-		*p = a.archiver
-		return *p != nil
-	case *driver.Pauser:
-		*p = a.pauser
-		return *p != nil
-	case *driver.Heartbeater:
-		*p = a.heartbeater
-		return *p != nil
-	case *driver.Uniquer:
-		*p = a.uniquer
-		return *p != nil
-	case *driver.RateLimiter:
-		*p = a.rateLimiter
-		return *p != nil
-	case *driver.ScheduleStore:
-		*p = a.schedules
-		return *p != nil
-	case *driver.PendingCarrier:
-		*p = a.carrier
-		return *p != nil
-	}
-	panic("errand: not a broker ability")
 }
 
 // discoverBackend finds b.drv's optional interfaces.
