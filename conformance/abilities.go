@@ -23,26 +23,24 @@ func unsupportedBy(v any, what string) error {
 // ackOne acks d alone, through b's batch-shaped Ack, and returns its error.
 // An answer of another length than one breaks the batch convention.
 func ackOne(ctx context.Context, b errand.Broker, d *driver.Delivery) error {
-	errs := b.Ack(ctx, []*driver.Delivery{d})
-	switch len(errs) {
-	case 0:
-		return nil
-	case 1:
-		return errs[0]
-	}
-	return fmt.Errorf("batch convention broken: Ack of one delivery answered %d errors %v, want nil or one", len(errs), errs)
+	return oneAnswer(b.Ack(ctx, []*driver.Delivery{d}), "Ack of one delivery")
 }
 
 // setOne writes st alone, through b's batch-shaped SetStates.
 func setOne(ctx context.Context, b errand.Backend, st *errand.TaskState) error {
-	errs := b.SetStates(ctx, []*errand.TaskState{st})
+	return oneAnswer(b.SetStates(ctx, []*errand.TaskState{st}), "SetStates of one state")
+}
+
+// oneAnswer is the error of a batch call of one item whose answer is
+// errs: nil, errs[0], or an error saying call broke the convention.
+func oneAnswer(errs []error, call string) error {
 	switch len(errs) {
 	case 0:
 		return nil
 	case 1:
 		return errs[0]
 	}
-	return fmt.Errorf("batch convention broken: SetStates of one state answered %d errors %v, want nil or one", len(errs), errs)
+	return fmt.Errorf("batch convention broken: %s answered %d errors %v, want nil or one", call, len(errs), errs)
 }
 
 // checkAnswer checks a batch call's answer errs for n items against the
