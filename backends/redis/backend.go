@@ -213,15 +213,11 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 }
 
 // setReplied reports whether c, a SET (OK) or SET NX (true or false),
-// carries the server's reply.
+// carries the server's reply. A SET NX always counts as answered: false
+// is its reply "not set", and its failure carries its own error.
 func setReplied(c goredis.Cmder) bool {
-	switch c := c.(type) {
-	case *goredis.StatusCmd:
-		return c.Val() != ""
-	case *goredis.BoolCmd:
-		return true // false is the NX reply "not set"; a failure carries its error
-	}
-	return true
+	s, ok := c.(*goredis.StatusCmd)
+	return !ok || s.Val() != ""
 }
 
 // queueStates queues on pipe one SET ... PX per state (SET ... NX PX when
