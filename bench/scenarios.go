@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
@@ -18,14 +15,10 @@ import (
 
 func scenarios() []scenario {
 	return []scenario{
-		{"enqueue, single producer", enqueueSingle},
-		{"enqueue, concurrent producers", enqueueConcurrent},
+		{"peers", peers},
+		{"profile", profile},
 		{"enqueue, batch", enqueueBatch},
-		{"drain, 10 workers", func(r *report) error { return drain(r, 10) }},
-		{"drain, 50 workers", func(r *report) error { return drain(r, 50) }},
-		{"latency at 200/s", latency},
 		{"delayed tasks", delayed},
-		{"chord 1000", func(r *report) error { return chord(r, 1000) }},
 		{"chord 10000", func(r *report) error { return chord(r, 10000) }},
 		{"memory drain", memoryDrain},
 		{"drain by result backend", backendDrains},
@@ -50,56 +43,6 @@ func rawLPush(ctx context.Context, r *report, sc string) error {
 	return nil
 }
 
-func enqueueSingle(r *report) error {
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	sc := fmt.Sprintf("enqueue %dk, single producer", *n/1000)
-	if err := rawLPush(ctx, r, sc); err != nil {
-		return err
-	}
-
-	srv := redisServer(r.rdb)
-	t0 := time.Now()
-	for i := range *n {
-		if _, err := srv.SendTask(ctx, errand.NewSignature("noop", i)); err != nil {
-			return err
-		}
-	}
-	r.compare(sc, "errand SendTask (PENDING state + publish)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 1.0×")
-	return checkQueued(ctx, srv, *n)
-}
-
-// producers is the number of goroutines of the concurrent enqueue
-// scenario: a web server's request handlers sending at once.
-const producers = 10
-
-// enqueueConcurrent sends n tasks from producers goroutines at once, after
-// n LPUSHes from as many goroutines (the floor), and checks the queue then
-// holds each task once.
-func enqueueConcurrent(r *report) error {
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	sc := fmt.Sprintf("enqueue %dk, %d concurrent producers", *n/1000, producers)
-	key := rawKey()
-	defer r.rdb.Del(context.Background(), key)
-	t0 := time.Now()
-	if err := concurrently(*n, func(i int) error { return r.rdb.LPush(ctx, key, strconv.Itoa(i)).Err() }); err != nil {
-		return err
-	}
-	r.add(sc, "raw LPUSH", rate(*n, time.Since(t0)), "msgs/s")
-
-	srv := redisServer(r.rdb)
-	t0 = time.Now()
-	if err := concurrently(*n, func(i int) error {
-		_, err := srv.SendTask(ctx, errand.NewSignature("noop", i))
-		return err
-	}); err != nil {
-		return err
-	}
-	r.compare(sc, "errand SendTask (PENDING state + publish, concurrent sends joined)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "")
-	return checkQueued(ctx, srv, *n)
-}
-
 // checkQueued checks that the server's default queue holds want tasks: each
 // task sent was queued once.
 func checkQueued(ctx context.Context, srv *errand.Server, want int) error {
@@ -111,26 +54,6 @@ func checkQueued(ctx context.Context, srv *errand.Server, want int) error {
 		return fmt.Errorf("%d tasks sent left %d on the queue, want each once", want, q.Stats.Pending)
 	}
 	return nil
-}
-
-// concurrently runs send(0..count-1) on producers goroutines.
-func concurrently(count int, send func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, producers)
-	for range producers {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < count; i = int(next.Add(1)) - 1 {
-				if err := send(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
 }
 
 func enqueueBatch(r *report) error {
@@ -154,77 +77,6 @@ func enqueueBatch(r *report) error {
 	r.compare(sc, "errand SendGroup (batches of 100, 4 in flight)", rate(*n, time.Since(t0)), "tasks/s", "raw LPUSH", "≥ 5×")
 	return checkQueued(ctx, srv, *n)
 }
-
-// rawDrain preloads n IDs and drains them with w goroutines using pop.
-func rawDrain(ctx context.Context, rdb *goredis.Client, w int, pop func(ctx context.Context, src, proc string) (string, error), ack func(ctx context.Context, proc, v string) error) (time.Duration, error) {
-	src, proc := rawKey(), rawKey()
-	defer rdb.Del(context.Background(), src, proc)
-	pipe := rdb.Pipeline()
-	for i := range *n {
-		pipe.LPush(ctx, src, strconv.Itoa(i))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
-	}
-	o := newOnce(*n)
-	dctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for range w {
-		wg.Go(func() {
-			for dctx.Err() == nil {
-				v, err := pop(dctx, src, proc)
-				if err != nil {
-					continue
-				}
-				o.mark(v)
-				if ack != nil {
-					ack(dctx, proc, v)
-				}
-			}
-		})
-	}
-	err := o.wait(ctx)
-	d := time.Since(t0)
-	stop()
-	wg.Wait()
-	return d, err
-}
-
-func drain(r *report, w int) error {
-	ctx, cancel := ctxTimeout()
-	defer cancel()
-	sc := fmt.Sprintf("drain %dk no-op, %d workers", *n/1000, w)
-	d, err := rawDrain(ctx, r.rdb, w, func(ctx context.Context, src, _ string) (string, error) {
-		v, err := r.rdb.BRPop(ctx, time.Second, src).Result()
-		if err != nil {
-			return "", err
-		}
-		return v[1], nil
-	}, nil)
-	if err != nil {
-		return err
-	}
-	r.add(sc, "raw LPUSH/BRPOP (loses tasks on a crash)", rate(*n, d), "tasks/s")
-	d, err = rawDrain(ctx, r.rdb, w, func(ctx context.Context, src, proc string) (string, error) {
-		return r.rdb.BLMove(ctx, src, proc, "RIGHT", "LEFT", time.Second).Result()
-	}, func(ctx context.Context, proc, v string) error { return r.rdb.LRem(ctx, proc, 1, v).Err() })
-	if err != nil {
-		return err
-	}
-	const floor = "raw LPUSH + BLMOVE + LREM (reliable)"
-	r.add(sc, floor, rate(*n, d), "tasks/s")
-
-	d, err = errandDrain(ctx, redisServer(r.rdb), *n, w, nil)
-	if err != nil {
-		return err
-	}
-	r.compare(sc, "errand redis broker + redis backend, states recorded", rate(*n, d), "tasks/s", floor, "≥ 1.0×")
-	return nil
-}
-
-func latency(r *report) error { return latencyOn(r, "errand redis", redisServer(r.rdb)) }
 
 // latencyOn sends tasks at 200/s to idle workers of srv and records the time
 // from send to handler start.
