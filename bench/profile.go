@@ -242,7 +242,7 @@ func slowlogCosts(ctx context.Context, rdb *goredis.Client, tok string) (map[str
 			if name != "EVAL" {
 				id = e.Args[1][:min(7, len(e.Args[1]))]
 			}
-			name = fmt.Sprintf("%s %s (%s)", name, id, strings.Join(shapes, " "))
+			name = fmt.Sprintf("%s %s (%s)", name, id, compactKeys(shapes))
 		}
 		c := out[name]
 		if c == nil {
@@ -301,4 +301,27 @@ func (r *report) profileMarkdown() string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// compactKeys writes keys sharing a prefix (up to a colon) once:
+// "P:q:a P:q:b" is "P:q:{a b}".
+func compactKeys(keys []string) string {
+	if len(keys) < 2 {
+		return strings.Join(keys, " ")
+	}
+	pre := keys[0]
+	for _, k := range keys[1:] {
+		for !strings.HasPrefix(k, pre) {
+			pre = pre[:len(pre)-1]
+		}
+	}
+	pre = pre[:strings.LastIndex(pre, ":")+1]
+	if pre == "" {
+		return strings.Join(keys, " ")
+	}
+	rest := make([]string, len(keys))
+	for i, k := range keys {
+		rest[i] = k[len(pre):]
+	}
+	return pre + "{" + strings.Join(rest, " ") + "}"
 }

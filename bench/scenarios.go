@@ -343,7 +343,52 @@ func errandDrain(ctx context.Context, srv *errand.Server, total, w int, before f
 
 // analysis is appended to the report under the table.
 const analysis = `
+## How the peers are run
+
+- **Same work.** Every subject's task carries five int64 arguments (an id,
+  the send time in nanoseconds, 3, 4, 5) and runs a no-op handler that
+  records the id (and, for latency, the time since the send). A task that
+  runs twice or never fails the run. Drains preload the queue (not timed)
+  and time from the workers' start to the last handler start; enqueue rows
+  time the sends, then check the queue holds each task once.
+- **asynq v0.26.0**: asynq.NewClient and asynq.NewServer on an
+  asynq.RedisClientOpt (its own connections, as its docs set it up), one
+  queue per run, every Config field at its default except Concurrency,
+  Queues and a silent Logger; the payload is the five arguments as JSON (asynq
+  takes bytes; its docs encode JSON). Its default TaskCheckInterval (1 s) is
+  what makes its latency row hundreds of milliseconds: a processor that
+  finds every queue empty sleeps that long before it looks again. That is
+  the default asynq's users run, so the table keeps it; the extra line
+  under the table gives the same scenario with a short interval
+  (-asynqcheck), which asynq's docs warn costs Redis and CPU when idle.
+- **machinery v2.0.16**: the go-redis broker and backend (NewGR, as
+  machinery's go-redis example) and the eager lock; config defaults
+  (results kept 3600 s, the broker's BLPOP wait 1 s, which blocks rather
+  than polls, and its 500 ms delayed-task poll) except the queue and
+  delayed-set names (per run) and NoUnixSignals (a worker per scenario
+  must not install a signal handler each). One producer Server sends
+  (SendTaskWithContext: the PENDING state, then RPUSH), as a service would;
+  each worker run builds its own Server, whose broker connections machinery
+  closes on Quit. machinery's Server starts a cron goroutine that nothing
+  stops; it sits idle on a timer (the bench prints the goroutine count
+  after the peers). Chords: members return only an error and the callback
+  is immutable (machinery passes members' results as arguments, and a
+  no-result member has none); errand's chord passes the 1000 results to the
+  callback. machinery checks group completion by reading every member's
+  state on each member's success, so its chord grows with the square of
+  the size.
+- **errand**: the Redis broker and the Redis backend on one Redis with
+  default options, one prefix per run. **raw**: go-redis commands with
+  nothing recorded: reliable BLMOVE + LREM drains, LPUSH sends, LPUSH to
+  BLMOVE workers for latency, a DECR-counter chord.
+- Every run deletes its keys (asynq's under asynq:{queue}, and its queue
+  from asynq:queues); workers and clients are stopped before the next run.
+
 ## Reading the numbers
+
+The notes below (issue 10) were written before the peer table: the drain,
+enqueue, latency and chord-of-1000 rows they name are now that table's
+errand and raw columns (same floors: BLMOVE + LREM, LPUSH, the DECR chord).
 
 Targets are those of the hot-path issue (issue 10). Met in this run: batch
 enqueue (≥ 5× raw single LPUSH), latency p99 (≤ 2 ms), delayed-task lateness
@@ -485,7 +530,10 @@ with one connection (maxPoolSize=1, which FerretDB v1 needs for atomic
 updates), on a hundredth of the tasks, and measures that stand-in, not
 MongoDB.
 
-Reproduce (flags: -quick for small sizes, -only NAME, -cpuprofile FILE):
+Reproduce (flags: -quick for small sizes, -n tasks, -only NAME of a
+scenario group (peers, profile, ...), -rounds, -latn, -subjects
+raw,errand,asynq,machinery, -peer drain10|drain50|enq1|enq10|mixed|latency|chord,
+-asynqcheck, -profilen, -cpuprofile FILE):
 
     scripts/services start && . .services/env && go run ./bench -out docs/benchmarks.md
 `
