@@ -36,7 +36,7 @@ var (
 	only  = flag.String("only", "", "run only scenarios whose name contains this")
 	cpu   = flag.String("cpuprofile", "", "write a CPU profile here")
 
-	rounds       = flag.Int("rounds", 2, "interleaved rounds of the peer scenarios (medians reported)")
+	rounds       = flag.Int("rounds", 3, "interleaved rounds of the peer scenarios (medians reported)")
 	latn         = flag.Int("latn", 2000, "tasks of the peer latency scenario (sent at 200/s)")
 	subjectsFlag = flag.String("subjects", "", "peer subjects to run, comma-separated (raw,errand,asynq,machinery; default all)")
 	peerOnly     = flag.String("peer", "", "run only peer scenarios whose key contains this (drain10, drain50, enq1, enq10, mixed, latency, chord)")

@@ -233,21 +233,38 @@ func peerMixed(ctx context.Context, r *report, s subject) error {
 		return err
 	}
 	defer p.stop()
-	o := newOnce(*n)
-	if err := p.start(10, func(id, _ int64) { o.mark(id) }); err != nil {
+	d, err := mixedOn(ctx, p, *n, nil)
+	if err != nil {
 		return err
 	}
+	r.peer.add("mixed", s.name, rate(*n, d))
+	return nil
+}
+
+// mixedOn starts 10 workers on p, sends total tasks from one goroutine and
+// returns the time from the first send to the last handler start.
+func mixedOn(ctx context.Context, p peer, total int, around func(end bool)) (time.Duration, error) {
+	o := newOnce(total)
+	if err := p.start(10, func(id, _ int64) { o.mark(id) }); err != nil {
+		return 0, err
+	}
+	if around != nil {
+		around(false)
+	}
 	t0 := time.Now()
-	for i := range *n {
+	for i := range total {
 		if err := p.send(ctx, int64(i), 0); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := o.wait(ctx); err != nil {
-		return err
+		return 0, err
 	}
-	r.peer.add("mixed", s.name, rate(*n, time.Since(t0)))
-	return nil
+	d := time.Since(t0)
+	if around != nil {
+		around(true)
+	}
+	return d, nil
 }
 
 func peerLatency(ctx context.Context, r *report, s subject) error {

@@ -35,7 +35,8 @@ type cmdCost struct {
 	usec  int64
 }
 
-// profile runs the 10-worker drain and the one-producer enqueue once per
+// profile runs the 10-worker drain, the one-producer enqueue and the
+// enqueue while 10 workers consume once per
 // Redis subject, *profileN tasks each, with every command logged
 // (slowlog-log-slower-than 0), and records where the time goes. It
 // restores the slowlog settings it changed.
@@ -83,6 +84,9 @@ func profile(r *report) error {
 		}},
 		{fmt.Sprintf("enqueue %s, 1 producer", kn(total)), func(ctx context.Context, p peer, around func(bool)) (time.Duration, error) {
 			return enqueueOn(ctx, p, total, 1, around)
+		}},
+		{fmt.Sprintf("enqueue %s from 1 producer while 10 workers consume", kn(total)), func(ctx context.Context, p peer, around func(bool)) (time.Duration, error) {
+			return mixedOn(ctx, p, total, around)
 		}},
 	} {
 		for _, s := range subjects {
@@ -263,7 +267,7 @@ func (r *report) profileMarkdown() string {
 	}
 	var b strings.Builder
 	b.WriteString("## Where the time goes\n\n")
-	b.WriteString("`go run ./bench -only profile`: each Redis subject once in a 10-worker drain and a one-producer enqueue, ")
+	b.WriteString("`go run ./bench -only profile`: each Redis subject once in a 10-worker drain, a one-producer enqueue and a one-producer enqueue while 10 workers consume (per task sent and run), ")
 	b.WriteString("every command logged (SLOWLOG with slowlog-log-slower-than 0, restored afterwards). Per task: Redis µs in the subject's own commands ")
 	b.WriteString("(SLOWLOG entries naming its keys), Redis µs in all commands (INFO commandstats after CONFIG RESETSTAT, less the commands scripts ran, which it also counts under EVALSHA) and Redis process CPU ")
 	b.WriteString("(INFO cpu: adds reading, parsing and replying) — these two are server-wide, so another client's load lands in them —, ")

@@ -390,7 +390,7 @@ The notes below (issue 10) were written before the peer table: the drain,
 enqueue, latency and chord-of-1000 rows they name are now that table's
 errand and raw columns (same floors: BLMOVE + LREM, LPUSH, the DECR chord).
 
-Targets are those of the hot-path issue (issue 10). Met in this run: batch
+Targets are those of the hot-path issue (issue 10). Met in issue 10's run: batch
 enqueue (≥ 5× raw single LPUSH), latency p99 (≤ 2 ms), delayed-task lateness
 p99 (≤ 10 ms) with none early, and chord scaling (the 10 000 chord takes
 about 9–10× the 1 000 chord). Every drain, latency, delay and chord scenario
