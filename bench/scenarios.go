@@ -361,6 +361,10 @@ const analysis = `
   the default asynq's users run, so the table keeps it; the extra line
   under the table gives the same scenario with a short interval
   (-asynqcheck), which asynq's docs warn costs Redis and CPU when idle.
+  The same sleep is in its "while 10 workers consume" row: its workers
+  start on an empty queue, so the first tasks wait up to 1 s (out of about
+  2.5 s for 20 000 tasks); errand's and machinery's idle workers block on
+  Redis instead.
 - **machinery v2.0.16**: the go-redis broker and backend (NewGR, as
   machinery's go-redis example) and the eager lock; config defaults
   (results kept 3600 s, the broker's BLPOP wait 1 s, which blocks rather
