@@ -1,0 +1,12 @@
+module github.com/errand-go/errand/e2e/machinery
+
+go 1.26.0
+
+require (
+	github.com/RichardKnop/machinery/v2 v2.0.16
+	github.com/errand-go/errand v0.0.0
+	github.com/errand-go/errand/backends/redis v0.0.0
+	github.com/errand-go/errand/brokers/redis v0.0.0
+	github.com/errand-go/errand/brokers/sqs v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
