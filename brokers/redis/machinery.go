@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/machinerywire"
 	"github.com/errand-go/errand/internal/redisconn"
 )
 
@@ -250,7 +251,7 @@ return 1
 
 // Publish pushes each message onto machinery's list for its queue, or, if
 // it is due later, into machinery's delayed set scored by its due time in
-// Unix nanoseconds, in machinery's JSON (see [MachineryBody]).
+// Unix nanoseconds, in machinery's JSON.
 func (b *MachineryBroker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	if err := b.isClosed(); err != nil {
 		return err
@@ -258,7 +259,7 @@ func (b *MachineryBroker) Publish(ctx context.Context, msgs ...driver.Message) e
 	pipe := b.rdb.Pipeline()
 	now := time.Now()
 	for _, m := range msgs {
-		body, err := MachineryBody(m.Body, m.Queue)
+		body, err := machinerywire.MachineryBody(m.Body, m.Queue)
 		if err != nil {
 			return fmt.Errorf("redis machinery broker: message %q: %w", m.ID, err)
 		}
@@ -298,7 +299,7 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 				body := []byte(res[i+1])
 				n, _ := strconv.Atoi(res[i+2])
 				out = append(out, &driver.Delivery{
-					Message: driver.Message{ID: machineryUUID(body, res[i]), Queue: queue, Body: ErrandBody(body)},
+					Message: driver.Message{ID: machineryUUID(body, res[i]), Queue: queue, Body: machinerywire.ErrandBody(body)},
 					Attempt: n,
 					Handle:  res[i],
 				})
@@ -453,61 +454,6 @@ func machineryUUID(body []byte, fallback string) string {
 		return s.UUID
 	}
 	return fallback
-}
-
-// MachineryBody turns the body errand publishes (an errand Signature's
-// JSON) into machinery's: machinery reads errand's field names as they are
-// (they are its own, and encoding/json matches Arg's lower-case keys
-// case-insensitively), so only two things change. RoutingKey is set to
-// queue when empty, since machinery routes a due delayed task by it. And
-// machinery's RetryCount counts the retries left, where errand's counts
-// those allowed in all beside an Attempt number: a retry errand sends
-// (Attempt a > 1) carries RetryCount-(a-1), which ErrandBody undoes.
-// Errand's own fields (Attempt, Timeout, Deadline, UniqueKey) ride along;
-// machinery ignores and drops them. A body that is not a JSON object (a
-// signed envelope: Config.Signing cannot be used here) is an error.
-func MachineryBody(body []byte, queue string) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("not a signature's JSON (machinery's queues take unsigned signatures only): %w", err)
-	}
-	var rk string
-	_ = json.Unmarshal(m["RoutingKey"], &rk)
-	if rk == "" && queue != "" {
-		m["RoutingKey"], _ = json.Marshal(queue)
-	}
-	var attempt, retries int
-	_ = json.Unmarshal(m["Attempt"], &attempt)
-	_ = json.Unmarshal(m["RetryCount"], &retries)
-	if attempt > 1 {
-		m["RetryCount"], _ = json.Marshal(max(retries-(attempt-1), 0))
-	}
-	return json.Marshal(m)
-}
-
-// ErrandBody undoes MachineryBody's RetryCount change on a body taken from
-// machinery's queue: a body with an Attempt a > 1 (sent by errand) gets
-// its RetryCount back to the retries allowed in all. A body machinery
-// sent (no Attempt: a first attempt, or a retry machinery made with its
-// RetryCount already lowered) is returned as it is. A body that does not
-// parse is returned as it is, for the worker to set aside.
-func ErrandBody(body []byte) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return body
-	}
-	var attempt, retries int
-	_ = json.Unmarshal(m["Attempt"], &attempt)
-	if attempt <= 1 {
-		return body
-	}
-	_ = json.Unmarshal(m["RetryCount"], &retries)
-	m["RetryCount"], _ = json.Marshal(retries + attempt - 1)
-	out, err := json.Marshal(m)
-	if err != nil {
-		return body
-	}
-	return out
 }
 
 var errMachineryCluster = errors.New("machinery's Redis keys carry no hash tags: use a single node or Sentinel")

@@ -40,6 +40,15 @@ func need(t *testing.T, name string) string {
 	return v
 }
 
+// unreachable skips t, or fails it with ERRAND_REQUIRE_SERVICES=1.
+func unreachable(t *testing.T, what string, err error) {
+	t.Helper()
+	if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
+		t.Fatalf("%s unreachable with ERRAND_REQUIRE_SERVICES=1: %v", what, err)
+	}
+	t.Skipf("%s unreachable: %v", what, err)
+}
+
 // redisServer is the Redis of ERRAND_REDIS_URL, at testDB.
 type redisServer struct {
 	addr, password string // machinery's form: [password@]host:port
@@ -59,10 +68,7 @@ func newRedis(t *testing.T) *redisServer {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		if os.Getenv("ERRAND_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("Redis at ERRAND_REDIS_URL unreachable with ERRAND_REQUIRE_SERVICES=1: %v", err)
-		}
-		t.Skipf("Redis at ERRAND_REDIS_URL unreachable: %v", err)
+		unreachable(t, "Redis at ERRAND_REDIS_URL", err)
 	}
 	t.Cleanup(func() { c.Close() })
 	addr := u.Host
