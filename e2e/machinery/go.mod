@@ -11,5 +11,6 @@ require (
 	github.com/errand-go/errand/backends/redis v0.0.0
 	github.com/errand-go/errand/brokers/redis v0.0.0
 	github.com/errand-go/errand/brokers/sqs v0.0.0
+	github.com/errand-go/errand/config v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
