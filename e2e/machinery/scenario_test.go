@@ -1,4 +1,4 @@
-package machinery
+package machinerye2e
 
 import (
 	"context"
