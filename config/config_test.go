@@ -177,8 +177,12 @@ func TestMachineryURLs(t *testing.T) {
 			t.Errorf("broker %q: no error, want one naming what is not supported", bad)
 		}
 	}
-	if _, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "mongodb://x"}); err == nil {
-		t.Error("a mongodb:// result backend: no error")
+	s, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "mongodb://u:p@db1:27017/admin?replicaSet=rs0", ResultsExpireIn: 60})
+	if want := "mongodb://u:p@db1:27017/machinery?authSource=admin&format=machinery&replicaSet=rs0&result_expiry=60s"; err != nil || s.Backend != want {
+		t.Errorf("mongodb:// result backend -> %q, %v; want %s", s.Backend, err, want)
+	}
+	if _, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "memcache://x:11211"}); err == nil {
+		t.Error("a memcache:// result backend: no error")
 	}
 	if _, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "redis://x:1", Redis: &MachineryRedis{ClusterEnabled: true}}); err == nil {
 		t.Error("Redis Cluster: no error")

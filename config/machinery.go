@@ -180,10 +180,12 @@ func MachineryEnvNames() []string {
 //	                                   -> sqs://?region=REGION&format=machinery, or
 //	                                      sqs://HOST:PORT?format=machinery[&insecure=1]
 //
-// Result backends: redis:// and rediss:// as above. AMQP brokers and
-// backends, redis+socket://, Redis Cluster (machinery's keys have no hash
-// tags), and the Mongo, Memcache and DynamoDB backends are errors naming
-// what is not supported.
+// Result backends: redis:// and rediss:// as above; mongodb:// and
+// mongodb+srv:// -> the same URI on the database "machinery" (machinery's;
+// a database in the URI becomes its authSource) with format=machinery.
+// AMQP brokers and backends, redis+socket://, Redis Cluster (machinery's
+// keys have no hash tags), and the Memcache and DynamoDB backends are
+// errors naming what is not supported.
 func FromMachinery(m *Machinery) (*Settings, error) {
 	var r MachineryRedis
 	if m.Redis != nil {
@@ -258,8 +260,21 @@ func machineryBackend(raw string, expire int, r MachineryRedis) (string, error) 
 	case "redis", "rediss":
 		q := url.Values{"format": {"machinery"}, "result_expiry": {strconv.Itoa(expire) + "s"}}
 		return machineryRedisURL(u, q, r)
+	case "mongodb", "mongodb+srv":
+		// machinery keeps its collections in the database "machinery"
+		// (config.MongoDB.Database, which only code can set); a database
+		// in its URI is the one to authenticate against.
+		q := u.Query()
+		if db := strings.Trim(u.Path, "/"); db != "" && q.Get("authSource") == "" {
+			q.Set("authSource", db)
+		}
+		q.Set("format", "machinery")
+		q.Set("result_expiry", strconv.Itoa(expire)+"s")
+		out := *u
+		out.Path, out.RawQuery = "/machinery", q.Encode()
+		return out.String(), nil
 	}
-	return "", fmt.Errorf("errandconfig: machinery result backend scheme %q is not supported in machinery's format (redis, rediss)", u.Scheme)
+	return "", fmt.Errorf("errandconfig: machinery result backend scheme %q is not supported in machinery's format (redis, rediss, mongodb, mongodb+srv)", u.Scheme)
 }
 
 // machineryRedisURL turns machinery's redis://[password@]host:port[/db]
