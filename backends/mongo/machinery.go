@@ -44,8 +44,9 @@ type MachineryOptions struct {
 // AsyncResult reflects them. A group is a document of group_metas (_id,
 // task_uuids, chord_triggered, lock, created_at).
 //
-// CompleteGroupMember counts, in one query, the members whose state is
-// SUCCESS or FAILURE: O(group size) on the server, since machinery's
+// CompleteGroupMember keeps errand's completions in the group's
+// errand_done list and counts a member done when it is there or its state
+// is SUCCESS or FAILURE: O(group size) on the server, since machinery's
 // format has no counter (machinery reads every member state). ClaimChord
 // is one findAndModify setting chord_triggered (and
 // errand_chord_claimer) where it is false. machinery's own Mongo
@@ -111,6 +112,7 @@ type mGroupDoc struct {
 	Lock           bool      `bson:"lock"`
 	CreatedAt      time.Time `bson:"created_at"`
 	Claimer        string    `bson:"errand_chord_claimer,omitempty"`
+	Done           []string  `bson:"errand_done,omitempty"`
 }
 
 // ResultExpiry returns ResultsExpireIn.
@@ -292,39 +294,61 @@ func (b *MachineryBackend) group(ctx context.Context, groupUUID string) (*mGroup
 	return &g, nil
 }
 
-// CompleteGroupMember counts the group's members recorded SUCCESS or
-// FAILURE (the caller counted done), in one count on the server.
-// Nothing is written, so a redelivered member counts once.
+// CompleteGroupMember adds taskUUID to errand's errand_done list in the
+// group's document (one update, $addToSet, only where it is a member) and
+// counts the members done: in that list (completed by errand workers) or
+// recorded SUCCESS or FAILURE (by machinery workers, which keep no
+// count), in one count on the server. A redelivered member counts once.
 func (b *MachineryBackend) CompleteGroupMember(ctx context.Context, groupUUID, taskUUID string) (int, int, error) {
-	g, err := b.group(ctx, groupUUID)
-	if err != nil {
-		return 0, 0, err
-	}
-	others := make([]string, 0, len(g.TaskUUIDs))
-	member := false
-	for _, id := range g.TaskUUIDs {
-		if id == taskUUID {
-			member = true
-		} else {
-			others = append(others, id)
-		}
-	}
-	if !member {
-		return 0, 0, fmt.Errorf("task %s, group %s: %w", taskUUID, groupUUID, driver.ErrNotMember)
-	}
 	c, cancel, err := b.call(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
+	var g mGroupDoc
+	err = b.groups.FindOneAndUpdate(c,
+		bson.D{{Key: "_id", Value: groupUUID}, {Key: "task_uuids", Value: taskUUID}},
+		bson.D{{Key: "$addToSet", Value: bson.D{{Key: "errand_done", Value: taskUUID}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After),
+	).Decode(&g)
+	cancel()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		if _, gerr := b.group(ctx, groupUUID); gerr != nil {
+			return 0, 0, gerr
+		}
+		return 0, 0, fmt.Errorf("task %s, group %s: %w", taskUUID, groupUUID, driver.ErrNotMember)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("mongo machinery backend: complete member %s of group %s: %w", taskUUID, groupUUID, err)
+	}
+	done := make(map[string]bool, len(g.Done))
+	for _, id := range g.Done {
+		done[id] = true
+	}
+	others := make([]string, 0, len(g.TaskUUIDs))
+	n := 0
+	for _, id := range g.TaskUUIDs {
+		if done[id] {
+			n++
+		} else {
+			others = append(others, id)
+		}
+	}
+	if len(others) == 0 {
+		return n, len(g.TaskUUIDs), nil
+	}
+	c, cancel, err = b.call(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
 	defer cancel()
-	n, err := b.tasks.CountDocuments(c, bson.D{
+	m, err := b.tasks.CountDocuments(c, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: others}}},
 		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{string(driver.StateSuccess), string(driver.StateFailure)}}}},
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("mongo machinery backend: count group %s: %w", groupUUID, err)
 	}
-	return int(n) + 1, len(g.TaskUUIDs), nil
+	return n + int(m), len(g.TaskUUIDs), nil
 }
 
 // ClaimChord sets chord_triggered where it is false, with the claimer, in

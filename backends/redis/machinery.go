@@ -53,10 +53,11 @@ type MachineryOptions struct {
 //
 // CompleteGroupMember and ClaimChord are each one script on the server.
 // machinery's format has no completion counter (its workers read every
-// member's state on each completion), so CompleteGroupMember counts the
-// members whose state is SUCCESS or FAILURE, reading them in the script:
-// O(group size), not O(1), so that members completed by machinery workers
-// count. ClaimChord sets machinery's ChordTriggered (and the claimer, in
+// member's state on each completion), so CompleteGroupMember keeps
+// errand's completions in a set beside the meta (GROUP:errand-done) and
+// counts a member done when it is in the set or its state is SUCCESS or
+// FAILURE, reading the states in the script: O(group size), not O(1), so
+// that members completed by machinery workers count. ClaimChord sets machinery's ChordTriggered (and the claimer, in
 // ErrandChordClaimer) only while no machinery worker holds
 // MachineryChordMutex, so the chord fires once across both fleets.
 //
@@ -230,45 +231,53 @@ func (b *MachineryBackend) InitGroup(ctx context.Context, groupUUID string, task
 	return nil
 }
 
-// mComplete counts the members of a group whose state is SUCCESS or
-// FAILURE, the caller counted as one of them: {done, total}, or {-1} for an
-// unknown group, {-2} for a task that is not a member. It reads the member
-// state keys the group meta names (machinery's keys are task UUIDs, known
-// only once the meta is read).
+// mComplete marks the caller done in errand's done set beside the group
+// meta and counts the members that are done: in the set (completed by an
+// errand worker) or recorded SUCCESS or FAILURE (by a machinery worker,
+// which keeps no count). It answers {done, total}, {-1} for an unknown
+// group, {-2} for a task that is not a member (nothing written). It reads
+// the member state keys the group meta names (machinery's keys are task
+// UUIDs, known only once the meta is read).
 //
-//	KEYS[1] the group meta; ARGV[1] the completing task's UUID
+//	KEYS[1] the group meta, KEYS[2] errand's done set
+//	ARGV[1] the completing task's UUID, ARGV[2] the done set's expiry (ms)
 var mComplete = goredis.NewScript(`
 local raw = redis.call('GET', KEYS[1])
 if not raw then return {-1} end
 local ok, meta = pcall(cjson.decode, raw)
 if not ok or type(meta.TaskUUIDs) ~= 'table' then return {-1} end
 local member = false
+for _, id in ipairs(meta.TaskUUIDs) do
+  if id == ARGV[1] then member = true break end
+end
+if not member then return {-2} end
+redis.call('SADD', KEYS[2], ARGV[1])
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], math.max(ttl, tonumber(ARGV[2])))
 local done = 0
 for _, id in ipairs(meta.TaskUUIDs) do
-  if id == ARGV[1] then
-    member = true
+  if redis.call('SISMEMBER', KEYS[2], id) == 1 then
     done = done + 1
   else
     local s = redis.call('GET', id)
     if s then
       local ok2, st = pcall(cjson.decode, s)
-      if ok2 and (st.State == 'SUCCESS' or st.State == 'FAILURE') then done = done + 1 end
+      if ok2 and type(st) == 'table' and (st.State == 'SUCCESS' or st.State == 'FAILURE') then done = done + 1 end
     end
   end
 end
-if not member then return {-2} end
 return {done, #meta.TaskUUIDs}
 `)
 
 // CompleteGroupMember counts taskUUID done and returns how many of the
-// group's members are done (SUCCESS or FAILURE recorded, by errand or
-// machinery workers alike) and the group size, in one script. It is
-// idempotent: nothing is written.
+// group's members are done (completed by errand workers, kept in a set at
+// GROUP:errand-done, or recorded SUCCESS or FAILURE by machinery workers)
+// and the group size, in one script. A redelivered member counts once.
 func (b *MachineryBackend) CompleteGroupMember(ctx context.Context, groupUUID, taskUUID string) (int, int, error) {
 	if err := b.isClosed(); err != nil {
 		return 0, 0, err
 	}
-	res, err := mComplete.Run(ctx, b.scr, []string{groupUUID}, taskUUID).Int64Slice()
+	res, err := mComplete.Run(ctx, b.scr, []string{groupUUID, groupUUID + ":errand-done"}, taskUUID, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("redis machinery backend: complete member %s of group %s: %w", taskUUID, groupUUID, err)
 	}

@@ -124,7 +124,9 @@ local nowns = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
 const mLuaCountKey = `
 local function countkey(prefix, body)
   local ok, s = pcall(cjson.decode, body)
-  if ok and type(s) == 'table' and type(s.UUID) == 'string' then return prefix .. s.UUID end
+  if not ok or type(s) ~= 'table' then return nil end
+  if type(s.UUID) == 'string' then return prefix .. s.UUID end
+  if type(s.ErrandOpaque) == 'table' and type(s.ErrandOpaque.ID) == 'string' then return prefix .. s.ErrandOpaque.ID end
   return nil
 end
 `
@@ -259,7 +261,7 @@ func (b *MachineryBroker) Publish(ctx context.Context, msgs ...driver.Message) e
 	pipe := b.rdb.Pipeline()
 	now := time.Now()
 	for _, m := range msgs {
-		body, err := machinerywire.MachineryBody(m.Body, m.Queue)
+		body, err := machinerywire.MachineryBody(m.ID, m.Body, m.Queue)
 		if err != nil {
 			return fmt.Errorf("redis machinery broker: message %q: %w", m.ID, err)
 		}
@@ -296,10 +298,13 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 		if len(res) > 0 {
 			out := make([]*driver.Delivery, 0, len(res)/3)
 			for i := 0; i+2 < len(res); i += 3 {
-				body := []byte(res[i+1])
+				id, body := machinerywire.ErrandMessage([]byte(res[i+1]))
+				if id == "" {
+					id = queue + ":" + res[i]
+				}
 				n, _ := strconv.Atoi(res[i+2])
 				out = append(out, &driver.Delivery{
-					Message: driver.Message{ID: machineryUUID(body, res[i]), Queue: queue, Body: machinerywire.ErrandBody(body)},
+					Message: driver.Message{ID: id, Queue: queue, Body: body},
 					Attempt: n,
 					Handle:  res[i],
 				})
@@ -445,15 +450,6 @@ func (b *MachineryBroker) lost(n int64, err error) error {
 		return driver.ErrLeaseLost
 	}
 	return nil
-}
-
-// machineryUUID returns the task UUID a body names, or fallback.
-func machineryUUID(body []byte, fallback string) string {
-	var s struct{ UUID string }
-	if json.Unmarshal(body, &s) == nil && s.UUID != "" {
-		return s.UUID
-	}
-	return fallback
 }
 
 var errMachineryCluster = errors.New("machinery's Redis keys carry no hash tags: use a single node or Sentinel")

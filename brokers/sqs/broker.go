@@ -184,7 +184,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	if b.opts.Machinery {
 		msgs = slices.Clone(msgs)
 		for i, m := range msgs {
-			body, err := machinerywire.MachineryBody(m.Body, m.Queue)
+			body, err := machinerywire.MachineryBody(m.ID, m.Body, m.Queue)
 			if err != nil {
 				return fmt.Errorf("sqs broker: message %q: %w", m.ID, err)
 			}
@@ -340,23 +340,19 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*driver.Delivery, b
 	if b.opts.Machinery {
 		// errand's body for the worker and the handle (a hop publishes it
 		// again, in machinery's JSON).
-		msg.Body = machinerywire.ErrandBody(msg.Body)
+		id, body := machinerywire.ErrandMessage(msg.Body)
+		msg.Body = body
 		if _, ok := m.MessageAttributes[attrID]; !ok {
 			// Sent by machinery: its ID is the task's UUID, and its ETA is
 			// kept here (machinery truncates the delay it gives SQS to whole
 			// seconds, so the message may arrive before it).
-			var s struct {
-				UUID string
-				ETA  *time.Time
+			if id != "" {
+				msg.ID = id
 			}
-			if json.Unmarshal(msg.Body, &s) == nil {
-				if s.UUID != "" {
-					msg.ID = s.UUID
-				}
-				if s.ETA != nil && msg.NotBefore.IsZero() {
-					msg.NotBefore = *s.ETA
-					due = !time.Now().Before(msg.NotBefore)
-				}
+			var s struct{ ETA *time.Time }
+			if json.Unmarshal(msg.Body, &s) == nil && s.ETA != nil && msg.NotBefore.IsZero() {
+				msg.NotBefore = *s.ETA
+				due = !time.Now().Before(msg.NotBefore)
 			}
 		}
 	}

@@ -90,16 +90,18 @@ type runs struct {
 	n  map[string]int
 	by map[string]map[string]int // tag -> worker kind -> runs
 	at map[string]time.Time      // tag -> first run
+	fw map[string]string         // tag -> worker kind of the first run
 }
 
 func newRuns() *runs {
-	return &runs{n: map[string]int{}, by: map[string]map[string]int{}, at: map[string]time.Time{}}
+	return &runs{n: map[string]int{}, by: map[string]map[string]int{}, at: map[string]time.Time{}, fw: map[string]string{}}
 }
 
-func (r *runs) firstRun(tag string) time.Time {
+// firstRun returns when tag first ran, and on which kind of worker.
+func (r *runs) firstRun(tag string) (time.Time, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.at[tag]
+	return r.at[tag], r.fw[tag]
 }
 
 func (r *runs) add(tag, who string) int {
@@ -107,7 +109,7 @@ func (r *runs) add(tag, who string) int {
 	defer r.mu.Unlock()
 	r.n[tag]++
 	if r.n[tag] == 1 {
-		r.at[tag] = time.Now()
+		r.at[tag], r.fw[tag] = time.Now(), who
 	}
 	if r.by[tag] == nil {
 		r.by[tag] = map[string]int{}

@@ -162,8 +162,14 @@ func scenario(t *testing.T, srv *machinery.Server, r *runs, chordSize int) map[s
 			t.Errorf("%s: machinery's AsyncResult read %v, want %v", c.what, values(got), c.want)
 		}
 	}
-	if at := r.firstRun(etaTag); at.Before(eta) {
-		t.Errorf("ETA task ran at %s, %s before its ETA: a delayed task never runs early", at.Format(time.RFC3339Nano), eta.Sub(at))
+	switch at, who := r.firstRun(etaTag); {
+	case !at.Before(eta):
+	case who == "errand":
+		t.Errorf("ETA task ran on an errand worker at %s, %s before its ETA: a delayed task never runs early", at.Format(time.RFC3339Nano), eta.Sub(at))
+	default:
+		// machinery's SQS broker gives SQS a delay truncated to whole
+		// seconds and runs what arrives: machinery's own window.
+		t.Logf("ETA task ran on a %s worker %s before its ETA (machinery's own timing)", who, eta.Sub(at))
 	}
 	return want
 }

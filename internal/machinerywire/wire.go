@@ -6,24 +6,48 @@ package machinerywire
 
 import (
 	"encoding/json"
-	"fmt"
 )
 
-// MachineryBody turns the body errand publishes (an errand Signature's
-// JSON) into machinery's: machinery reads errand's field names as they are
-// (they are its own, and encoding/json matches Arg's lower-case keys
-// case-insensitively), so only two things change. RoutingKey is set to
-// queue when empty, since machinery routes a due delayed task by it. And
-// machinery's RetryCount counts the retries left, where errand's counts
-// those allowed in all beside an Attempt number: a retry errand sends
-// (Attempt a > 1) carries RetryCount-(a-1), which ErrandBody undoes.
-// Errand's own fields (Attempt, Timeout, Deadline, UniqueKey) ride along;
-// machinery ignores and drops them. A body that is not a JSON object (a
-// signed envelope: Config.Signing cannot be used here) is an error.
-func MachineryBody(body []byte, queue string) ([]byte, error) {
+// Opaque is the key of the wrapper MachineryBody puts around a body that
+// is not a signature of its message's ID (a body errand's worker never
+// sends: only tests and raw tools do), so the ID and the exact bytes come
+// back: {"ErrandOpaque": {"ID": id, "Body": base64}, "RoutingKey": queue}
+// (the queue, so a delayed one is routed when due). machinery has no task
+// of that shape; a machinery worker leaves it alone as unregistered.
+const Opaque = "ErrandOpaque"
+
+type opaque struct {
+	ID   string
+	Body []byte
+}
+
+// MachineryBody turns the body errand publishes for the message id (an
+// errand Signature's JSON) into machinery's: machinery reads errand's
+// field names as they are (they are its own, and encoding/json matches
+// Arg's lower-case keys case-insensitively), so only two things change.
+// RoutingKey is set to queue when empty, since machinery routes a due
+// delayed task by it. And machinery's RetryCount counts the retries left,
+// where errand's counts those allowed in all beside an Attempt number: a
+// retry errand sends (Attempt a > 1) carries RetryCount-(a-1), which
+// ErrandMessage undoes. Errand's own fields (Attempt, Timeout, Deadline,
+// UniqueKey) ride along; machinery ignores and drops them.
+//
+// A body that is not a signature whose UUID is id (not a JSON object, a
+// signed envelope — Config.Signing, which machinery workers cannot read,
+// must not be used on machinery's queues —, or another ID) is wrapped
+// under Opaque instead.
+func MachineryBody(id string, body []byte, queue string) ([]byte, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("not a signature's JSON (machinery's queues take unsigned signatures only): %w", err)
+	var uuid, name string
+	if json.Unmarshal(body, &m) == nil {
+		_ = json.Unmarshal(m["UUID"], &uuid)
+		_ = json.Unmarshal(m["Name"], &name)
+	}
+	if m == nil || uuid == "" || uuid != id || name == "" {
+		return json.Marshal(struct {
+			O          opaque `json:"ErrandOpaque"`
+			RoutingKey string
+		}{opaque{ID: id, Body: body}, queue})
 	}
 	var rk string
 	_ = json.Unmarshal(m["RoutingKey"], &rk)
@@ -39,27 +63,36 @@ func MachineryBody(body []byte, queue string) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// ErrandBody undoes MachineryBody's RetryCount change on a body taken from
-// machinery's queue: a body with an Attempt a > 1 (sent by errand) gets
-// its RetryCount back to the retries allowed in all. A body machinery
-// sent (no Attempt: a first attempt, or a retry machinery made with its
-// RetryCount already lowered) is returned as it is. A body that does not
-// parse is returned as it is, for the worker to set aside.
-func ErrandBody(body []byte) []byte {
+// ErrandMessage reads a body taken from machinery's queue: it returns the
+// message ID (the task's UUID; "" when the body names none) and errand's
+// body. A body wrapped under Opaque gives back its ID and bytes. A body
+// with an Attempt a > 1 (a retry errand sent) gets its RetryCount back to
+// the retries allowed in all. A body machinery sent (no Attempt: a first
+// attempt, or a retry machinery made with its RetryCount already lowered)
+// is returned as it is, and so is a body that does not parse, for the
+// worker to set aside.
+func ErrandMessage(body []byte) (id string, out []byte) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil {
-		return body
+		return "", body
 	}
+	if raw, ok := m[Opaque]; ok {
+		var o opaque
+		if json.Unmarshal(raw, &o) == nil {
+			return o.ID, o.Body
+		}
+	}
+	_ = json.Unmarshal(m["UUID"], &id)
 	var attempt, retries int
 	_ = json.Unmarshal(m["Attempt"], &attempt)
 	if attempt <= 1 {
-		return body
+		return id, body
 	}
 	_ = json.Unmarshal(m["RetryCount"], &retries)
 	m["RetryCount"], _ = json.Marshal(retries + attempt - 1)
 	out, err := json.Marshal(m)
 	if err != nil {
-		return body
+		return id, body
 	}
-	return out
+	return id, out
 }
