@@ -136,3 +136,11 @@ func TestMachineryPublishFormat(t *testing.T) {
 		t.Errorf("machinery's delayed set holds %v, want the delayed task scored %d ns", zs, eta.UnixNano())
 	}
 }
+
+// TestMachineryWorkerKilled: a worker process killed mid-task (SIGKILL: no
+// ack, no release) on machinery's queue loses nothing: its tasks go back
+// onto machinery's list when their leases run out and a second worker
+// completes every one (see conformance.RunWorkerKilled).
+func TestMachineryWorkerKilled(t *testing.T) {
+	conformance.RunWorkerKilled(t, machineryHarness(singleNode(t)))
+}

@@ -184,11 +184,11 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	if b.opts.Machinery {
 		msgs = slices.Clone(msgs)
 		for i, m := range msgs {
-			body, err := machinerywire.MachineryBody(m.ID, m.Body, m.Queue)
-			if err != nil {
-				return fmt.Errorf("sqs broker: message %q: %w", m.ID, err)
+			// A body that is not its message's signature is opaque, as on
+			// errand's own queues (its ID rides in the attributes).
+			if body, ok := machinerywire.Translate(m.ID, m.Body, m.Queue); ok {
+				msgs[i].Body = body
 			}
-			msgs[i].Body = body
 		}
 	}
 	for _, m := range msgs {

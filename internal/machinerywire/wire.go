@@ -37,6 +37,19 @@ type opaque struct {
 // must not be used on machinery's queues —, or another ID) is wrapped
 // under Opaque instead.
 func MachineryBody(id string, body []byte, queue string) ([]byte, error) {
+	if out, ok := Translate(id, body, queue); ok {
+		return out, nil
+	}
+	return json.Marshal(struct {
+		O          opaque `json:"ErrandOpaque"`
+		RoutingKey string
+	}{opaque{ID: id, Body: body}, queue})
+}
+
+// Translate is MachineryBody for a body that is the signature of id; ok
+// is false (nothing done) for any other body, which a broker that keeps
+// message IDs beside bodies (SQS's attributes) passes on as it is.
+func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 	var m map[string]json.RawMessage
 	var uuid, name string
 	if json.Unmarshal(body, &m) == nil {
@@ -44,10 +57,7 @@ func MachineryBody(id string, body []byte, queue string) ([]byte, error) {
 		_ = json.Unmarshal(m["Name"], &name)
 	}
 	if m == nil || uuid == "" || uuid != id || name == "" {
-		return json.Marshal(struct {
-			O          opaque `json:"ErrandOpaque"`
-			RoutingKey string
-		}{opaque{ID: id, Body: body}, queue})
+		return nil, false
 	}
 	var rk string
 	_ = json.Unmarshal(m["RoutingKey"], &rk)
@@ -60,7 +70,8 @@ func MachineryBody(id string, body []byte, queue string) ([]byte, error) {
 	if attempt > 1 {
 		m["RetryCount"], _ = json.Marshal(max(retries-(attempt-1), 0))
 	}
-	return json.Marshal(m)
+	out, err := json.Marshal(m)
+	return out, err == nil
 }
 
 // ErrandMessage reads a body taken from machinery's queue: it returns the
