@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -15,28 +14,6 @@ import (
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
 )
-
-// singleNode returns a client on ERRAND_REDIS_URL (machinery's keys have
-// no hash tags: no cluster).
-func singleNode(t *testing.T) goredis.UniversalClient {
-	t.Helper()
-	u := os.Getenv("ERRAND_REDIS_URL")
-	if u == "" {
-		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")
-	}
-	o, err := goredis.ParseURL(u)
-	if err != nil {
-		t.Fatalf("ERRAND_REDIS_URL: %v", err)
-	}
-	c := goredis.NewClient(o)
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		conformance.ServiceUnavailable(t, "Redis unreachable: "+err.Error())
-	}
-	return c
-}
 
 func machineryHarness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 	return conformance.BrokerHarness{
@@ -65,7 +42,7 @@ func machineryHarness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 // TestMachineryConformance runs the kit's broker and worker cases on the
 // broker on machinery's queues.
 func TestMachineryConformance(t *testing.T) {
-	rdb := singleNode(t)
+	rdb := singleServer(t)
 	conformance.RunBroker(t, machineryHarness(rdb))
 	conformance.RunWorker(t, machineryHarness(rdb), conformance.MemoryBackend())
 }
@@ -76,7 +53,7 @@ func TestMachineryConformance(t *testing.T) {
 // the next fetch delivers it with its delivery count; the stale lease can
 // no longer settle it.
 func TestMachineryLeaseReturnsToMachineryList(t *testing.T) {
-	rdb := singleNode(t)
+	rdb := singleServer(t)
 	ctx := context.Background()
 	q := "mq-" + rand.Text()
 	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 10 * time.Millisecond})
@@ -114,7 +91,7 @@ func TestMachineryLeaseReturnsToMachineryList(t *testing.T) {
 // producer would put it: RPUSH onto the queue's list, or ZADD into the
 // delayed set scored by the ETA in Unix nanoseconds, with RoutingKey set.
 func TestMachineryPublishFormat(t *testing.T) {
-	rdb := singleNode(t)
+	rdb := singleServer(t)
 	ctx := context.Background()
 	q, delayed := "mq-"+rand.Text(), "errand-mtest-delayed-"+rand.Text()
 	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed})
@@ -142,5 +119,5 @@ func TestMachineryPublishFormat(t *testing.T) {
 // onto machinery's list when their leases run out and a second worker
 // completes every one (see conformance.RunWorkerKilled).
 func TestMachineryWorkerKilled(t *testing.T) {
-	conformance.RunWorkerKilled(t, machineryHarness(singleNode(t)))
+	conformance.RunWorkerKilled(t, machineryHarness(singleServer(t)))
 }
