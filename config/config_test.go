@@ -147,8 +147,12 @@ func TestMachineryFileAndEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantBroker := "redis://:secret@10.0.0.1:6379/3?default_queue=default_queue&delayed_tasks_key=delayed_tasks_key&format=machinery"
-	wantBackend := "redis://:secret@10.0.0.1:6379/3?format=machinery&result_expiry=123456s"
+	// testconfig.yml's pool and timeout settings ride along as go-redis's
+	// URL options; its normal_tasks_poll_period is the broker's poll.
+	pool := "dial_timeout=21s&"
+	wantBroker := "redis://:secret@10.0.0.1:6379/3?default_queue=default_queue&delayed_tasks_key=delayed_tasks_key&" + pool +
+		"format=machinery&max_active_conns=123&max_idle_conns=12&poll_interval=1001ms&read_timeout=17s&write_timeout=19s"
+	wantBackend := "redis://:secret@10.0.0.1:6379/3?" + pool + "format=machinery&max_active_conns=123&max_idle_conns=12&read_timeout=17s&result_expiry=123456s&write_timeout=19s"
 	if s.Broker != wantBroker || s.Backend != wantBackend || s.DefaultQueue != "default_queue" || s.Worker.Queues["default_queue"] != 1 {
 		t.Errorf("FromMachinery = %+v\nwant broker %s\nbackend %s", s, wantBroker, wantBackend)
 	}
@@ -161,6 +165,7 @@ func TestMachineryURLs(t *testing.T) {
 		{"redis://localhost:6379", "", "redis://localhost:6379?default_queue=machinery_tasks&format=machinery"},
 		{"redis://localhost:26379/2", "mymaster", "redis-sentinel://localhost:26379/2?default_queue=machinery_tasks&format=machinery&master=mymaster"},
 		{"https://sqs.eu-west-1.amazonaws.com/123456789012", "", "sqs:?format=machinery&region=eu-west-1"},
+		{"redis://localhost:26379", "m", "redis-sentinel://localhost:26379?default_queue=machinery_tasks&format=machinery&master=m"},
 		{"http://127.0.0.1:9324/000000000000", "", "sqs://127.0.0.1:9324?format=machinery&insecure=1"},
 	} {
 		s, err := FromMachinery(&Machinery{Broker: c.broker, ResultBackend: "redis://localhost:6379", Redis: &MachineryRedis{MasterName: c.master}})

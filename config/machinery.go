@@ -180,6 +180,14 @@ func MachineryEnvNames() []string {
 //	                                   -> sqs://?region=REGION&format=machinery, or
 //	                                      sqs://HOST:PORT?format=machinery[&insecure=1]
 //
+// On Redis, machinery's read_timeout, write_timeout and connect_timeout
+// (seconds), max_idle, max_active and client_name become go-redis's URL
+// options (read_timeout, write_timeout, dial_timeout, max_idle_conns,
+// max_active_conns, client_name), sentinel_password goes with a
+// master_name, and normal_tasks_poll_period (ms) is the broker's
+// poll_interval; on SQS, receive_wait_time_seconds is the broker's wait
+// (at most SQS's 20).
+//
 // Result backends: redis:// and rediss:// as above; mongodb:// and
 // mongodb+srv:// -> the same URI on the database "machinery" (machinery's;
 // a database in the URI becomes its authSource) with format=machinery.
@@ -191,6 +199,10 @@ func FromMachinery(m *Machinery) (*Settings, error) {
 	if m.Redis != nil {
 		r = *m.Redis
 	}
+	var sq MachinerySQS
+	if m.SQS != nil {
+		sq = *m.SQS
+	}
 	queue := m.DefaultQueue
 	if queue == "" {
 		queue = machineryDefaultQueue
@@ -201,7 +213,7 @@ func FromMachinery(m *Machinery) (*Settings, error) {
 	}
 	s := &Settings{DefaultQueue: queue, Worker: Worker{Queues: map[string]int{queue: 1}}}
 	var err error
-	if s.Broker, err = machineryBroker(m.Broker, queue, r); err != nil {
+	if s.Broker, err = machineryBroker(m.Broker, queue, r, sq); err != nil {
 		return nil, err
 	}
 	if s.Backend, err = machineryBackend(m.ResultBackend, expire, r); err != nil {
@@ -213,7 +225,7 @@ func FromMachinery(m *Machinery) (*Settings, error) {
 	return s, nil
 }
 
-func machineryBroker(raw, queue string, r MachineryRedis) (string, error) {
+func machineryBroker(raw, queue string, r MachineryRedis, sq MachinerySQS) (string, error) {
 	if raw == "" {
 		return "", errors.New("errandconfig: machinery config has no broker (broker, BROKER)")
 	}
@@ -227,6 +239,9 @@ func machineryBroker(raw, queue string, r MachineryRedis) (string, error) {
 		if r.DelayedTasksKey != "" {
 			q.Set("delayed_tasks_key", r.DelayedTasksKey)
 		}
+		if r.NormalTasksPollPeriod > 0 {
+			q.Set("poll_interval", strconv.Itoa(r.NormalTasksPollPeriod)+"ms")
+		}
 		return machineryRedisURL(u, q, r)
 	case "https", "http":
 		q := url.Values{"format": {"machinery"}}
@@ -237,6 +252,9 @@ func machineryBroker(raw, queue string, r MachineryRedis) (string, error) {
 		}
 		if u.Scheme == "http" {
 			q.Set("insecure", "1")
+		}
+		if sq.WaitTimeSeconds > 0 {
+			q.Set("wait", strconv.Itoa(min(sq.WaitTimeSeconds, 20))+"s") // SQS's longest poll is 20s
 		}
 		if r := u.Query().Get("region"); r != "" {
 			q.Set("region", r)
@@ -294,6 +312,25 @@ func machineryRedisURL(u *url.URL, q url.Values, r MachineryRedis) (string, erro
 	if r.MasterName != "" {
 		out.Scheme += "-sentinel"
 		q.Set("master", r.MasterName)
+		if r.SentinelPassword != "" {
+			q.Set("sentinel_password", r.SentinelPassword)
+		}
+	}
+	// machinery's pool and timeout settings, as go-redis's URL options.
+	secs := map[string]int{"read_timeout": r.ReadTimeout, "write_timeout": r.WriteTimeout, "dial_timeout": r.ConnectTimeout}
+	for k, v := range secs {
+		if v > 0 {
+			q.Set(k, strconv.Itoa(v)+"s")
+		}
+	}
+	if r.MaxIdle > 0 {
+		q.Set("max_idle_conns", strconv.Itoa(r.MaxIdle))
+	}
+	if r.MaxActive > 0 {
+		q.Set("max_active_conns", strconv.Itoa(r.MaxActive))
+	}
+	if r.ClientName != "" {
+		q.Set("client_name", r.ClientName)
 	}
 	out.RawQuery = q.Encode()
 	return out.String(), nil

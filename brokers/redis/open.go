@@ -26,7 +26,7 @@ func init() {
 // (DefaultMaxPayload), a negative count (max_payload=-1) no limit;
 // timeout=DURATION sets Options.CallTimeout.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
-	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout", "format", "default_queue", "delayed_tasks_key")
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout", "format", "default_queue", "delayed_tasks_key", "poll_interval")
 	if err != nil {
 		return nil, fmt.Errorf("redis broker: %w", err)
 	}
@@ -60,10 +60,15 @@ func openMachinery(rdb goredis.UniversalClient, own url.Values) (driver.Broker, 
 		rdb.Close()
 		return nil, fmt.Errorf("redis broker: format=machinery: %w", errMachineryCluster)
 	}
-	return NewMachinery(rdb, &MachineryOptions{
+	opts := &MachineryOptions{
 		Prefix:          own.Get("prefix"),
 		DefaultQueue:    own.Get("default_queue"),
 		DelayedTasksKey: own.Get("delayed_tasks_key"),
 		CloseClient:     true,
-	}), nil
+	}
+	if err := driver.DurationParams(own, map[string]*time.Duration{"poll_interval": &opts.PollInterval}); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis broker: %w", err)
+	}
+	return NewMachinery(rdb, opts), nil
 }
