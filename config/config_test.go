@@ -193,3 +193,40 @@ func TestMachineryURLs(t *testing.T) {
 		t.Error("Redis Cluster: no error")
 	}
 }
+
+// Every variable MachineryEnvNames lists is read: setting it changes what
+// LoadMachinery returns.
+func TestMachineryEnvNamesAreRead(t *testing.T) {
+	base, err := LoadMachinery("", envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range MachineryEnvNames() {
+		v := "7"
+		if name == "REDIS_CLUSTER_ENABLED" {
+			v = "true"
+		}
+		m, err := LoadMachinery("", envOf(map[string]string{name: v}))
+		if err != nil {
+			t.Errorf("%s=%s: %v", name, v, err)
+			continue
+		}
+		if reflect.DeepEqual(m, base) {
+			t.Errorf("%s is listed by MachineryEnvNames but LoadMachinery ignores it", name)
+		}
+	}
+	for _, name := range EnvNames() {
+		v := "7"
+		if name == "ERRAND_LEASE" || name == "ERRAND_TASK_TIMEOUT" || name == "ERRAND_SHUTDOWN_TIMEOUT" {
+			v = "7s"
+		}
+		s, err := Load("", envOf(map[string]string{name: v}))
+		if err != nil {
+			t.Errorf("%s=%s: %v", name, v, err)
+			continue
+		}
+		if reflect.DeepEqual(s, &Settings{}) {
+			t.Errorf("%s is listed by EnvNames but Load ignores it", name)
+		}
+	}
+}

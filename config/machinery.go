@@ -128,7 +128,8 @@ func (m *Machinery) applyEnv(env Env) error {
 		"RESULTS_EXPIRE_IN": &m.ResultsExpireIn, "REDIS_NORMAL_TASKS_POLL_PERIOD": &m.Redis.NormalTasksPollPeriod,
 		"REDIS_DELAYED_TASKS_POLL_PERIOD": &m.Redis.DelayedTasksPollPeriod, "REDIS_READ_TIMEOUT": &m.Redis.ReadTimeout,
 		"REDIS_WRITE_TIMEOUT": &m.Redis.WriteTimeout, "REDIS_CONNECT_TIMEOUT": &m.Redis.ConnectTimeout,
-		"SQS_WAIT_TIME_SECONDS": &m.SQS.WaitTimeSeconds,
+		"SQS_WAIT_TIME_SECONDS": &m.SQS.WaitTimeSeconds, "REDIS_MAX_IDLE": &m.Redis.MaxIdle, "REDIS_MAX_ACTIVE": &m.Redis.MaxActive,
+		"REDIS_IDLE_TIMEOUT": &m.Redis.IdleTimeout,
 	}
 	for name, p := range ints {
 		if v, ok := env(name); ok {
@@ -160,9 +161,9 @@ func (m *Machinery) applyEnv(env Env) error {
 // LoadMachinery reads.
 func MachineryEnvNames() []string {
 	return []string{"BROKER", "DEFAULT_QUEUE", "LOCK", "REDIS_CLIENT_NAME", "REDIS_CLUSTER_ENABLED", "REDIS_CONNECT_TIMEOUT",
-		"REDIS_DELAYED_TASKS_KEY", "REDIS_DELAYED_TASKS_POLL_PERIOD", "REDIS_MASTER_NAME", "REDIS_NORMAL_TASKS_POLL_PERIOD",
-		"REDIS_READ_TIMEOUT", "REDIS_SENTINEL_PASSWORD", "REDIS_WRITE_TIMEOUT", "RESULTS_EXPIRE_IN", "RESULT_BACKEND",
-		"SQS_VISIBILITY_TIMEOUT", "SQS_WAIT_TIME_SECONDS"}
+		"REDIS_DELAYED_TASKS_KEY", "REDIS_DELAYED_TASKS_POLL_PERIOD", "REDIS_IDLE_TIMEOUT", "REDIS_MASTER_NAME", "REDIS_MAX_ACTIVE",
+		"REDIS_MAX_IDLE", "REDIS_NORMAL_TASKS_POLL_PERIOD", "REDIS_READ_TIMEOUT", "REDIS_SENTINEL_PASSWORD", "REDIS_WRITE_TIMEOUT",
+		"RESULTS_EXPIRE_IN", "RESULT_BACKEND", "SQS_VISIBILITY_TIMEOUT", "SQS_WAIT_TIME_SECONDS"}
 }
 
 // FromMachinery maps a machinery config onto errand's Settings: drivers
