@@ -32,6 +32,18 @@ func TestRedisErrandProducerMachineryWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	want := errandProducer(t, srv, r)
+	r.exactlyOnce(t, want)
+	if k := r.kinds(); k["errand"] != 0 {
+		t.Errorf("errand workers ran %d tasks in a test without any", k["errand"])
+	}
+}
+
+// errandProducer sends, through the errand server srv on machinery's
+// formats, a task, an ETA task, a chain and a chord of 100, reads every
+// result with errand's results, and returns how often each must have run.
+func errandProducer(t *testing.T, srv *errand.Server, r *runs) map[string]int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), getTimeout)
 	defer cancel()
 	id := unique("p")
@@ -85,8 +97,5 @@ func TestRedisErrandProducerMachineryWorkers(t *testing.T) {
 	if at, _ := r.firstRun(id + "-eta"); at.Before(eta) {
 		t.Errorf("ETA task ran %s before its ETA", eta.Sub(at))
 	}
-	r.exactlyOnce(t, want)
-	if k := r.kinds(); k["errand"] != 0 {
-		t.Errorf("errand workers ran %d tasks in a test without any", k["errand"])
-	}
+	return want
 }

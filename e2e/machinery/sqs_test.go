@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/errand-go/errand"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	sqsbroker "github.com/errand-go/errand/brokers/sqs"
 )
@@ -113,4 +114,30 @@ func TestSQSMixedFleet(t *testing.T) {
 		t.Errorf("runs by worker kind %v: a mixed fleet test needs both kinds to have run tasks", k)
 	}
 	t.Logf("runs by worker kind: %v", k)
+}
+
+// TestSQSErrandProducerMachineryWorkers: an errand producer on machinery's
+// SQS format (results in machinery's Redis keys) sends a task, an ETA
+// task, a chain and a chord of 100; machinery workers alone run them, and
+// errand's results read what machinery recorded.
+func TestSQSErrandProducerMachineryWorkers(t *testing.T) {
+	rs := newRedis(t)
+	queue := unique("machinery-sqs-prod")
+	c, brokerURL := sqsQueue(t, queue)
+	r := newRuns()
+	machineryWorker(t, machinerySQS(t, rs, c, brokerURL, queue), r)
+	srv, err := errand.NewServer(errand.Config{
+		Broker:       sqsbroker.New(c, &sqsbroker.Options{Machinery: true, NoCreate: true}),
+		Backend:      redisbackend.NewMachinery(rs.client, nil),
+		DefaultQueue: queue,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	want := errandProducer(t, srv, r)
+	r.exactlyOnce(t, want)
+	if k := r.kinds(); k["errand"] != 0 {
+		t.Errorf("errand workers ran %d tasks in a test without any", k["errand"])
+	}
 }
