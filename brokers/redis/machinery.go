@@ -102,26 +102,39 @@ func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *Machiner
 	return &MachineryBroker{rdb: rdb, scr: redisconn.NoRetry(rdb), opts: o, closed: make(chan struct{})}
 }
 
-// mKeys are the keys of one queue: machinery's list, then errand's lease
-// set (token -> deadline in ms), leased bodies (token -> body), token
-// counter and set-aside list.
-type mKeys struct{ list, leases, bodies, seq, dead, count string }
+// mKeys are the keys of one queue: machinery's list (named after the
+// queue), then errand's beside it under the hash tag {Prefix:queue}: the
+// lease set (token -> deadline in ms), the leased bodies (token -> body),
+// the token counter, the set-aside list, and the start of each task's
+// delivery-count key (count + UUID). delayed is machinery's delayed set.
+type mKeys struct{ list, leases, bodies, seq, dead, count, delayed string }
 
 func (b *MachineryBroker) keys(queue string) mKeys {
-	k := b.opts.Prefix + ":" + queue
-	return mKeys{list: queue, leases: k + ":leases", bodies: k + ":bodies", seq: k + ":seq", dead: k + ":dead", count: k + ":n:"}
+	k := "{" + b.opts.Prefix + ":" + queue + "}"
+	return mKeys{list: queue, leases: k + ":leases", bodies: k + ":bodies", seq: k + ":seq", dead: k + ":dead", count: k + ":n:",
+		delayed: b.opts.DelayedTasksKey}
 }
 
-// mLuaNow sets now (ms) and nowns (ns, as a string) by the server's clock.
-const mLuaNow = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+// The scripts' key lists, in their prologues' order (see scripts.go, "How
+// a script reads"; TestScriptPrologues checks them).
+func (k mKeys) fetchKeys() []string   { return []string{k.list, k.leases, k.bodies, k.seq} }
+func (k mKeys) dueKeys() []string     { return []string{k.delayed} }
+func (k mKeys) promoteKeys() []string { return []string{k.delayed, k.list} }
+func (k mKeys) settleKeys() []string  { return []string{k.leases, k.bodies} }
+func (k mKeys) releaseKeys() []string { return []string{k.leases, k.bodies, k.list, k.delayed} }
+func (k mKeys) extendKeys() []string  { return []string{k.leases} }
+func (k mKeys) rejectKeys() []string  { return []string{k.leases, k.bodies, k.dead} }
+
+// luaNowNs sets nowns, the server's clock in ns as a decimal string (after
+// luaNow's t).
+const luaNowNs = `
 local nowns = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
 `
 
-// mLuaCountKey sets ck to the key of the delivery count of the task body
-// names (ARGV[1] .. UUID), nil for a body without one.
-const mLuaCountKey = `
+// luaCountKey defines countkey(prefix, body): the key of the delivery
+// count of the task a body names (prefix .. UUID, or the ID of a body
+// machinerywire wrapped), nil for a body without one.
+const luaCountKey = `
 local function countkey(prefix, body)
   local ok, s = pcall(cjson.decode, body)
   if not ok or type(s) ~= 'table' then return nil end
@@ -133,31 +146,38 @@ end
 
 // mFetch puts back expired leases at the head of machinery's list, then
 // moves up to limit tasks from the list into leases, counting each task's
-// deliveries (by UUID, kept CountTTL after the last).
-//
-//	KEYS[1] list, KEYS[2] leases, KEYS[3] bodies, KEYS[4] seq
-//	ARGV[1] count key prefix, ARGV[2] limit, ARGV[3] lease (ms), ARGV[4] count TTL (ms)
-//	-> {token1, body1, count1, token2, body2, count2, ...}
-var mFetch = goredis.NewScript(mLuaNow + mLuaCountKey + `
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
+// deliveries (kept count_ttl after the last):
+// {token1, body1, count1, token2, ...}.
+var mFetch = newScript(`
+-- mfetch
+-- KEYS[1] -> q
+-- KEYS[2] -> K:leases
+-- KEYS[3] -> K:bodies
+-- KEYS[4] -> K:seq
+-- ARGV[1] -> count key prefix, ARGV[2] -> limit, ARGV[3] -> lease (ms),
+-- ARGV[4] -> count TTL (ms)
+local list, leases, bodies, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local countprefix, limit, lease, countttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+`, luaNow, luaCountKey, `
+local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 100)
 for i = #expired, 1, -1 do
-  local body = redis.call('HGET', KEYS[3], expired[i])
-  if body then redis.call('LPUSH', KEYS[1], body) end
-  redis.call('ZREM', KEYS[2], expired[i])
-  redis.call('HDEL', KEYS[3], expired[i])
+  local body = redis.call('HGET', bodies, expired[i])
+  if body then redis.call('LPUSH', list, body) end
+  redis.call('ZREM', leases, expired[i])
+  redis.call('HDEL', bodies, expired[i])
 end
 local out = {}
-for i = 1, tonumber(ARGV[2]) do
-  local body = redis.call('LPOP', KEYS[1])
+for i = 1, limit do
+  local body = redis.call('LPOP', list)
   if not body then break end
-  local tok = tostring(redis.call('INCR', KEYS[4]))
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), tok)
-  redis.call('HSET', KEYS[3], tok, body)
+  local tok = tostring(redis.call('INCR', seq))
+  redis.call('ZADD', leases, now + lease, tok)
+  redis.call('HSET', bodies, tok, body)
   local n = 1
-  local ck = countkey(ARGV[1], body)
+  local ck = countkey(countprefix, body)
   if ck then
     n = redis.call('INCR', ck)
-    redis.call('PEXPIRE', ck, ARGV[4])
+    redis.call('PEXPIRE', ck, countttl)
   end
   out[#out + 1] = tok
   out[#out + 1] = body
@@ -172,18 +192,26 @@ return out
 const machineryCountTTL = 7 * 24 * time.Hour
 
 // mDue lists the due members of machinery's delayed set.
-//
-//	KEYS[1] delayed set; ARGV[1] most to list
-var mDue = goredis.NewScript(mLuaNow + `
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nowns, 'LIMIT', 0, tonumber(ARGV[1]))
+var mDue = newScript(`
+-- mdue
+-- KEYS[1] -> delayed_tasks
+-- ARGV[1] -> most to list
+local delayed = KEYS[1]
+local most = tonumber(ARGV[1])
+`, luaNow, luaNowNs, `
+return redis.call('ZRANGEBYSCORE', delayed, '-inf', nowns, 'LIMIT', 0, most)
 `)
 
 // mPromote moves one due task from the delayed set onto its list, once.
-//
-//	KEYS[1] delayed set, KEYS[2] list; ARGV[1] the member
-var mPromote = goredis.NewScript(`
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('RPUSH', KEYS[2], ARGV[1])
+var mPromote = newScript(`
+-- mpromote
+-- KEYS[1] -> delayed_tasks
+-- KEYS[2] -> q
+-- ARGV[1] -> the member
+local delayed, list = KEYS[1], KEYS[2]
+local member = ARGV[1]
+if redis.call('ZREM', delayed, member) == 1 then
+  redis.call('RPUSH', list, member)
   return 1
 end
 return 0
@@ -191,16 +219,21 @@ return 0
 
 // mSettle ends leases: 1 for each token still leased (its body and
 // delivery count removed), 0 for a lost one.
-//
-//	KEYS[1] leases, KEYS[2] bodies; ARGV[1] count key prefix, ARGV[2..] tokens
-var mSettle = goredis.NewScript(mLuaCountKey + `
+var mSettle = newScript(`
+-- msettle
+-- KEYS[1] -> K:leases
+-- KEYS[2] -> K:bodies
+-- ARGV[1] -> count key prefix, ARGV[2..] -> tokens
+local leases, bodies = KEYS[1], KEYS[2]
+local countprefix = ARGV[1]
+`, luaCountKey, `
 local out = {}
 for i = 2, #ARGV do
   local tok = ARGV[i]
-  local body = redis.call('HGET', KEYS[2], tok)
-  if redis.call('ZREM', KEYS[1], tok) == 1 then
-    redis.call('HDEL', KEYS[2], tok)
-    local ck = body and countkey(ARGV[1], body)
+  local body = redis.call('HGET', bodies, tok)
+  if redis.call('ZREM', leases, tok) == 1 then
+    redis.call('HDEL', bodies, tok)
+    local ck = body and countkey(countprefix, body)
     if ck then redis.call('DEL', ck) end
     out[i - 1] = 1
   else
@@ -211,43 +244,58 @@ return out
 `)
 
 // mRelease ends a lease and gives the task back: onto the head of the list
-// (ARGV[2] empty) or into the delayed set at score ARGV[2].
-//
-//	KEYS[1] leases, KEYS[2] bodies, KEYS[3] list, KEYS[4] delayed set
-//	ARGV[1] token, ARGV[2] due time in ns or ''
-var mRelease = goredis.NewScript(`
-local body = redis.call('HGET', KEYS[2], ARGV[1])
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 or not body then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if ARGV[2] == '' then
-  redis.call('LPUSH', KEYS[3], body)
+// (no due time) or into the delayed set at its due time.
+var mRelease = newScript(`
+-- mrelease
+-- KEYS[1] -> K:leases
+-- KEYS[2] -> K:bodies
+-- KEYS[3] -> q
+-- KEYS[4] -> delayed_tasks
+-- ARGV[1] -> token, ARGV[2] -> due time in ns or ''
+local leases, bodies, list, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local tok, due = ARGV[1], ARGV[2]
+local body = redis.call('HGET', bodies, tok)
+if redis.call('ZREM', leases, tok) == 0 or not body then return 0 end
+redis.call('HDEL', bodies, tok)
+if due == '' then
+  redis.call('LPUSH', list, body)
 else
-  redis.call('ZADD', KEYS[4], ARGV[2], body)
+  redis.call('ZADD', delayed, due, body)
 end
 return 1
 `)
 
 // mExtend renews a lease still held.
-//
-//	KEYS[1] leases; ARGV[1] token, ARGV[2] lease (ms)
-var mExtend = goredis.NewScript(mLuaNow + `
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+var mExtend = newScript(`
+-- mextend
+-- KEYS[1] -> K:leases
+-- ARGV[1] -> token, ARGV[2] -> lease (ms)
+local leases = KEYS[1]
+local tok, lease = ARGV[1], tonumber(ARGV[2])
+`, luaNow, `
+if not redis.call('ZSCORE', leases, tok) then return 0 end
+redis.call('ZADD', leases, 'XX', now + lease, tok)
 return 1
 `)
 
 // mReject ends a lease and keeps the task in the queue's set-aside list.
-//
-//	KEYS[1] leases, KEYS[2] bodies, KEYS[3] dead
-//	ARGV[1] token, ARGV[2] reason, ARGV[3] most kept, ARGV[4] count key prefix
-var mReject = goredis.NewScript(mLuaNow + mLuaCountKey + `
-local body = redis.call('HGET', KEYS[2], ARGV[1])
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 or not body then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-local ck = countkey(ARGV[4], body)
+var mReject = newScript(`
+-- mreject
+-- KEYS[1] -> K:leases
+-- KEYS[2] -> K:bodies
+-- KEYS[3] -> K:dead
+-- ARGV[1] -> token, ARGV[2] -> reason, ARGV[3] -> most kept,
+-- ARGV[4] -> count key prefix
+local leases, bodies, dead = KEYS[1], KEYS[2], KEYS[3]
+local tok, reason, most, countprefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+`, luaNow, luaCountKey, `
+local body = redis.call('HGET', bodies, tok)
+if redis.call('ZREM', leases, tok) == 0 or not body then return 0 end
+redis.call('HDEL', bodies, tok)
+local ck = countkey(countprefix, body)
 if ck then redis.call('DEL', ck) end
-redis.call('LPUSH', KEYS[3], cjson.encode({body = body, reason = ARGV[2], at = now}))
-redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[3]) - 1)
+redis.call('LPUSH', dead, cjson.encode({body = body, reason = reason, at = now}))
+redis.call('LTRIM', dead, 0, most - 1)
 return 1
 `)
 
@@ -291,7 +339,7 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 		if err := b.promote(ctx); err != nil {
 			return nil, err
 		}
-		res, err := mFetch.Run(ctx, b.scr, []string{k.list, k.leases, k.bodies, k.seq}, k.count, max(limit, 1), lease.Milliseconds(), machineryCountTTL.Milliseconds()).StringSlice()
+		res, err := mFetch.Run(ctx, b.scr, k.fetchKeys(), k.count, max(limit, 1), lease.Milliseconds(), machineryCountTTL.Milliseconds()).StringSlice()
 		if err != nil {
 			return nil, fmt.Errorf("redis machinery broker: fetch %q: %w", queue, err)
 		}
@@ -329,7 +377,7 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 // the same).
 func (b *MachineryBroker) promote(ctx context.Context) error {
 	for {
-		due, err := mDue.Run(ctx, b.scr, []string{b.opts.DelayedTasksKey}, 100).StringSlice()
+		due, err := mDue.Run(ctx, b.scr, b.keys("").dueKeys(), 100).StringSlice()
 		if err != nil {
 			return fmt.Errorf("redis machinery broker: read delayed tasks: %w", err)
 		}
@@ -344,7 +392,7 @@ func (b *MachineryBroker) promote(ctx context.Context) error {
 			if q == "" {
 				q = b.opts.DefaultQueue
 			}
-			mPromote.Eval(ctx, redisconn.NoRetry(pipe), []string{b.opts.DelayedTasksKey, q}, m)
+			mPromote.Eval(ctx, redisconn.NoRetry(pipe), b.keys(q).promoteKeys(), m)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("redis machinery broker: promote delayed tasks: %w", err)
@@ -369,7 +417,7 @@ func (b *MachineryBroker) Ack(ctx context.Context, ds []*driver.Delivery) []erro
 	for _, d := range ds {
 		toks = append(toks, d.Handle)
 	}
-	res, err := mSettle.Run(ctx, b.scr, []string{k.leases, k.bodies}, toks...).Int64Slice()
+	res, err := mSettle.Run(ctx, b.scr, k.settleKeys(), toks...).Int64Slice()
 	if err != nil {
 		return driver.BatchErrors(len(ds), fmt.Errorf("redis machinery broker: ack: %w", err))
 	}
@@ -399,7 +447,7 @@ func (b *MachineryBroker) Release(ctx context.Context, d *driver.Delivery, notBe
 	if notBefore.After(time.Now()) {
 		due = strconv.FormatInt(notBefore.UnixNano(), 10)
 	}
-	return b.lost(mRelease.Run(ctx, b.scr, []string{k.leases, k.bodies, k.list, b.opts.DelayedTasksKey}, d.Handle, due).Int64())
+	return b.lost(mRelease.Run(ctx, b.scr, k.releaseKeys(), d.Handle, due).Int64())
 }
 
 // Extend renews the lease of d.
@@ -407,17 +455,17 @@ func (b *MachineryBroker) Extend(ctx context.Context, d *driver.Delivery, lease 
 	if err := b.isClosed(); err != nil {
 		return err
 	}
-	return b.lost(mExtend.Run(ctx, b.scr, []string{b.keys(d.Queue).leases}, d.Handle, lease.Milliseconds()).Int64())
+	return b.lost(mExtend.Run(ctx, b.scr, b.keys(d.Queue).extendKeys(), d.Handle, lease.Milliseconds()).Int64())
 }
 
-// Reject keeps d in its queue's set-aside list ({Prefix}:{queue}:dead,
+// Reject keeps d in its queue's set-aside list ({Prefix:queue}:dead,
 // newest first, each entry {"body", "reason", "at"}), bounded by DeadMax.
 func (b *MachineryBroker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
 	if err := b.isClosed(); err != nil {
 		return err
 	}
 	k := b.keys(d.Queue)
-	return b.lost(mReject.Run(ctx, b.scr, []string{k.leases, k.bodies, k.dead}, d.Handle, reason, b.opts.DeadMax, k.count).Int64())
+	return b.lost(mReject.Run(ctx, b.scr, k.rejectKeys(), d.Handle, reason, b.opts.DeadMax, k.count).Int64())
 }
 
 // Close makes blocked Fetch calls return, and closes the client if
