@@ -231,6 +231,16 @@ func (b *MachineryBackend) InitGroup(ctx context.Context, groupUUID string, task
 	return nil
 }
 
+// machineryDoneKey is the set of a group's members errand completed,
+// beside machinery's group meta.
+func machineryDoneKey(groupUUID string) string { return groupUUID + ":errand-done" }
+
+// The scripts' key lists, in their prologues' order (TestScriptPrologues).
+func mCompleteKeys(groupUUID string) []string {
+	return []string{groupUUID, machineryDoneKey(groupUUID)}
+}
+func mClaimKeys(groupUUID string) []string { return []string{groupUUID, MachineryChordMutex} }
+
 // mComplete marks the caller done in errand's done set beside the group
 // meta and counts the members that are done: in the set (completed by an
 // errand worker) or recorded SUCCESS or FAILURE (by a machinery worker,
@@ -238,25 +248,27 @@ func (b *MachineryBackend) InitGroup(ctx context.Context, groupUUID string, task
 // group, {-2} for a task that is not a member (nothing written). It reads
 // the member state keys the group meta names (machinery's keys are task
 // UUIDs, known only once the meta is read).
-//
-//	KEYS[1] the group meta, KEYS[2] errand's done set
-//	ARGV[1] the completing task's UUID, ARGV[2] the done set's expiry (ms)
-var mComplete = goredis.NewScript(`
-local raw = redis.call('GET', KEYS[1])
+var mComplete = newScript(`
+-- mcomplete
+-- KEYS[1] -> GROUP
+-- KEYS[2] -> GROUP:errand-done
+-- ARGV[1] -> the completing task's UUID, ARGV[2] -> the done set's expiry (ms)
+local meta_key, done_key = KEYS[1], KEYS[2]
+local task, expiry = ARGV[1], tonumber(ARGV[2])
+local raw = redis.call('GET', meta_key)
 if not raw then return {-1} end
 local ok, meta = pcall(cjson.decode, raw)
-if not ok or type(meta.TaskUUIDs) ~= 'table' then return {-1} end
+if not ok or type(meta) ~= 'table' or type(meta.TaskUUIDs) ~= 'table' then return {-1} end
 local member = false
 for _, id in ipairs(meta.TaskUUIDs) do
-  if id == ARGV[1] then member = true break end
+  if id == task then member = true break end
 end
 if not member then return {-2} end
-redis.call('SADD', KEYS[2], ARGV[1])
-local ttl = redis.call('PTTL', KEYS[1])
-redis.call('PEXPIRE', KEYS[2], math.max(ttl, tonumber(ARGV[2])))
+redis.call('SADD', done_key, task)
+redis.call('PEXPIRE', done_key, math.max(redis.call('PTTL', meta_key), expiry))
 local done = 0
 for _, id in ipairs(meta.TaskUUIDs) do
-  if redis.call('SISMEMBER', KEYS[2], id) == 1 then
+  if redis.call('SISMEMBER', done_key, id) == 1 then
     done = done + 1
   else
     local s = redis.call('GET', id)
@@ -277,7 +289,7 @@ func (b *MachineryBackend) CompleteGroupMember(ctx context.Context, groupUUID, t
 	if err := b.isClosed(); err != nil {
 		return 0, 0, err
 	}
-	res, err := mComplete.Run(ctx, b.scr, []string{groupUUID, groupUUID + ":errand-done"}, taskUUID, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
+	res, err := mComplete.Run(ctx, b.scr, mCompleteKeys(groupUUID), taskUUID, b.opts.GroupExpiry.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("redis machinery backend: complete member %s of group %s: %w", taskUUID, groupUUID, err)
 	}
@@ -296,22 +308,25 @@ func (b *MachineryBackend) CompleteGroupMember(ctx context.Context, groupUUID, t
 // on a group meta: 1 won (or won before by this claimer), 0 lost, -1 no
 // group, -2 a machinery worker holds its chord lock (try again), -3 a meta
 // this script cannot edit.
-//
-//	KEYS[1] the group meta, KEYS[2] machinery's chord mutex
-//	ARGV[1] the claimer
-var mClaim = goredis.NewScript(`
-local raw = redis.call('GET', KEYS[1])
+var mClaim = newScript(`
+-- mclaim
+-- KEYS[1] -> GROUP
+-- KEYS[2] -> TriggerChordMutex
+-- ARGV[1] -> the claimer
+local meta_key, mutex = KEYS[1], KEYS[2]
+local claimer = ARGV[1]
+local raw = redis.call('GET', meta_key)
 if not raw then return -1 end
 local ok, meta = pcall(cjson.decode, raw)
-if not ok then return -3 end
+if not ok or type(meta) ~= 'table' then return -3 end
 if meta.ChordTriggered == true then
-  if meta.ErrandChordClaimer == ARGV[1] then return 1 end
+  if meta.ErrandChordClaimer == claimer then return 1 end
   return 0
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return -2 end
-local out, n = string.gsub(raw, '"ChordTriggered":false', '"ChordTriggered":true,"ErrandChordClaimer":' .. cjson.encode(ARGV[1]), 1)
+if redis.call('EXISTS', mutex) == 1 then return -2 end
+local out, n = string.gsub(raw, '"ChordTriggered":false', '"ChordTriggered":true,"ErrandChordClaimer":' .. cjson.encode(claimer), 1)
 if n ~= 1 then return -3 end
-redis.call('SET', KEYS[1], out, 'KEEPTTL')
+redis.call('SET', meta_key, out, 'KEEPTTL')
 return 1
 `)
 
@@ -325,7 +340,7 @@ func (b *MachineryBackend) ClaimChord(ctx context.Context, groupUUID, claimer st
 	}
 	deadline := time.Now().Add(b.opts.ClaimWait)
 	for {
-		n, err := mClaim.Run(ctx, b.scr, []string{groupUUID, MachineryChordMutex}, claimer).Int64()
+		n, err := mClaim.Run(ctx, b.scr, mClaimKeys(groupUUID), claimer).Int64()
 		if err != nil {
 			return false, fmt.Errorf("redis machinery backend: claim chord of group %s: %w", groupUUID, err)
 		}
