@@ -114,7 +114,11 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 10 * time.Second
 	}
-	for _, k := range []string{"result_expiry", "group_expiry", "prefix", "timeout"} {
+	format := q.Get("format")
+	if format != "" && format != "machinery" {
+		return nil, fmt.Errorf("mongo backend: format %q is not known (only format=machinery)", format)
+	}
+	for _, k := range []string{"result_expiry", "group_expiry", "prefix", "timeout", "format"} {
 		q.Del(k)
 	}
 	clean := *u
@@ -137,6 +141,9 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	defer cancel()
 	if err := client.Ping(pctx, nil); err != nil {
 		return nil, fail(fmt.Errorf("mongo backend: ping %s (within the caller's ctx and a per-call timeout of %v): %s", u.Redacted(), opts.CallTimeout, redact(err, u)))
+	}
+	if format == "machinery" {
+		return NewMachinery(client, &MachineryOptions{Database: opts.Database, ResultsExpireIn: opts.ResultExpiry, CallTimeout: opts.CallTimeout, CloseClient: true}), nil
 	}
 	b, err := New(pctx, client, opts)
 	if err != nil {

@@ -5,6 +5,9 @@
 //
 //	mongodb://[user:password@]host:port[,host:port...]/[database][?options][&prefix=errand&result_expiry=1h&group_expiry=24h&timeout=10s]
 //	mongodb+srv://...
+//	mongodb://.../[database]?format=machinery[&result_expiry=1h]
+//	    machinery v2's tasks and group_metas collections (NewMachinery;
+//	    database "machinery" by default; docs/migrating-from-machinery.md)
 //
 // The database defaults to "errand"; driver options (authSource,
 // replicaSet, maxPoolSize, ...) pass through. Import the package

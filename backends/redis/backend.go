@@ -90,7 +90,7 @@ func init() {
 // Open returns a backend for a redis://, rediss://, redis-sentinel:// or
 // rediss-sentinel:// URL (see the package doc). The backend owns the client it makes.
 func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
-	rdb, own, err := redisconn.Open(ctx, u, "prefix", "result_expiry", "group_expiry", "timeout")
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "result_expiry", "group_expiry", "timeout", "format")
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
@@ -98,6 +98,19 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	if err := driver.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout}); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
+	}
+	switch own.Get("format") {
+	case "":
+	case "machinery":
+		// machinery's keys carry no hash tags: one node or Sentinel.
+		if _, ok := rdb.(*goredis.ClusterClient); ok {
+			rdb.Close()
+			return nil, errors.New("redis backend: format=machinery needs a single node or Sentinel (machinery's keys carry no hash tags)")
+		}
+		return NewMachinery(rdb, &MachineryOptions{ResultsExpireIn: opts.ResultExpiry, GroupExpiry: opts.GroupExpiry, CloseClient: true}), nil
+	default:
+		rdb.Close()
+		return nil, fmt.Errorf("redis backend: format %q is not known (only format=machinery)", own.Get("format"))
 	}
 	return New(rdb, opts), nil
 }

@@ -8,6 +8,9 @@
 //	rediss://...[&tls_ca=/path/ca.pem]            the same over TLS; tls_ca: trust
 //	                                              only the CAs in that PEM file
 //	redis://host:port?addr=host2:port&addr=...    Redis Cluster
+//	redis://...?format=machinery[&result_expiry=1h] machinery v2's result keys
+//	                                              (NewMachinery;
+//	                                              docs/migrating-from-machinery.md)
 //	redis-sentinel://[user:password@]sentinel1:port,sentinel2:port[/db]?master=NAME
 //	                                              Redis Sentinel (rediss-sentinel://
 //	                                              over TLS); docs/redis.md, Sentinel

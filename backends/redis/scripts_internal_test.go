@@ -27,6 +27,8 @@ func TestScriptPrologues(t *testing.T) {
 		{"complete", completeScript, b.groupScriptKeys("GROUP")},
 		{"claim", claimScript, b.claimKeys("GROUP")},
 		{"start", startScript, b.startKeys("UUID")},
+		{"mcomplete", mComplete, mCompleteKeys("GROUP")},
+		{"mclaim", mClaim, mClaimKeys("GROUP")},
 	}
 	if len(cases) != len(scriptText) {
 		t.Errorf("%d scripts made by newScript, %d checked here: add the new ones to the table", len(scriptText), len(cases))

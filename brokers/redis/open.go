@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
 )
@@ -24,9 +26,17 @@ func init() {
 // (DefaultMaxPayload), a negative count (max_payload=-1) no limit;
 // timeout=DURATION sets Options.CallTimeout.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
-	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout")
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout", "format", "default_queue", "delayed_tasks_key", "poll_interval")
 	if err != nil {
 		return nil, fmt.Errorf("redis broker: %w", err)
+	}
+	switch own.Get("format") {
+	case "":
+	case "machinery":
+		return openMachinery(rdb, own)
+	default:
+		rdb.Close()
+		return nil, fmt.Errorf("redis broker: format %q is not known (only format=machinery)", own.Get("format"))
 	}
 	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
 	if v := own.Get("max_payload"); v != "" {
@@ -42,4 +52,23 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 		return nil, fmt.Errorf("redis broker: %w", err)
 	}
 	return New(rdb, opts), nil
+}
+
+// openMachinery returns a MachineryBroker for a URL with format=machinery.
+func openMachinery(rdb goredis.UniversalClient, own url.Values) (driver.Broker, error) {
+	if _, ok := rdb.(*goredis.ClusterClient); ok {
+		rdb.Close()
+		return nil, fmt.Errorf("redis broker: format=machinery: %w", errMachineryCluster)
+	}
+	opts := &MachineryOptions{
+		Prefix:          own.Get("prefix"),
+		DefaultQueue:    own.Get("default_queue"),
+		DelayedTasksKey: own.Get("delayed_tasks_key"),
+		CloseClient:     true,
+	}
+	if err := driver.DurationParams(own, map[string]*time.Duration{"poll_interval": &opts.PollInterval}); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis broker: %w", err)
+	}
+	return NewMachinery(rdb, opts), nil
 }

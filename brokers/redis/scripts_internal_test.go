@@ -21,6 +21,7 @@ var prologueKey = regexp.MustCompile(`^-- KEYS\[(\d+)\]\s+-> (\S+)$`)
 func TestScriptPrologues(t *testing.T) {
 	b := &Broker{opts: Options{Prefix: "errand"}}
 	k := b.keys("q")
+	mk := (&MachineryBroker{opts: MachineryOptions{Prefix: "errand", DelayedTasksKey: "delayed_tasks"}}).keys("q")
 	cases := []struct {
 		name   string
 		script *goredis.Script
@@ -51,6 +52,13 @@ func TestScriptPrologues(t *testing.T) {
 		{"take", takeScript, b.takeKeys("KEY")},
 		{"lock", lockScript, b.lockKeys("KEY")},
 		{"unlock", unlockScript, b.lockKeys("KEY")},
+		{"mfetch", mFetch, mk.fetchKeys()},
+		{"mdue", mDue, mk.dueKeys()},
+		{"mpromote", mPromote, mk.promoteKeys()},
+		{"msettle", mSettle, mk.settleKeys()},
+		{"mrelease", mRelease, mk.releaseKeys()},
+		{"mextend", mExtend, mk.extendKeys()},
+		{"mreject", mReject, mk.rejectKeys()},
 	}
 	if len(cases) != len(scriptText) {
 		t.Errorf("%d scripts made by newScript, %d checked here: add the new ones to the table", len(scriptText), len(cases))

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/machinerywire"
 )
 
 // Options configures a Broker.
@@ -65,6 +68,17 @@ type Options struct {
 	// them and their buffer: Fetch calls waiting for n messages in all keep
 	// up to ceil(n/10) receives going. Default: 8.
 	Pollers int
+	// Machinery makes the broker speak machinery v2's SQS format, for
+	// migrating from machinery without a flag day
+	// (docs/migrating-from-machinery.md): queue names are machinery's
+	// routing keys as they are (QueuePrefix defaults to none), what errand
+	// publishes is machinery's Signature JSON (its RoutingKey set, and a
+	// retry's RetryCount counting the retries left, as machinery's does),
+	// and what machinery sends is read as errand's. A machinery worker on
+	// the queue ignores errand's message attributes, so it runs a task
+	// hopping towards an ETA over MaxHop early (machinery itself refuses
+	// delays over 15 minutes). Standard queues only. Default: false.
+	Machinery bool
 }
 
 // Broker is a driver.Broker on Amazon SQS (standard queues). It is safe for
@@ -109,7 +123,7 @@ func New(client *sqs.Client, opts *Options) *Broker {
 	if opts != nil {
 		b.opts = *opts
 	}
-	if b.opts.QueuePrefix == "" {
+	if b.opts.QueuePrefix == "" && !b.opts.Machinery {
 		b.opts.QueuePrefix = "errand-"
 	}
 	if b.opts.MaxHop <= 0 || b.opts.MaxHop > 15*time.Minute {
@@ -167,6 +181,16 @@ func attrs(m driver.Message) map[string]types.MessageAttributeValue {
 // per call. Every body is checked before anything is sent (errand has
 // already refused bodies over Limits().MaxPayload).
 func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
+	if b.opts.Machinery {
+		msgs = slices.Clone(msgs)
+		for i, m := range msgs {
+			// A body that is not its message's signature is opaque, as on
+			// errand's own queues (its ID rides in the attributes).
+			if body, ok := machinerywire.Translate(m.ID, m.Body, m.Queue); ok {
+				msgs[i].Body = body
+			}
+		}
+	}
 	for _, m := range msgs {
 		if m.ID == "" {
 			return errors.New("sqs broker: message without an ID")
@@ -313,6 +337,25 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*driver.Delivery, b
 		due = !time.Now().Before(msg.NotBefore)
 	}
 	n, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	if b.opts.Machinery {
+		// errand's body for the worker and the handle (a hop publishes it
+		// again, in machinery's JSON).
+		id, body := machinerywire.ErrandMessage(msg.Body)
+		msg.Body = body
+		if _, ok := m.MessageAttributes[attrID]; !ok {
+			// Sent by machinery: its ID is the task's UUID, and its ETA is
+			// kept here (machinery truncates the delay it gives SQS to whole
+			// seconds, so the message may arrive before it).
+			if id != "" {
+				msg.ID = id
+			}
+			var s struct{ ETA *time.Time }
+			if json.Unmarshal(msg.Body, &s) == nil && s.ETA != nil && msg.NotBefore.IsZero() {
+				msg.NotBefore = *s.ETA
+				due = !time.Now().Before(msg.NotBefore)
+			}
+		}
+	}
 	return &driver.Delivery{Message: msg, Attempt: n, Handle: handle{url: u, receipt: aws.ToString(m.ReceiptHandle), msg: msg}}, due
 }
 

@@ -44,9 +44,14 @@ func newClient(endpoint string) *awssqs.Client {
 const hop = 2 * time.Second
 
 func harness(c *awssqs.Client, fifo bool) conformance.BrokerHarness {
+	return harnessOf(c, &sqsbroker.Options{QueuePrefix: "errand-test-", MaxHop: hop, FIFO: fifo})
+}
+
+func harnessOf(c *awssqs.Client, opts *sqsbroker.Options) conformance.BrokerHarness {
+	fifo := opts.FIFO
 	return conformance.BrokerHarness{
 		New: func(t testing.TB) errand.Broker {
-			b := sqsbroker.New(c, &sqsbroker.Options{QueuePrefix: "errand-test-", MaxHop: hop, FIFO: fifo})
+			b := sqsbroker.New(c, opts)
 			t.Cleanup(func() { b.Close() })
 			return b
 		},

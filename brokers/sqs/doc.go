@@ -5,6 +5,8 @@
 //
 //	sqs://?region=eu-west-1[&prefix=errand-&max_hop=15m&wait=1s&create=false&timeout=10s]
 //	sqs://HOST:PORT?region=us-east-1&insecure=1     a local endpoint (fauxqs, LocalStack)
+//	sqs://...?format=machinery                      machinery v2's queues and JSON
+//	                                                (Options.Machinery)
 //
 // Import the package (github.com/errand-go/errand/brokers/sqs) for its side
 // effect to register the scheme with errand.OpenBroker. Credentials come from

@@ -41,6 +41,13 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 		clientOpts = append(clientOpts, func(o *sqs.Options) { o.BaseEndpoint = aws.String(scheme + "://" + u.Host) })
 	}
 	opts := &Options{QueuePrefix: q.Get("prefix"), NoCreate: q.Get("create") == "false"}
+	switch q.Get("format") {
+	case "":
+	case "machinery":
+		opts.Machinery = true
+	default:
+		return nil, fmt.Errorf("sqs broker: format %q is not known (only format=machinery)", q.Get("format"))
+	}
 	if err := driver.DurationParams(q, map[string]*time.Duration{"max_hop": &opts.MaxHop, "wait": &opts.WaitTime, "timeout": &opts.CallTimeout}); err != nil {
 		return nil, fmt.Errorf("sqs broker: %w", err)
 	}

@@ -1,0 +1,80 @@
+package redisbackend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand"
+	redisbackend "github.com/errand-go/errand/backends/redis"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/conformance"
+)
+
+func machineryHarness(rdb goredis.UniversalClient) conformance.BackendHarness {
+	return conformance.BackendHarness{
+		New: func(t testing.TB, expiry time.Duration) errand.Backend {
+			b := redisbackend.NewMachinery(rdb, &redisbackend.MachineryOptions{ResultsExpireIn: expiry})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true},
+	}
+}
+
+// TestMachineryConformance runs the kit's backend and worker cases on the
+// backend in machinery's format (single node: machinery's keys have no
+// hash tags).
+func TestMachineryConformance(t *testing.T) {
+	rdb := servers(t)["Single"]
+	conformance.RunBackend(t, machineryHarness(rdb))
+	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), machineryHarness(rdb))
+}
+
+// TestMachineryClaimWaitsForMachineryLock: while a machinery worker holds
+// its chord lock (TriggerChordMutex), errand's claim waits; once it is
+// released the claim wins, and sets machinery's ChordTriggered.
+func TestMachineryClaimWaitsForMachineryLock(t *testing.T) {
+	rdb := servers(t)["Single"]
+	ctx := context.Background()
+	b := redisbackend.NewMachinery(rdb, &redisbackend.MachineryOptions{ClaimWait: 200 * time.Millisecond})
+	g := "group_test_" + time.Now().Format("150405.000000000")
+	if err := b.InitGroup(ctx, g, []string{g + "-a"}); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Del(ctx, g)
+	// Another test of this package may hold the lock key; use a fresh
+	// database-wide key only while this test runs.
+	if ok, err := rdb.SetNX(ctx, redisbackend.MachineryChordMutex, "machinery-worker", 5*time.Second).Result(); err != nil || !ok {
+		t.Skipf("TriggerChordMutex is held by someone else (%v, %v)", ok, err)
+	}
+	won, err := b.ClaimChord(ctx, g, "c1")
+	if err == nil || won {
+		t.Errorf("claim while machinery holds TriggerChordMutex: won %v, err %v; want it to wait, then fail after ClaimWait", won, err)
+	}
+	rdb.Del(ctx, redisbackend.MachineryChordMutex)
+	if won, err := b.ClaimChord(ctx, g, "c1"); err != nil || !won {
+		t.Fatalf("claim once the lock is free: %v, %v", won, err)
+	}
+	if won, _ := b.ClaimChord(ctx, g, "c1"); !won {
+		t.Error("the claimer that won did not win again")
+	}
+	if won, _ := b.ClaimChord(ctx, g, "c2"); won {
+		t.Error("a second claimer won")
+	}
+	raw := rdb.Get(ctx, g).Val()
+	if want := `"ChordTriggered":true`; !contains(raw, want) {
+		t.Errorf("group meta %s lacks %s: machinery workers would fire the chord again", raw, want)
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

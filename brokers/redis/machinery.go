@@ -1,0 +1,503 @@
+package redisbroker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/machinerywire"
+	"github.com/errand-go/errand/internal/redisconn"
+)
+
+// machinery v2's Redis broker keys (brokers/redis/goredis.go): a queue is a
+// list named after it, holding each task's Signature JSON (RPUSH, BLPOP);
+// every delayed task of every queue waits in one sorted set scored by its
+// ETA in Unix nanoseconds, and is pushed onto its RoutingKey's list when due.
+const (
+	// MachineryDefaultQueue is machinery's default queue (config.Config
+	// DefaultQueue in its examples and env var defaults).
+	MachineryDefaultQueue = "machinery_tasks"
+	// MachineryDelayedTasksKey is machinery's default delayed-task sorted
+	// set (config.RedisConfig.DelayedTasksKey).
+	MachineryDelayedTasksKey = "delayed_tasks"
+)
+
+// MachineryOptions configures a [MachineryBroker].
+type MachineryOptions struct {
+	// DefaultQueue is where a delayed task that names no RoutingKey goes
+	// when due (machinery's config DefaultQueue). Default:
+	// MachineryDefaultQueue.
+	DefaultQueue string
+	// DelayedTasksKey is machinery's sorted set of delayed tasks (its
+	// config redis.delayed_tasks_key). Default: MachineryDelayedTasksKey.
+	DelayedTasksKey string
+	// Prefix starts the keys errand keeps beside machinery's (leases,
+	// leased bodies, set-aside messages). Default: "errand-machinery".
+	Prefix string
+	// PollInterval is how long an idle Fetch waits between two looks at
+	// the queue and the delayed set (machinery itself blocks up to its
+	// normal_tasks_poll_period, 1s, and polls the delayed set every
+	// delayed_tasks_poll_period, 500ms). Default: 100ms.
+	PollInterval time.Duration
+	// DeadMax bounds each queue's list of set-aside messages (Reject).
+	// Default: DefaultArchiveMaxCount.
+	DeadMax int
+	// CloseClient: Close also closes the client. Default: false.
+	CloseClient bool
+}
+
+// MachineryBroker is a [driver.Broker] on machinery v2's own Redis queues,
+// for migrating from machinery without a flag day: errand workers take the
+// tasks machinery producers send, and what errand publishes (retries,
+// callbacks, chord callbacks, new tasks) goes onto machinery's lists and
+// delayed set in machinery's JSON, where machinery workers can take it too.
+// See docs/migrating-from-machinery.md.
+//
+// Fetch moves a task from machinery's list into a lease held by errand in
+// one script: from that moment errand's guarantees hold (a worker that
+// dies leaves a lease that runs out, and the next Fetch puts the task back
+// at the head of machinery's list). A task a machinery worker popped
+// (BLPOP) is outside them: if that worker dies, machinery loses it.
+//
+// Single node and Sentinel only: machinery's keys carry no hash tags.
+type MachineryBroker struct {
+	rdb     goredis.UniversalClient
+	scr     goredis.Scripter
+	opts    MachineryOptions
+	closed  chan struct{}
+	closeMu sync.Once
+}
+
+var _ driver.Broker = (*MachineryBroker)(nil)
+
+// NewMachinery returns a broker on machinery's queues in rdb's database.
+func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *MachineryBroker {
+	var o MachineryOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.DefaultQueue == "" {
+		o.DefaultQueue = MachineryDefaultQueue
+	}
+	if o.DelayedTasksKey == "" {
+		o.DelayedTasksKey = MachineryDelayedTasksKey
+	}
+	if o.Prefix == "" {
+		o.Prefix = "errand-machinery"
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 100 * time.Millisecond
+	}
+	if o.DeadMax <= 0 {
+		o.DeadMax = DefaultArchiveMaxCount
+	}
+	redisconn.Quiet()
+	return &MachineryBroker{rdb: rdb, scr: redisconn.NoRetry(rdb), opts: o, closed: make(chan struct{})}
+}
+
+// mKeys are the keys of one queue: machinery's list (named after the
+// queue), then errand's beside it under the hash tag {Prefix:queue}: the
+// lease set (token -> deadline in ms), the leased bodies (token -> body),
+// the token counter, the set-aside list, and the start of each task's
+// delivery-count key (count + UUID). delayed is machinery's delayed set.
+type mKeys struct{ list, leases, bodies, seq, dead, count, delayed string }
+
+func (b *MachineryBroker) keys(queue string) mKeys {
+	k := "{" + b.opts.Prefix + ":" + queue + "}"
+	return mKeys{list: queue, leases: k + ":leases", bodies: k + ":bodies", seq: k + ":seq", dead: k + ":dead", count: k + ":n:",
+		delayed: b.opts.DelayedTasksKey}
+}
+
+// The scripts' key lists, in their prologues' order (see scripts.go, "How
+// a script reads"; TestScriptPrologues checks them).
+func (k mKeys) fetchKeys() []string   { return []string{k.list, k.leases, k.bodies, k.seq} }
+func (k mKeys) dueKeys() []string     { return []string{k.delayed} }
+func (k mKeys) promoteKeys() []string { return []string{k.delayed, k.list} }
+func (k mKeys) settleKeys() []string  { return []string{k.leases, k.bodies} }
+func (k mKeys) releaseKeys() []string { return []string{k.leases, k.bodies, k.list, k.delayed} }
+func (k mKeys) extendKeys() []string  { return []string{k.leases} }
+func (k mKeys) rejectKeys() []string  { return []string{k.leases, k.bodies, k.dead} }
+
+// luaNowNs sets nowns, the server's clock in ns as a decimal string (after
+// luaNow's t).
+const luaNowNs = `
+local nowns = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+`
+
+// luaCountKey defines countkey(prefix, body): the key of the delivery
+// count of the task a body names (prefix .. UUID, or the ID of a body
+// machinerywire wrapped), nil for a body without one.
+const luaCountKey = `
+local function countkey(prefix, body)
+  local ok, s = pcall(cjson.decode, body)
+  if not ok or type(s) ~= 'table' then return nil end
+  if type(s.UUID) == 'string' then return prefix .. s.UUID end
+  if type(s.ErrandOpaque) == 'table' and type(s.ErrandOpaque.ID) == 'string' then return prefix .. s.ErrandOpaque.ID end
+  return nil
+end
+`
+
+// mFetch puts back expired leases at the head of machinery's list, then
+// moves up to limit tasks from the list into leases, counting each task's
+// deliveries (kept count_ttl after the last):
+// {token1, body1, count1, token2, ...}.
+var mFetch = newScript(`
+-- mfetch
+-- KEYS[1] -> q
+-- KEYS[2] -> K:leases
+-- KEYS[3] -> K:bodies
+-- KEYS[4] -> K:seq
+-- ARGV[1] -> count key prefix, ARGV[2] -> limit, ARGV[3] -> lease (ms),
+-- ARGV[4] -> count TTL (ms)
+local list, leases, bodies, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local countprefix, limit, lease, countttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+`, luaNow, luaCountKey, `
+local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 100)
+for i = #expired, 1, -1 do
+  local body = redis.call('HGET', bodies, expired[i])
+  if body then redis.call('LPUSH', list, body) end
+  redis.call('ZREM', leases, expired[i])
+  redis.call('HDEL', bodies, expired[i])
+end
+local out = {}
+for i = 1, limit do
+  local body = redis.call('LPOP', list)
+  if not body then break end
+  local tok = tostring(redis.call('INCR', seq))
+  redis.call('ZADD', leases, now + lease, tok)
+  redis.call('HSET', bodies, tok, body)
+  local n = 1
+  local ck = countkey(countprefix, body)
+  if ck then
+    n = redis.call('INCR', ck)
+    redis.call('PEXPIRE', ck, countttl)
+  end
+  out[#out + 1] = tok
+  out[#out + 1] = body
+  out[#out + 1] = tostring(n)
+end
+return out
+`)
+
+// machineryCountTTL is how long a task's delivery count outlives its
+// last fetch by errand (a task a machinery worker took after errand gave it
+// back is never acked here).
+const machineryCountTTL = 7 * 24 * time.Hour
+
+// mDue lists the due members of machinery's delayed set.
+var mDue = newScript(`
+-- mdue
+-- KEYS[1] -> delayed_tasks
+-- ARGV[1] -> most to list
+local delayed = KEYS[1]
+local most = tonumber(ARGV[1])
+`, luaNow, luaNowNs, `
+return redis.call('ZRANGEBYSCORE', delayed, '-inf', nowns, 'LIMIT', 0, most)
+`)
+
+// mPromote moves one due task from the delayed set onto its list, once.
+var mPromote = newScript(`
+-- mpromote
+-- KEYS[1] -> delayed_tasks
+-- KEYS[2] -> q
+-- ARGV[1] -> the member
+local delayed, list = KEYS[1], KEYS[2]
+local member = ARGV[1]
+if redis.call('ZREM', delayed, member) == 1 then
+  redis.call('RPUSH', list, member)
+  return 1
+end
+return 0
+`)
+
+// mSettle ends leases: 1 for each token still leased (its body and
+// delivery count removed), 0 for a lost one.
+var mSettle = newScript(`
+-- msettle
+-- KEYS[1] -> K:leases
+-- KEYS[2] -> K:bodies
+-- ARGV[1] -> count key prefix, ARGV[2..] -> tokens
+local leases, bodies = KEYS[1], KEYS[2]
+local countprefix = ARGV[1]
+`, luaCountKey, `
+local out = {}
+for i = 2, #ARGV do
+  local tok = ARGV[i]
+  local body = redis.call('HGET', bodies, tok)
+  if redis.call('ZREM', leases, tok) == 1 then
+    redis.call('HDEL', bodies, tok)
+    local ck = body and countkey(countprefix, body)
+    if ck then redis.call('DEL', ck) end
+    out[i - 1] = 1
+  else
+    out[i - 1] = 0
+  end
+end
+return out
+`)
+
+// mRelease ends a lease and gives the task back: onto the head of the list
+// (no due time) or into the delayed set at its due time.
+var mRelease = newScript(`
+-- mrelease
+-- KEYS[1] -> K:leases
+-- KEYS[2] -> K:bodies
+-- KEYS[3] -> q
+-- KEYS[4] -> delayed_tasks
+-- ARGV[1] -> token, ARGV[2] -> due time in ns or ''
+local leases, bodies, list, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local tok, due = ARGV[1], ARGV[2]
+local body = redis.call('HGET', bodies, tok)
+if redis.call('ZREM', leases, tok) == 0 or not body then return 0 end
+redis.call('HDEL', bodies, tok)
+if due == '' then
+  redis.call('LPUSH', list, body)
+else
+  redis.call('ZADD', delayed, due, body)
+end
+return 1
+`)
+
+// mExtend renews a lease still held.
+var mExtend = newScript(`
+-- mextend
+-- KEYS[1] -> K:leases
+-- ARGV[1] -> token, ARGV[2] -> lease (ms)
+local leases = KEYS[1]
+local tok, lease = ARGV[1], tonumber(ARGV[2])
+`, luaNow, `
+if not redis.call('ZSCORE', leases, tok) then return 0 end
+redis.call('ZADD', leases, 'XX', now + lease, tok)
+return 1
+`)
+
+// mReject ends a lease and keeps the task in the queue's set-aside list.
+var mReject = newScript(`
+-- mreject
+-- KEYS[1] -> K:leases
+-- KEYS[2] -> K:bodies
+-- KEYS[3] -> K:dead
+-- ARGV[1] -> token, ARGV[2] -> reason, ARGV[3] -> most kept,
+-- ARGV[4] -> count key prefix
+local leases, bodies, dead = KEYS[1], KEYS[2], KEYS[3]
+local tok, reason, most, countprefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+`, luaNow, luaCountKey, `
+local body = redis.call('HGET', bodies, tok)
+if redis.call('ZREM', leases, tok) == 0 or not body then return 0 end
+redis.call('HDEL', bodies, tok)
+local ck = countkey(countprefix, body)
+if ck then redis.call('DEL', ck) end
+redis.call('LPUSH', dead, cjson.encode({body = body, reason = reason, at = now}))
+redis.call('LTRIM', dead, 0, most - 1)
+return 1
+`)
+
+// Publish pushes each message onto machinery's list for its queue, or, if
+// it is due later, into machinery's delayed set scored by its due time in
+// Unix nanoseconds, in machinery's JSON.
+func (b *MachineryBroker) Publish(ctx context.Context, msgs ...driver.Message) error {
+	if err := b.isClosed(); err != nil {
+		return err
+	}
+	pipe := b.rdb.Pipeline()
+	now := time.Now()
+	for _, m := range msgs {
+		body, err := machinerywire.MachineryBody(m.ID, m.Body, m.Queue)
+		if err != nil {
+			return fmt.Errorf("redis machinery broker: message %q: %w", m.ID, err)
+		}
+		if m.NotBefore.After(now) {
+			pipe.ZAdd(ctx, b.opts.DelayedTasksKey, goredis.Z{Score: float64(m.NotBefore.UnixNano()), Member: body})
+		} else {
+			pipe.RPush(ctx, m.Queue, body)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redis machinery broker: publish: %w", err)
+	}
+	return nil
+}
+
+// Fetch moves due delayed tasks onto their lists, then leases up to limit
+// tasks of queue, waiting PollInterval between looks while there are none.
+func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	k := b.keys(queue)
+	for {
+		if err := b.isClosed(); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := b.promote(ctx); err != nil {
+			return nil, err
+		}
+		res, err := mFetch.Run(ctx, b.scr, k.fetchKeys(), k.count, max(limit, 1), lease.Milliseconds(), machineryCountTTL.Milliseconds()).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("redis machinery broker: fetch %q: %w", queue, err)
+		}
+		if len(res) > 0 {
+			out := make([]*driver.Delivery, 0, len(res)/3)
+			for i := 0; i+2 < len(res); i += 3 {
+				id, body := machinerywire.ErrandMessage([]byte(res[i+1]))
+				if id == "" {
+					id = queue + ":" + res[i]
+				}
+				n, _ := strconv.Atoi(res[i+2])
+				out = append(out, &driver.Delivery{
+					Message: driver.Message{ID: id, Queue: queue, Body: body},
+					Attempt: n,
+					Handle:  res[i],
+				})
+			}
+			return out, nil
+		}
+		t := time.NewTimer(b.opts.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-b.closed:
+			t.Stop()
+			return nil, driver.ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// promote moves the due tasks of machinery's delayed set onto their
+// queues' lists (each once, whoever else promotes: machinery's workers do
+// the same).
+func (b *MachineryBroker) promote(ctx context.Context) error {
+	for {
+		due, err := mDue.Run(ctx, b.scr, b.keys("").dueKeys(), 100).StringSlice()
+		if err != nil {
+			return fmt.Errorf("redis machinery broker: read delayed tasks: %w", err)
+		}
+		if len(due) == 0 {
+			return nil
+		}
+		pipe := b.rdb.Pipeline()
+		for _, m := range due {
+			var s struct{ RoutingKey string }
+			_ = json.Unmarshal([]byte(m), &s) // a bad body goes to the default queue, where Fetch sets it aside
+			q := s.RoutingKey
+			if q == "" {
+				q = b.opts.DefaultQueue
+			}
+			mPromote.Eval(ctx, redisconn.NoRetry(pipe), b.keys(q).promoteKeys(), m)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("redis machinery broker: promote delayed tasks: %w", err)
+		}
+		if len(due) < 100 {
+			return nil
+		}
+	}
+}
+
+// Ack ends the leases of ds for good.
+func (b *MachineryBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
+	if len(ds) == 0 {
+		return nil
+	}
+	if err := b.isClosed(); err != nil {
+		return driver.BatchErrors(len(ds), err)
+	}
+	k := b.keys(ds[0].Queue)
+	toks := make([]any, 0, len(ds)+1)
+	toks = append(toks, k.count)
+	for _, d := range ds {
+		toks = append(toks, d.Handle)
+	}
+	res, err := mSettle.Run(ctx, b.scr, k.settleKeys(), toks...).Int64Slice()
+	if err != nil {
+		return driver.BatchErrors(len(ds), fmt.Errorf("redis machinery broker: ack: %w", err))
+	}
+	if len(res) != len(ds) {
+		return driver.BatchErrors(len(ds), fmt.Errorf("redis machinery broker: ack answered %d of %d", len(res), len(ds)))
+	}
+	var errs []error
+	for i, r := range res {
+		if r == 0 {
+			if errs == nil {
+				errs = make([]error, len(ds))
+			}
+			errs[i] = driver.ErrLeaseLost
+		}
+	}
+	return errs
+}
+
+// Release gives a delivery back: onto the head of machinery's list, or,
+// with a notBefore in the future, into machinery's delayed set.
+func (b *MachineryBroker) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
+	if err := b.isClosed(); err != nil {
+		return err
+	}
+	k := b.keys(d.Queue)
+	due := ""
+	if notBefore.After(time.Now()) {
+		due = strconv.FormatInt(notBefore.UnixNano(), 10)
+	}
+	return b.lost(mRelease.Run(ctx, b.scr, k.releaseKeys(), d.Handle, due).Int64())
+}
+
+// Extend renews the lease of d.
+func (b *MachineryBroker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	if err := b.isClosed(); err != nil {
+		return err
+	}
+	return b.lost(mExtend.Run(ctx, b.scr, b.keys(d.Queue).extendKeys(), d.Handle, lease.Milliseconds()).Int64())
+}
+
+// Reject keeps d in its queue's set-aside list ({Prefix:queue}:dead,
+// newest first, each entry {"body", "reason", "at"}), bounded by DeadMax.
+func (b *MachineryBroker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
+	if err := b.isClosed(); err != nil {
+		return err
+	}
+	k := b.keys(d.Queue)
+	return b.lost(mReject.Run(ctx, b.scr, k.rejectKeys(), d.Handle, reason, b.opts.DeadMax, k.count).Int64())
+}
+
+// Close makes blocked Fetch calls return, and closes the client if
+// CloseClient is set.
+func (b *MachineryBroker) Close() error {
+	var err error
+	b.closeMu.Do(func() {
+		close(b.closed)
+		if b.opts.CloseClient {
+			err = b.rdb.Close()
+		}
+	})
+	return err
+}
+
+func (b *MachineryBroker) isClosed() error {
+	select {
+	case <-b.closed:
+		return driver.ErrClosed
+	default:
+		return nil
+	}
+}
+
+func (b *MachineryBroker) lost(n int64, err error) error {
+	if err != nil {
+		return fmt.Errorf("redis machinery broker: %w", err)
+	}
+	if n == 0 {
+		return driver.ErrLeaseLost
+	}
+	return nil
+}
+
+var errMachineryCluster = errors.New("machinery's Redis keys carry no hash tags: use a single node or Sentinel")

@@ -1,0 +1,109 @@
+// Package machinerywire translates between the message body errand
+// publishes (an errand Signature's JSON) and machinery v2's Signature JSON,
+// for the drivers' machinery formats (redisbroker.NewMachinery, sqsbroker's
+// Options.Machinery). See docs/migrating-from-machinery.md.
+package machinerywire
+
+import (
+	"encoding/json"
+)
+
+// Opaque is the key of the wrapper MachineryBody puts around a body that
+// is not a signature of its message's ID (a body errand's worker never
+// sends: only tests and raw tools do), so the ID and the exact bytes come
+// back: {"ErrandOpaque": {"ID": id, "Body": base64}, "RoutingKey": queue}
+// (the queue, so a delayed one is routed when due). machinery has no task
+// of that shape; a machinery worker leaves it alone as unregistered.
+const Opaque = "ErrandOpaque"
+
+type opaque struct {
+	ID   string
+	Body []byte
+}
+
+// MachineryBody turns the body errand publishes for the message id (an
+// errand Signature's JSON) into machinery's: machinery reads errand's
+// field names as they are (they are its own, and encoding/json matches
+// Arg's lower-case keys case-insensitively), so only two things change.
+// RoutingKey is set to queue when empty, since machinery routes a due
+// delayed task by it. And machinery's RetryCount counts the retries left,
+// where errand's counts those allowed in all beside an Attempt number: a
+// retry errand sends (Attempt a > 1) carries RetryCount-(a-1), which
+// ErrandMessage undoes. Errand's own fields (Attempt, Timeout, Deadline,
+// UniqueKey) ride along; machinery ignores and drops them.
+//
+// A body that is not a signature whose UUID is id (not a JSON object, a
+// signed envelope — Config.Signing, which machinery workers cannot read,
+// must not be used on machinery's queues —, or another ID) is wrapped
+// under Opaque instead.
+func MachineryBody(id string, body []byte, queue string) ([]byte, error) {
+	if out, ok := Translate(id, body, queue); ok {
+		return out, nil
+	}
+	return json.Marshal(struct {
+		O          opaque `json:"ErrandOpaque"`
+		RoutingKey string
+	}{opaque{ID: id, Body: body}, queue})
+}
+
+// Translate is MachineryBody for a body that is the signature of id; ok
+// is false (nothing done) for any other body, which a broker that keeps
+// message IDs beside bodies (SQS's attributes) passes on as it is.
+func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
+	var m map[string]json.RawMessage
+	var uuid, name string
+	if json.Unmarshal(body, &m) == nil {
+		_ = json.Unmarshal(m["UUID"], &uuid)
+		_ = json.Unmarshal(m["Name"], &name)
+	}
+	if m == nil || uuid == "" || uuid != id || name == "" {
+		return nil, false
+	}
+	var rk string
+	_ = json.Unmarshal(m["RoutingKey"], &rk)
+	if rk == "" && queue != "" {
+		m["RoutingKey"], _ = json.Marshal(queue)
+	}
+	var attempt, retries int
+	_ = json.Unmarshal(m["Attempt"], &attempt)
+	_ = json.Unmarshal(m["RetryCount"], &retries)
+	if attempt > 1 {
+		m["RetryCount"], _ = json.Marshal(max(retries-(attempt-1), 0))
+	}
+	out, err := json.Marshal(m)
+	return out, err == nil
+}
+
+// ErrandMessage reads a body taken from machinery's queue: it returns the
+// message ID (the task's UUID; "" when the body names none) and errand's
+// body. A body wrapped under Opaque gives back its ID and bytes. A body
+// with an Attempt a > 1 (a retry errand sent) gets its RetryCount back to
+// the retries allowed in all. A body machinery sent (no Attempt: a first
+// attempt, or a retry machinery made with its RetryCount already lowered)
+// is returned as it is, and so is a body that does not parse, for the
+// worker to set aside.
+func ErrandMessage(body []byte) (id string, out []byte) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return "", body
+	}
+	if raw, ok := m[Opaque]; ok {
+		var o opaque
+		if json.Unmarshal(raw, &o) == nil {
+			return o.ID, o.Body
+		}
+	}
+	_ = json.Unmarshal(m["UUID"], &id)
+	var attempt, retries int
+	_ = json.Unmarshal(m["Attempt"], &attempt)
+	if attempt <= 1 {
+		return id, body
+	}
+	_ = json.Unmarshal(m["RetryCount"], &retries)
+	m["RetryCount"], _ = json.Marshal(retries + attempt - 1)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return id, body
+	}
+	return id, out
+}
