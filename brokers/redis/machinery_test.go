@@ -3,13 +3,17 @@ package redisbroker_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
@@ -120,4 +124,119 @@ func TestMachineryPublishFormat(t *testing.T) {
 // completes every one (see conformance.RunWorkerKilled).
 func TestMachineryWorkerKilled(t *testing.T) {
 	conformance.RunWorkerKilled(t, machineryHarness(singleServer(t)))
+}
+
+// TestMachineryRetryMovedByMachineryWorker: a retry errand sends waits in
+// machinery's delayed set, where a machinery worker may be the one that
+// moves it when due, re-encoding it through machinery's Signature (which
+// drops errand's Attempt). The task still gets every retry its RetryCount
+// allows: a moved retry must not read as a first attempt while errand's
+// state records a later one.
+func TestMachineryRetryMovedByMachineryWorker(t *testing.T) {
+	rdb := singleServer(t)
+	ctx := context.Background()
+	q, delayed := "mq-"+rand.Text(), "errand-mtest-delayed-"+rand.Text()
+	defer rdb.Del(ctx, q, delayed)
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, PollInterval: 10 * time.Millisecond})
+	srv, err := errand.NewServer(errand.Config{Broker: b, Backend: memorybackend.New(nil), DefaultQueue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var runs atomic.Int32
+	if err := srv.RegisterTasks(map[string]any{"fail": func() error { runs.Add(1); return errors.New("fails every time") }}); err != nil {
+		t.Fatal(err)
+	}
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 1, Queues: map[string]int{q: 1},
+		RetryPolicy: errand.RetryFunc(func(*errand.Signature, error) time.Duration { return 200 * time.Millisecond })})
+
+	// The stand-in for machinery's delayed-task goroutine takes each retry
+	// out of the delayed set as soon as it is there (before errand's fetch
+	// could move it) and pushes it, re-encoded, when it is due.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var moved atomic.Int32
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		held := map[string]float64{}
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			zs, _ := rdb.ZRangeWithScores(ctx, delayed, 0, -1).Result()
+			for _, z := range zs {
+				if m := z.Member.(string); rdb.ZRem(ctx, delayed, m).Val() == 1 {
+					held[m] = z.Score
+				}
+			}
+			for m, due := range held {
+				if float64(time.Now().UnixNano()) >= due {
+					rdb.RPush(ctx, q, machineryReencode(t, m))
+					delete(held, m)
+					moved.Add(1)
+				}
+			}
+		}
+	}()
+	w.Start()
+	defer func() {
+		close(stop)
+		wg.Wait()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := w.Shutdown(sctx); err != nil {
+			t.Errorf("worker shutdown: %v", err)
+		}
+	}()
+	sig := errand.NewSignature("fail")
+	sig.RetryCount = 3
+	ar, err := srv.SendTask(ctx, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := ar.Get(gctx); err == nil {
+		t.Fatal("a task that always fails succeeded")
+	}
+	if got, want := int(runs.Load()), sig.RetryCount+1; got != want || moved.Load() == 0 {
+		t.Errorf("the task ran %d times (%d retries moved by the machinery stand-in), want %d: RetryCount %d allows %d retries whoever moves them out of the delayed set",
+			got, moved.Load(), want, sig.RetryCount, sig.RetryCount)
+	}
+}
+
+// machineryReencode re-encodes body through machinery v2.0.16's
+// tasks.Signature (its fields, no JSON tags), as its delayed-task
+// goroutine does before it pushes a due task onto its queue.
+func machineryReencode(t *testing.T, body string) []byte {
+	var s struct {
+		UUID, Name, RoutingKey string
+		ETA                    *time.Time
+		GroupUUID              string
+		GroupTaskCount         int
+		Args                   []struct {
+			Name, Type string
+			Value      any
+		}
+		Headers                     map[string]any
+		Priority                    uint8
+		Immutable                   bool
+		RetryCount, RetryTimeout    int
+		OnSuccess, OnError          []json.RawMessage
+		ChordCallback               *json.RawMessage
+		BrokerMessageGroupId        string
+		SQSReceiptHandle            string
+		StopTaskDeletionOnError     bool
+		IgnoreWhenTaskNotRegistered bool
+	}
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Errorf("machinery could not decode a delayed task errand sent: %v: %s", err, body)
+	}
+	out, _ := json.Marshal(s)
+	return out
 }

@@ -16,6 +16,23 @@ import (
 // of that shape; a machinery worker leaves it alone as unregistered.
 const Opaque = "ErrandOpaque"
 
+// AttemptHeader is the key of the header MachineryBody adds to a retry
+// errand sends (Attempt a > 1): {"Attempt": a, "Left": the RetryCount
+// machinery reads}. machinery keeps a signature's Headers when it
+// republishes a task (its workers move due delayed tasks too, re-encoding
+// them through its Signature, which drops errand's Attempt) and when it
+// retries one (lowering RetryCount), so ErrandMessage can count the
+// attempt of a body that lost its Attempt: Attempt + (Left - RetryCount).
+// Without it, a retry a machinery worker moved would read as a first
+// attempt while errand's state records a later one, and its retries would
+// be cut short. ErrandMessage removes the header.
+const AttemptHeader = "ErrandAttempt"
+
+type attemptStash struct {
+	Attempt int
+	Left    int
+}
+
 type opaque struct {
 	ID   string
 	Body []byte
@@ -68,7 +85,16 @@ func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 	_ = json.Unmarshal(m["Attempt"], &attempt)
 	_ = json.Unmarshal(m["RetryCount"], &retries)
 	if attempt > 1 {
-		m["RetryCount"], _ = json.Marshal(max(retries-(attempt-1), 0))
+		left := max(retries-(attempt-1), 0)
+		m["RetryCount"], _ = json.Marshal(left)
+		var h map[string]json.RawMessage
+		if raw, ok := m["Headers"]; !ok || json.Unmarshal(raw, &h) == nil {
+			if h == nil {
+				h = map[string]json.RawMessage{}
+			}
+			h[AttemptHeader], _ = json.Marshal(attemptStash{Attempt: attempt, Left: left})
+			m["Headers"], _ = json.Marshal(h)
+		}
 	}
 	out, err := json.Marshal(m)
 	return out, err == nil
@@ -78,7 +104,10 @@ func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 // message ID (the task's UUID; "" when the body names none) and errand's
 // body. A body wrapped under Opaque gives back its ID and bytes. A body
 // with an Attempt a > 1 (a retry errand sent) gets its RetryCount back to
-// the retries allowed in all. A body machinery sent (no Attempt: a first
+// the retries allowed in all. A retry errand sent that a machinery worker
+// republished (no Attempt, AttemptHeader kept) gets its Attempt back from
+// the header, counting the retries machinery made since (see
+// AttemptHeader). A body machinery sent (no Attempt, no header: a first
 // attempt, or a retry machinery made with its RetryCount already lowered)
 // is returned as it is, and so is a body that does not parse, for the
 // worker to set aside.
@@ -96,11 +125,31 @@ func ErrandMessage(body []byte) (id string, out []byte) {
 	_ = json.Unmarshal(m["UUID"], &id)
 	var attempt, retries int
 	_ = json.Unmarshal(m["Attempt"], &attempt)
-	if attempt <= 1 {
+	_ = json.Unmarshal(m["RetryCount"], &retries)
+	var h map[string]json.RawMessage
+	_ = json.Unmarshal(m["Headers"], &h)
+	raw, stashed := h[AttemptHeader]
+	if stashed {
+		var st attemptStash
+		if attempt <= 1 && json.Unmarshal(raw, &st) == nil && st.Attempt > 1 {
+			// A machinery worker republished it (dropping Attempt), and
+			// retried it Left - RetryCount times.
+			attempt = st.Attempt + max(st.Left-retries, 0)
+			m["Attempt"], _ = json.Marshal(attempt)
+		}
+		delete(h, AttemptHeader)
+		if len(h) == 0 {
+			m["Headers"] = json.RawMessage("null")
+		} else {
+			m["Headers"], _ = json.Marshal(h)
+		}
+	}
+	if attempt <= 1 && !stashed {
 		return id, body
 	}
-	_ = json.Unmarshal(m["RetryCount"], &retries)
-	m["RetryCount"], _ = json.Marshal(retries + attempt - 1)
+	if attempt > 1 {
+		m["RetryCount"], _ = json.Marshal(retries + attempt - 1)
+	}
 	out, err := json.Marshal(m)
 	if err != nil {
 		return id, body

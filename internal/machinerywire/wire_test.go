@@ -84,5 +84,89 @@ func FuzzRoundTrip(f *testing.F) {
 		if got := field[int](t, back, "RetryCount"); got != retries {
 			t.Errorf("RetryCount %d, attempt %d: %d after the round trip", retries, attempt, got)
 		}
+		// Moved by a machinery worker (Attempt dropped): the same task.
+		_, back = ErrandMessage(machineryRepublish(t, m, 0))
+		if got := field[int](t, back, "RetryCount"); got != retries {
+			t.Errorf("RetryCount %d, attempt %d: %d after machinery moved it", retries, attempt, got)
+		}
+		if got := max(field[int](t, back, "Attempt"), 1); got != attempt {
+			t.Errorf("RetryCount %d, attempt %d: attempt %d after machinery moved it", retries, attempt, got)
+		}
 	})
+}
+
+// machineryRepublish re-encodes body as a machinery worker does when it
+// moves a due delayed task (or retries one, lowering RetryCount by
+// retries): through machinery v2's Signature, which has none of errand's
+// fields.
+func machineryRepublish(t *testing.T, body []byte, retries int) []byte {
+	t.Helper()
+	var s struct {
+		UUID, Name, RoutingKey string
+		ETA                    *json.RawMessage
+		GroupUUID              string
+		GroupTaskCount         int
+		Args                   []struct {
+			Name, Type string
+			Value      any
+		}
+		Headers                     map[string]any
+		Priority                    uint8
+		Immutable                   bool
+		RetryCount, RetryTimeout    int
+		OnSuccess, OnError          []json.RawMessage
+		ChordCallback               *json.RawMessage
+		BrokerMessageGroupId        string
+		SQSReceiptHandle            string
+		StopTaskDeletionOnError     bool
+		IgnoreWhenTaskNotRegistered bool
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.RetryCount -= retries
+	out, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A retry errand sent keeps its attempt when a machinery worker moves it
+// from the delayed set (dropping errand's Attempt), and counts the retries
+// a machinery worker made of it: errand neither cuts its retries short nor
+// gives it more.
+func TestAttemptSurvivesMachineryRepublish(t *testing.T) {
+	errandBody := []byte(`{"UUID":"u1","Name":"t","RoutingKey":"","RetryCount":5,"Attempt":3,"Headers":{"trace":"x"}}`)
+	m, err := MachineryBody("u1", errandBody, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for retried := range 3 {
+		_, back := ErrandMessage(machineryRepublish(t, m, retried))
+		if got, want := field[int](t, back, "Attempt"), 3+retried; got != want {
+			t.Errorf("attempt after machinery moved it and retried it %d times = %d, want %d", retried, got, want)
+		}
+		if got := field[int](t, back, "RetryCount"); got != 5 {
+			t.Errorf("errand's RetryCount after machinery moved it and retried it %d times = %d, want 5", retried, got)
+		}
+		if h := field[map[string]any](t, back, "Headers"); len(h) != 1 || h["trace"] != "x" {
+			t.Errorf("headers after the round trip = %v, want the task's own only", h)
+		}
+	}
+	_, back := ErrandMessage(m)
+	if h := field[map[string]any](t, back, "Headers"); len(h) != 1 || h["trace"] != "x" {
+		t.Errorf("headers of errand's own retry read back = %v, want the task's own only", h)
+	}
+	_, back = ErrandMessage(must(MachineryBody("u2", []byte(`{"UUID":"u2","Name":"t","RetryCount":2,"Attempt":2}`), "q")))
+	if h := field[map[string]any](t, back, "Headers"); h != nil {
+		t.Errorf("headers of a retry sent without any = %v, want none", h)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
