@@ -48,7 +48,7 @@ func errandOnMachineryRedis(t *testing.T, rs *redisServer, queue, delayed string
 // sends plain tasks, an ETA task, a chain, a group, a chord of 100 and a
 // retried task onto machinery's Redis queue; errand workers alone run
 // them, and machinery's AsyncResult reads every result from machinery's
-// Redis result keys. Every task runs exactly once (the retried one three
+// Redis result keys. Every task runs exactly once (the retried one four
 // times).
 func TestRedisMachineryProducerErrandWorkers(t *testing.T) {
 	rs := newRedis(t)
