@@ -45,10 +45,21 @@ func TestMachineryClaimWaitsForMachineryLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Del(ctx, g)
-	// Another test of this package may hold the lock key; use a fresh
-	// database-wide key only while this test runs.
-	if ok, err := rdb.SetNX(ctx, redisbackend.MachineryChordMutex, "machinery-worker", 5*time.Second).Result(); err != nil || !ok {
-		t.Skipf("TriggerChordMutex is held by someone else (%v, %v)", ok, err)
+	// The lock key is database-wide: another run of this test may hold it
+	// for up to its 5s expiry. Wait for it rather than skip.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		ok, err := rdb.SetNX(ctx, redisbackend.MachineryChordMutex, "machinery-worker", 5*time.Second).Result()
+		if err != nil {
+			t.Fatalf("take TriggerChordMutex as a machinery worker would: %v", err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("TriggerChordMutex stayed held by someone else for 15s: cannot stand in for a machinery worker holding it")
+		}
+		tick := time.NewTimer(50 * time.Millisecond)
+		<-tick.C
 	}
 	won, err := b.ClaimChord(ctx, g, "c1")
 	if err == nil || won {
