@@ -104,9 +104,12 @@ func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *Machiner
 
 // mKeys are the keys of one queue: machinery's list (named after the
 // queue), then errand's beside it under the hash tag {Prefix:queue}: the
-// lease set (token -> deadline in ms), the leased bodies (token -> body),
-// the token counter, the set-aside list, and the start of each task's
-// delivery-count key (count + UUID). delayed is machinery's delayed set.
+// lease set (token -> deadline in ms), the leased bodies (token -> body,
+// and token..':n' -> its delivery count), the token counter, the set-aside
+// list, and the start of each task's given-back key (count + UUID: the
+// deliveries of a body errand put back onto the list or into the delayed
+// set, read by the fetch that takes it again). delayed is machinery's
+// delayed set.
 type mKeys struct{ list, leases, bodies, seq, dead, count, delayed string }
 
 func (b *MachineryBroker) keys(queue string) mKeys {
@@ -144,10 +147,12 @@ local function countkey(prefix, body)
 end
 `
 
-// mFetch puts back expired leases at the head of machinery's list, then
-// moves up to limit tasks from the list into leases, counting each task's
-// deliveries (kept count_ttl after the last):
-// {token1, body1, count1, token2, ...}.
+// mFetch puts back expired leases at the head of machinery's list (each
+// with its delivery count in its given-back key, kept count_ttl), then
+// moves up to limit tasks from the list into leases: a task errand gave
+// back is delivery count+1 (its given-back key taken), any other body
+// delivery 1, so a second copy of a running task reads as a first
+// delivery, not a redelivery: {token1, body1, count1, token2, ...}.
 var mFetch = newScript(`
 -- mfetch
 -- KEYS[1] -> q
@@ -161,24 +166,33 @@ local countprefix, limit, lease, countttl = ARGV[1], tonumber(ARGV[2]), tonumber
 `, luaNow, luaCountKey, `
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 100)
 for i = #expired, 1, -1 do
-  local body = redis.call('HGET', bodies, expired[i])
-  if body then redis.call('LPUSH', list, body) end
-  redis.call('ZREM', leases, expired[i])
-  redis.call('HDEL', bodies, expired[i])
+  local tok = expired[i]
+  local body = redis.call('HGET', bodies, tok)
+  if body then
+    redis.call('LPUSH', list, body)
+    local ck = countkey(countprefix, body)
+    local n = redis.call('HGET', bodies, tok .. ':n')
+    if ck and n then redis.call('SET', ck, n, 'PX', countttl) end
+  end
+  redis.call('ZREM', leases, tok)
+  redis.call('HDEL', bodies, tok, tok .. ':n')
 end
 local out = {}
 for i = 1, limit do
   local body = redis.call('LPOP', list)
   if not body then break end
   local tok = tostring(redis.call('INCR', seq))
-  redis.call('ZADD', leases, now + lease, tok)
-  redis.call('HSET', bodies, tok, body)
   local n = 1
   local ck = countkey(countprefix, body)
   if ck then
-    n = redis.call('INCR', ck)
-    redis.call('PEXPIRE', ck, countttl)
+    local given = redis.call('GET', ck)
+    if given then
+      n = (tonumber(given) or 0) + 1
+      redis.call('DEL', ck)
+    end
   end
+  redis.call('ZADD', leases, now + lease, tok)
+  redis.call('HSET', bodies, tok, body, tok .. ':n', n)
   out[#out + 1] = tok
   out[#out + 1] = body
   out[#out + 1] = tostring(n)
@@ -186,9 +200,9 @@ end
 return out
 `)
 
-// machineryCountTTL is how long a task's delivery count outlives its
-// last fetch by errand (a task a machinery worker took after errand gave it
-// back is never acked here).
+// machineryCountTTL is how long the delivery count of a task errand gave
+// back waits for errand's next fetch of it (a machinery worker may take
+// the task instead).
 const machineryCountTTL = 7 * 24 * time.Hour
 
 // mDue lists the due members of machinery's delayed set.
@@ -223,40 +237,42 @@ var mSettle = newScript(`
 -- msettle
 -- KEYS[1] -> K:leases
 -- KEYS[2] -> K:bodies
--- ARGV[1] -> count key prefix, ARGV[2..] -> tokens
+-- ARGV[1..] -> tokens
 local leases, bodies = KEYS[1], KEYS[2]
-local countprefix = ARGV[1]
-`, luaCountKey, `
 local out = {}
-for i = 2, #ARGV do
+for i = 1, #ARGV do
   local tok = ARGV[i]
-  local body = redis.call('HGET', bodies, tok)
   if redis.call('ZREM', leases, tok) == 1 then
-    redis.call('HDEL', bodies, tok)
-    local ck = body and countkey(countprefix, body)
-    if ck then redis.call('DEL', ck) end
-    out[i - 1] = 1
+    redis.call('HDEL', bodies, tok, tok .. ':n')
+    out[i] = 1
   else
-    out[i - 1] = 0
+    out[i] = 0
   end
 end
 return out
 `)
 
 // mRelease ends a lease and gives the task back: onto the head of the list
-// (no due time) or into the delayed set at its due time.
+// (no due time) or into the delayed set at its due time, with its delivery
+// count in its given-back key (kept count_ttl) for the fetch that takes it
+// again.
 var mRelease = newScript(`
 -- mrelease
 -- KEYS[1] -> K:leases
 -- KEYS[2] -> K:bodies
 -- KEYS[3] -> q
 -- KEYS[4] -> delayed_tasks
--- ARGV[1] -> token, ARGV[2] -> due time in ns or ''
+-- ARGV[1] -> token, ARGV[2] -> due time in ns or '', ARGV[3] -> count key
+-- prefix, ARGV[4] -> count TTL (ms)
 local leases, bodies, list, delayed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local tok, due = ARGV[1], ARGV[2]
+local tok, due, countprefix, countttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+`, luaCountKey, `
 local body = redis.call('HGET', bodies, tok)
 if redis.call('ZREM', leases, tok) == 0 or not body then return 0 end
-redis.call('HDEL', bodies, tok)
+local n = redis.call('HGET', bodies, tok .. ':n')
+redis.call('HDEL', bodies, tok, tok .. ':n')
+local ck = countkey(countprefix, body)
+if ck and n then redis.call('SET', ck, n, 'PX', countttl) end
 if due == '' then
   redis.call('LPUSH', list, body)
 else
@@ -284,16 +300,13 @@ var mReject = newScript(`
 -- KEYS[1] -> K:leases
 -- KEYS[2] -> K:bodies
 -- KEYS[3] -> K:dead
--- ARGV[1] -> token, ARGV[2] -> reason, ARGV[3] -> most kept,
--- ARGV[4] -> count key prefix
+-- ARGV[1] -> token, ARGV[2] -> reason, ARGV[3] -> most kept
 local leases, bodies, dead = KEYS[1], KEYS[2], KEYS[3]
-local tok, reason, most, countprefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-`, luaNow, luaCountKey, `
+local tok, reason, most = ARGV[1], ARGV[2], tonumber(ARGV[3])
+`, luaNow, `
 local body = redis.call('HGET', bodies, tok)
 if redis.call('ZREM', leases, tok) == 0 or not body then return 0 end
-redis.call('HDEL', bodies, tok)
-local ck = countkey(countprefix, body)
-if ck then redis.call('DEL', ck) end
+redis.call('HDEL', bodies, tok, tok .. ':n')
 redis.call('LPUSH', dead, cjson.encode({body = body, reason = reason, at = now}))
 redis.call('LTRIM', dead, 0, most - 1)
 return 1
@@ -412,8 +425,7 @@ func (b *MachineryBroker) Ack(ctx context.Context, ds []*driver.Delivery) []erro
 		return driver.BatchErrors(len(ds), err)
 	}
 	k := b.keys(ds[0].Queue)
-	toks := make([]any, 0, len(ds)+1)
-	toks = append(toks, k.count)
+	toks := make([]any, 0, len(ds))
 	for _, d := range ds {
 		toks = append(toks, d.Handle)
 	}
@@ -447,7 +459,7 @@ func (b *MachineryBroker) Release(ctx context.Context, d *driver.Delivery, notBe
 	if notBefore.After(time.Now()) {
 		due = strconv.FormatInt(notBefore.UnixNano(), 10)
 	}
-	return b.lost(mRelease.Run(ctx, b.scr, k.releaseKeys(), d.Handle, due).Int64())
+	return b.lost(mRelease.Run(ctx, b.scr, k.releaseKeys(), d.Handle, due, k.count, machineryCountTTL.Milliseconds()).Int64())
 }
 
 // Extend renews the lease of d.
@@ -465,7 +477,7 @@ func (b *MachineryBroker) Reject(ctx context.Context, d *driver.Delivery, reason
 		return err
 	}
 	k := b.keys(d.Queue)
-	return b.lost(mReject.Run(ctx, b.scr, k.rejectKeys(), d.Handle, reason, b.opts.DeadMax, k.count).Int64())
+	return b.lost(mReject.Run(ctx, b.scr, k.rejectKeys(), d.Handle, reason, b.opts.DeadMax).Int64())
 }
 
 // Close makes blocked Fetch calls return, and closes the client if

@@ -240,3 +240,104 @@ func machineryReencode(t *testing.T, body string) []byte {
 	out, _ := json.Marshal(s)
 	return out
 }
+
+// TestMachineryDeliveryCountIsPerMessage: machinery's list gives a body no
+// identity, and a task's UUID is not one either (a second copy of a
+// message, or errand's retry of it, carries the same UUID). A delivery is
+// a redelivery (Attempt > 1) only when errand itself gave that body back
+// (a lease that ran out, a Release): a second copy of a running task is a
+// first delivery, which errand's worker sets aside instead of running the
+// task twice, and settling one copy does not reset the count of another.
+func TestMachineryDeliveryCountIsPerMessage(t *testing.T) {
+	rdb := singleServer(t)
+	ctx := context.Background()
+	q := "mq-" + rand.Text()
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 10 * time.Millisecond})
+	defer b.Close()
+	body := `{"UUID":"task_` + rand.Text() + `","Name":"add","RoutingKey":"` + q + `","Args":[]}`
+	fetch := func(what string, want int) *driver.Delivery {
+		t.Helper()
+		ds, err := b.Fetch(ctx, q, 1, time.Minute)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("%s: fetch: %v, %v", what, ds, err)
+		}
+		if ds[0].Attempt != want {
+			t.Errorf("%s: delivery %d, want %d", what, ds[0].Attempt, want)
+		}
+		return ds[0]
+	}
+	rdb.RPush(ctx, q, body)
+	first := fetch("the message", 1)
+	rdb.RPush(ctx, q, body)
+	second := fetch("a second copy while the first is leased", 1)
+	if errs := b.Ack(ctx, []*driver.Delivery{first}); errs != nil && errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if err := b.Release(ctx, second, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	again := fetch("the second copy given back, after the first was acked", 2)
+	if err := b.Release(ctx, again, time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fetch("given back twice", 3)
+}
+
+// TestMachinerySecondCopyOfRunningTaskSetAside: a second message with the
+// UUID of a task that runs (a producer that sent it twice, a callback sent
+// again) is set aside with ErrUUIDConflict, not run beside it.
+func TestMachinerySecondCopyOfRunningTaskSetAside(t *testing.T) {
+	rdb := singleServer(t)
+	ctx := context.Background()
+	q := "mq-" + rand.Text()
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 10 * time.Millisecond})
+	srv, err := errand.NewServer(errand.Config{Broker: b, Backend: memorybackend.New(nil), DefaultQueue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var runs atomic.Int32
+	started := make(chan struct{}, 2)
+	release := make(chan struct{})
+	if err := srv.RegisterTasks(map[string]any{"slow": func() error { runs.Add(1); started <- struct{}{}; <-release; return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	conflicts := make(chan error, 2)
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, Queues: map[string]int{q: 1}, ErrorHandler: func(err error) {
+		if errors.Is(err, errand.ErrUUIDConflict) {
+			conflicts <- err
+		}
+	}})
+	w.Start()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer func() {
+		free()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := w.Shutdown(sctx); err != nil {
+			t.Errorf("worker shutdown: %v", err)
+		}
+	}()
+	body := `{"UUID":"task_` + rand.Text() + `","Name":"slow","RoutingKey":"` + q + `","Args":[]}`
+	rdb.RPush(ctx, q, body)
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	select {
+	case <-started:
+	case <-wait.Done():
+		t.Fatal("the task never started")
+	}
+	rdb.RPush(ctx, q, body)
+	select {
+	case <-conflicts:
+	case <-started:
+		t.Fatal("a second copy of a running task ran beside it: it must be set aside (ErrUUIDConflict), not taken for a redelivery")
+	case <-wait.Done():
+		t.Fatal("the second copy of a running task was never set aside with ErrUUIDConflict")
+	}
+	free()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the task ran %d times, want once", n)
+	}
+}
