@@ -1,0 +1,76 @@
+package amqpbroker_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/errand-go/errand"
+	amqpbroker "github.com/errand-go/errand/brokers/amqp"
+	"github.com/errand-go/errand/conformance"
+)
+
+// amqpURL returns ERRAND_AMQP_URL (the private node of scripts/services, or
+// a user's RabbitMQ) once a connection to it opens.
+func amqpURL(t testing.TB) string {
+	u := os.Getenv("ERRAND_AMQP_URL")
+	if u == "" {
+		conformance.ServiceUnavailable(t, "ERRAND_AMQP_URL is not set (scripts/services start exports it)")
+	}
+	c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		conformance.ServiceUnavailable(t, "RabbitMQ unreachable: "+err.Error())
+	}
+	c.Close()
+	return u
+}
+
+// testMaxDelay keeps the delay levels short (64ms to 1.024s) so the kit's
+// 1.5×MaxDelay case hops through the longest level.
+const testMaxDelay = 1024 * time.Millisecond
+
+func harness(url string, opts amqpbroker.Options) conformance.BrokerHarness {
+	opts.MaxDelay = testMaxDelay
+	if opts.QueuePrefix == "" {
+		opts.QueuePrefix = "errand-test."
+	}
+	return conformance.BrokerHarness{
+		New: func(t testing.TB) errand.Broker {
+			o := opts
+			b := amqpbroker.New(url, &o)
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BrokerCaps{
+			MaxPayload: 1 << 20, MaxDelay: testMaxDelay,
+			Priority: opts.Classic && opts.MaxPriority > 0, DetectsLostLease: true, Durable: true,
+			Purge: true, Stats: true,
+		},
+		Timing: conformance.Timing{Lease: time.Second, Delay: 500 * time.Millisecond, DelayBound: 400 * time.Millisecond, Prompt: 2 * time.Second},
+		PushRaw: func(t testing.TB, b errand.Broker, queue string, raw []byte) bool {
+			t.Helper()
+			if err := amqpbroker.PushRaw(context.Background(), b.(*amqpbroker.Broker), queue, raw); err != nil {
+				t.Fatalf("PushRaw: %v", err)
+			}
+			return true
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	u := amqpURL(t)
+	h := harness(u, amqpbroker.Options{MaxPayload: 1 << 20})
+	conformance.RunBroker(t, h)
+	conformance.RunWorker(t, h, conformance.MemoryBackend())
+}
+
+// TestConformanceClassic runs the kit on classic queues with priorities.
+func TestConformanceClassic(t *testing.T) {
+	u := amqpURL(t)
+	h := harness(u, amqpbroker.Options{MaxPayload: 1 << 20, Classic: true, MaxPriority: 9, QueuePrefix: "errand-test-classic."})
+	conformance.RunBroker(t, h)
+	conformance.RunWorker(t, h, conformance.MemoryBackend())
+}
