@@ -88,7 +88,9 @@ type Broker struct {
 	cmu     sync.Mutex
 	pullers map[string]*puller
 
-	returned sync.Map // publish token → struct{}: messages RabbitMQ could not route
+	chLocks  sync.Map // *amqp.Channel → chan struct{}: one synchronous call at a time (session.call)
+	rets     sync.Map // publishing *amqp.Channel → its chan amqp.Return
+	returned sync.Map // publish token → RabbitMQ's reply text: messages it could not route
 	token    atomic.Uint64
 
 	closed atomic.Bool

@@ -2,6 +2,7 @@ package amqpbroker_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -34,6 +35,9 @@ const testMaxDelay = 1024 * time.Millisecond
 
 func harness(url string, opts amqpbroker.Options) conformance.BrokerHarness {
 	opts.MaxDelay = testMaxDelay
+	if os.Getenv("ERRAND_AMQP_DEBUG") != "" {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if opts.QueuePrefix == "" {
 		opts.QueuePrefix = "errand-test."
 	}

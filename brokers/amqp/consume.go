@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -119,6 +120,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		p.mu.Unlock()
 	}()
 	p.want = max(p.want, limit, b.opts.Prefetch)
+	began, retries := time.Now(), 0
 	for {
 		if p.stopped {
 			return nil, errClosed
@@ -137,7 +139,30 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		}
 		if err := p.err; err != nil {
 			p.err = nil
-			return nil, err
+			// RabbitMQ unreachable, or restarting (a quorum queue takes a
+			// moment to elect its leader): try again within this call for
+			// up to CallTimeout, so an outage of a few seconds is not a
+			// run of failed fetches (each one lengthening the worker's
+			// back-off); report it after that.
+			if time.Since(began) >= b.opts.CallTimeout {
+				return nil, err
+			}
+			retries++
+			p.mu.Unlock()
+			t := time.NewTimer(min(50*time.Millisecond<<min(retries, 5), time.Second))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				p.mu.Lock()
+				return nil, err
+			case <-b.done:
+				t.Stop()
+				p.mu.Lock()
+				return nil, errClosed
+			}
+			p.mu.Lock()
+			continue
 		}
 		wake := p.wake
 		p.mu.Unlock()
@@ -232,6 +257,7 @@ func (p *puller) setup() {
 	ctx, cancel := p.b.lifeCtx()
 	defer cancel()
 	err := p.consume(ctx)
+	p.b.log.Debug("amqp broker: consumer setup", "queue", p.queue, "err", err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settingUp = false
@@ -275,7 +301,7 @@ func (p *puller) consume(ctx context.Context) error {
 	}
 	tag := "errand-" + strconv.FormatUint(b.token.Add(1), 36)
 	var deliveries <-chan amqp.Delivery
-	err := b.con.run(ctx, func() (err error) {
+	err := b.con.call(ctx, ch, func() (err error) {
 		if oldTag != "" {
 			// The old consumer's unacked deliveries stay on the channel.
 			if err := ch.Cancel(oldTag, false); err != nil {
@@ -289,6 +315,7 @@ func (p *puller) consume(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		b.forget() // the queue may be gone (deleted): declare it again
 		return fmt.Errorf("amqp broker: consume %s: %w", p.name, err)
 	}
 	p.mu.Lock()
@@ -333,6 +360,9 @@ func (p *puller) watch(gen uint64, closes chan *amqp.Error) {
 	err := <-closes
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ch != nil && p.gen == gen {
+		p.b.chLocks.Delete(p.ch)
+	}
 	if err != nil && !p.stopped {
 		p.b.log.Warn("amqp broker: consumer channel closed; its unacked messages go back to the queue", "queue", p.queue, "err", err)
 	}
@@ -384,7 +414,7 @@ func (p *puller) giveBack() {
 	}
 	if tag != "" {
 		ctx, cancel := p.b.bound(context.Background())
-		err := p.b.con.run(ctx, func() error { return ch.Cancel(tag, false) })
+		err := p.b.con.call(ctx, ch, func() error { return ch.Cancel(tag, false) })
 		cancel()
 		if err != nil {
 			p.b.log.Warn("amqp broker: cancel idle consumer", "queue", p.queue, "err", err)
@@ -553,23 +583,58 @@ func (l *lease) ack() error {
 	return nil
 }
 
-// Ack acks each delivery on its channel (basic.ack of its tag). A
-// delivery whose lease ran out, or whose channel closed since (RabbitMQ
-// then gave the message back), fails with driver.ErrLeaseLost.
+// Ack acks each delivery on its channel (basic.ack of its tag), then
+// makes one round trip on each channel it used (a passive declare of
+// amq.direct): RabbitMQ handles a channel's frames in order, so its answer
+// says the acks were handled, and a silent server is an error within ctx
+// and CallTimeout instead of acks lost unseen. A delivery whose lease ran
+// out, or whose channel closed since (RabbitMQ then gave the message
+// back), fails with driver.ErrLeaseLost.
 func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
-	return driver.EachItem(len(ds), func(i int) error {
+	var chans []*amqp.Channel
+	errs := driver.EachItem(len(ds), func(i int) error {
 		l, err := handle(ds[i])
 		if err != nil {
 			return err
 		}
-		return l.ack()
+		if err := l.ack(); err != nil {
+			return err
+		}
+		if !slices.Contains(chans, l.ch) {
+			chans = append(chans, l.ch)
+		}
+		return nil
+	})
+	for _, ch := range chans {
+		if err := b.roundTrip(ctx, ch); err != nil {
+			for i, d := range ds {
+				if l, _ := d.Handle.(*lease); l != nil && l.ch == ch && (errs == nil || errs[i] == nil) {
+					if errs == nil {
+						errs = make([]error, len(ds))
+					}
+					errs[i] = fmt.Errorf("amqp broker: ack not confirmed: %w", err)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// roundTrip makes one synchronous call on ch, bounded by ctx and
+// CallTimeout; a channel or connection that is gone or silent fails it.
+func (b *Broker) roundTrip(ctx context.Context, ch *amqp.Channel) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	return b.con.call(ctx, ch, func() error {
+		return ch.ExchangeDeclarePassive("amq.direct", "direct", true, false, false, false, nil)
 	})
 }
 
-// Extend moves the lease's deadline lease from now: a local timer, no
-// call to RabbitMQ, which keeps an unacked delivery for as long as its
-// channel lives (up to the server's consumer_timeout; see the package
-// doc).
+// Extend moves the lease's deadline lease from now: a local timer, since
+// RabbitMQ keeps an unacked delivery for as long as its channel lives (up
+// to the server's consumer_timeout; see the package doc). It then makes
+// one round trip on the delivery's channel, so a channel lost or a
+// silent server is an error, not an extension that holds nothing.
 func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
 	l, err := handle(d)
 	if err != nil {
@@ -583,6 +648,11 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	}
 	l.deadline = time.Now().Add(lease)
 	l.timer.Reset(lease)
+	p.mu.Unlock()
+	defer p.mu.Lock()
+	if err := b.roundTrip(ctx, l.ch); err != nil {
+		return fmt.Errorf("amqp broker: extend: %w", err)
+	}
 	return nil
 }
 

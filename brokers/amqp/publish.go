@@ -18,6 +18,10 @@ import (
 // RabbitMQ's reason. Consumers and acks go on, on their own connection.
 var ErrBlocked = errors.New("amqp broker: RabbitMQ blocks publishing (a memory or disk alarm)")
 
+// errConnLost marks a publish that failed because its connection or
+// channel closed under it: send tries again on a new one.
+var errConnLost = errors.New("amqp broker: connection lost")
+
 // The delay levels: queues whose messages expire after 64ms × 2^k and are
 // dead-lettered back to their errand queue.
 const (
@@ -115,8 +119,23 @@ func (b *Broker) target(o outgoing) (name string, args amqp.Table) {
 // message RabbitMQ returns as unroutable (its queue was deleted since it
 // was declared) is sent once more after declaring again.
 func (b *Broker) send(ctx context.Context, outs []outgoing) error {
+	for len(outs) > maxBatch {
+		if err := b.send(ctx, outs[:maxBatch]); err != nil {
+			return err
+		}
+		outs = outs[maxBatch:]
+	}
+	lost := 0
 	for try := 0; ; try++ {
 		returned, err := b.sendOnce(ctx, outs)
+		if errors.Is(err, errConnLost) && lost < 2 && ctx.Err() == nil && !b.closed.Load() {
+			// The connection or channel was lost under the publish (the
+			// broker had not noticed yet): once more on a new one. A
+			// message RabbitMQ took before the loss is then sent twice.
+			lost++
+			try--
+			continue
+		}
 		if err != nil || len(returned) == 0 {
 			return err
 		}
@@ -163,6 +182,9 @@ func (b *Broker) sendOnce(ctx context.Context, outs []outgoing) (returned []outg
 			}
 			p.Headers[hdrToken] = tokens[i]
 			dc, err := ch.PublishWithDeferredConfirm("", targets[i], true, false, p)
+			if errors.Is(err, amqp.ErrClosed) {
+				return fmt.Errorf("%w: publish to %s: %w", errConnLost, targets[i], err)
+			}
 			if err != nil {
 				return fmt.Errorf("amqp broker: publish to %s: %w", targets[i], err)
 			}
@@ -176,7 +198,7 @@ func (b *Broker) sendOnce(ctx context.Context, outs []outgoing) (returned []outg
 			}
 			if !dc.Acked() {
 				if ch.IsClosed() {
-					return fmt.Errorf("amqp broker: publish to %s: channel closed before RabbitMQ confirmed it", targets[i])
+					return fmt.Errorf("%w: publish to %s: channel closed before RabbitMQ confirmed it", errConnLost, targets[i])
 				}
 				return fmt.Errorf("amqp broker: RabbitMQ refused the message %s for %s (basic.nack)", outs[i].p.MessageId, targets[i])
 			}
@@ -189,6 +211,7 @@ func (b *Broker) sendOnce(ctx context.Context, outs []outgoing) (returned []outg
 		}
 		return nil, err
 	}
+	b.drainReturns(ch)
 	for i, tok := range tokens {
 		if _, ok := b.returned.LoadAndDelete(tok); ok {
 			returned = append(returned, outs[i])
@@ -198,19 +221,40 @@ func (b *Broker) sendOnce(ctx context.Context, outs []outgoing) (returned []outg
 }
 
 // returns makes the channel amqp091 sends a publishing channel's
-// basic.return messages on, and reads it: RabbitMQ returns a mandatory
-// message it cannot route (before its confirm), and send looks up its
-// token after the confirm.
-func (b *Broker) returns() chan amqp.Return {
-	c := make(chan amqp.Return, 64)
-	go func() {
-		for r := range c {
+// basic.return messages on. RabbitMQ returns a mandatory message it cannot
+// route before it confirms it, and amqp091 hands the return over before it
+// reads the confirm, so sendOnce, once its confirms are in, drains the
+// channel (drainReturns) and finds the return of any of its messages.
+// Nothing else reads it: returns only follow publishes, and every publish
+// drains; sendOnce sends at most maxBatch messages, well below the
+// channel's room.
+func (b *Broker) returns(ch *amqp.Channel) {
+	b.rets.Store(ch, ch.NotifyReturn(make(chan amqp.Return, 4*maxBatch)))
+}
+
+// maxBatch is the most messages one sendOnce publishes.
+const maxBatch = 1024
+
+func (b *Broker) drainReturns(ch *amqp.Channel) {
+	v, ok := b.rets.Load(ch)
+	if !ok {
+		return
+	}
+	c := v.(chan amqp.Return)
+	for {
+		select {
+		case r, ok := <-c:
+			if !ok {
+				b.rets.Delete(ch)
+				return
+			}
 			if tok, ok := r.Headers[hdrToken].(string); ok {
 				b.returned.Store(tok, r.ReplyText)
 			}
+		default:
+			return
 		}
-	}()
-	return c
+	}
 }
 
 // toInt reads an integer header, whatever width AMQP gave it.

@@ -111,6 +111,7 @@ func (s *session) dial(done chan struct{}) {
 			conn.Close()
 		}
 	}
+	s.b.log.Debug("amqp broker: dial", "connection", s.name, "err", err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer close(done)
@@ -176,7 +177,7 @@ func (s *session) openChannel(conn *amqp.Connection) (*amqp.Channel, error) {
 			ch.Close()
 			return nil, err
 		}
-		ch.NotifyReturn(s.b.returns())
+		s.b.returns(ch)
 	}
 	return ch, nil
 }
@@ -222,7 +223,24 @@ func (s *session) do(ctx context.Context, fn func(ch *amqp.Channel) error) error
 	if err != nil {
 		return err
 	}
-	return s.run(ctx, func() error { return fn(ch) })
+	return s.call(ctx, ch, func() error { return fn(ch) })
+}
+
+// call runs fn, synchronous methods on ch, alone on ch and bounded by ctx
+// (see run). amqp091 matches a channel's replies to its requests in
+// order but does not keep two callers' requests apart: RabbitMQ closes the
+// connection ("unexpected command received") when a second synchronous
+// method arrives before the first one's reply.
+func (s *session) call(ctx context.Context, ch *amqp.Channel, fn func() error) error {
+	v, _ := s.b.chLocks.LoadOrStore(ch, make(chan struct{}, 1))
+	lock := v.(chan struct{})
+	select {
+	case lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("amqp broker: waiting for the channel: %w", ctx.Err())
+	}
+	defer func() { <-lock }()
+	return s.run(ctx, fn)
 }
 
 // run runs fn, a call on this session's connection, until ctx ends; then
