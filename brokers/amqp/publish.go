@@ -119,6 +119,8 @@ func (b *Broker) target(o outgoing) (name string, args amqp.Table) {
 // message RabbitMQ returns as unroutable (its queue was deleted since it
 // was declared) is sent once more after declaring again.
 func (b *Broker) send(ctx context.Context, outs []outgoing) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	for len(outs) > maxBatch {
 		if err := b.send(ctx, outs[:maxBatch]); err != nil {
 			return err

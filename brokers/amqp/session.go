@@ -243,8 +243,14 @@ func (s *session) call(ctx context.Context, ch *amqp.Channel, fn func() error) e
 	return s.run(ctx, fn)
 }
 
-// run runs fn, a call on this session's connection, until ctx ends; then
-// it kills the connection so fn returns, and answers ctx's error.
+// run runs fn, a call on this session's connection, until ctx ends, and
+// then answers ctx's error. On the publishing connection it also kills the
+// connection, so fn returns at once (a confirm that never comes would
+// otherwise hold the channel). On the consuming connection it leaves fn
+// running: killing that connection would lose every lease on it, while a
+// server silent for a moment may answer again; a server that stays silent
+// misses its heartbeats, and amqp091 then closes the connection, which
+// ends fn.
 func (s *session) run(ctx context.Context, fn func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
@@ -252,8 +258,10 @@ func (s *session) run(ctx context.Context, fn func() error) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		s.kill()
-		<-done
+		if s.confirm {
+			s.kill()
+			<-done
+		}
 		return fmt.Errorf("amqp broker: no answer from RabbitMQ: %w", ctx.Err())
 	}
 }
