@@ -35,7 +35,7 @@ func newSession(b *Broker, name string, confirm bool) *session {
 	return &session{b: b, name: name, confirm: confirm}
 }
 
-// dialer returns the Config.Dial of the broker: TCP with CallTimeout,
+// dialer returns the amqp091 dial function of the broker: TCP with CallTimeout,
 // a deadline on the handshake (amqp091 clears it once open), and each
 // socket remembered by the session that dials it.
 func (b *Broker) dialer() func(network, addr string) (net.Conn, error) {
