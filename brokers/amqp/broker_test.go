@@ -2,8 +2,10 @@ package amqpbroker_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/errand-go/errand"
 	amqpbroker "github.com/errand-go/errand/brokers/amqp"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 // amqpURL returns ERRAND_AMQP_URL (the private node of scripts/services, or
@@ -77,4 +80,35 @@ func TestConformanceClassic(t *testing.T) {
 	h := harness(u, amqpbroker.Options{MaxPayload: 1 << 20, Classic: true, MaxPriority: 9, QueuePrefix: "errand-test-classic."})
 	conformance.RunBroker(t, h)
 	conformance.RunWorker(t, h, conformance.MemoryBackend())
+}
+
+// TestOpenByURL: errand's parameters are read off the URL (and taken off
+// it before amqp091 sees it), and a broker opened by URL carries messages.
+func TestOpenByURL(t *testing.T) {
+	u := amqpURL(t)
+	ctx := context.Background()
+	b, err := errand.OpenBroker(ctx, u+"?prefix=errand-url.&max_delay=1s&queue_type=classic&max_priority=5&max_payload=4096&timeout=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if l := b.(driver.Limiter).Limits(); l.MaxDelay != 512*time.Millisecond || l.MaxPayload != 4096 {
+		t.Fatalf("max_delay=1s, max_payload=4096 gave Limits %+v; want the longest level under 1s (512ms) and 4096", l)
+	}
+	q := "url-" + time.Now().Format("150405.000000")
+	if err := b.Publish(ctx, errand.Message{ID: "m", Queue: q, Body: []byte("x"), Priority: 3}); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ds, err := b.Fetch(fctx, q, 1, time.Minute)
+	if err != nil || len(ds) != 1 || ds[0].ID != "m" || ds[0].Priority != 3 {
+		t.Fatalf("fetch through a URL-opened broker: %v, %v", ds, err)
+	}
+	if err := errors.Join(b.Ack(ctx, ds)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := errand.OpenBroker(ctx, u+"?queue_type=stream"); err == nil || !strings.Contains(err.Error(), "queue_type") {
+		t.Fatalf("queue_type=stream: want an error naming the parameter, got %v", err)
+	}
 }
