@@ -642,14 +642,13 @@ func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Dura
 	}
 	p := l.p
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if l.state != held || l.gen != p.gen {
+		p.mu.Unlock()
 		return driver.ErrLeaseLost
 	}
 	l.deadline = time.Now().Add(lease)
 	l.timer.Reset(lease)
 	p.mu.Unlock()
-	defer p.mu.Lock()
 	if err := b.roundTrip(ctx, l.ch); err != nil {
 		return fmt.Errorf("amqp broker: extend: %w", err)
 	}
