@@ -27,6 +27,7 @@ type brokerAbilities struct {
 	rateLimiter driver.RateLimiter
 	schedules   driver.ScheduleStore
 	carrier     driver.PendingCarrier
+	settler     driver.SettleCarrier
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -45,6 +46,7 @@ func discoverBroker(b driver.Broker) brokerAbilities {
 	a.rateLimiter, _ = b.(driver.RateLimiter)
 	a.schedules, _ = b.(driver.ScheduleStore)
 	a.carrier, _ = b.(driver.PendingCarrier)
+	a.settler, _ = b.(driver.SettleCarrier)
 	return a
 }
 

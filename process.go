@@ -31,6 +31,7 @@ type delivery struct {
 	tk          *task
 	args        []reflect.Value
 	st, started *TaskState
+	carried     *TaskState  // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
 	outcome     settle      // how it is settled
 	err         error       // why (the reason, for setAside and archive)
 	settling    bool        // its function returned: it holds a settling place, not a slot
@@ -281,6 +282,11 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	if runErr == nil {
 		final = dv.started.Copy()
 		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
+		if w.srv.settled != nil && quiet(sig) {
+			// One round trip out: SUCCESS goes with the ack (settle).
+			dv.carried, dv.outcome, dv.err = final, ack, nil
+			return final, nil
+		}
 		if err := w.srv.backend.setState(ctx, final); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
@@ -321,6 +327,10 @@ func (dv *delivery) settle() {
 	case abandon:
 		w.report(dv.err, "errand: delivery left to its lease", attrs...)
 	case ack:
+		if dv.carried != nil {
+			w.settleCarried(ctx, d, dv.carried, attrs)
+			break
+		}
 		if err := b.ack(ctx, d); err != nil {
 			w.report(err, "errand: ack", attrs...)
 		}

@@ -59,6 +59,10 @@ type Server struct {
 	// fresh joins SendTask's fresh sends into calls of the broker's
 	// carrier of the backend's writes (send.go); nil without a carrier.
 	fresh *coalesce.Coalescer[freshSend, bool]
+	// settled joins the settles of successful tasks into calls of the
+	// broker's carrier of the backend's final states (settlecarry.go);
+	// nil without a carrier.
+	settled *coalesce.Coalescer[carriedSettle, struct{}]
 }
 
 // NewServer returns a Server for cfg.
@@ -90,6 +94,9 @@ func NewServer(cfg Config) (*Server, error) {
 		carry = c.CarryPending(s.backend.drv)
 	}
 	s.fresh = s.newFreshSender(carry)
+	if c := s.broker.can.settler; c != nil {
+		s.settled = s.newSettleCarrier(c.CarrySettle(s.backend.drv))
+	}
 	return s, nil
 }
 
@@ -121,6 +128,9 @@ func (s *Server) Backend() Backend { return s.cfg.Backend }
 //	}
 //	srv.Close()
 func (s *Server) Close() error {
+	if s.settled != nil {
+		s.settled.Close()
+	}
 	if s.fresh != nil {
 		s.fresh.Close()
 	}

@@ -159,3 +159,39 @@ type PendingCarrier interface {
 // others must not implement PendingCarrier. errand has already refused
 // any message over Limits().MaxPayload.
 type PublishPendingFunc func(ctx context.Context, sts []*TaskState, msgs []Message) (published bool, err error)
+
+// SettleCarrier is implemented by brokers that can record a result
+// backend's final states in the round trip of an ack, because the backend
+// keeps them on the broker's own server where one server-side step can
+// write both (errand's Redis broker and Redis backend on one Redis node).
+// errand asks once, when it builds a Server, and then settles each
+// successful task that nothing follows (no callbacks, no chord group, no
+// unique key) with one call of the returned function instead of a
+// SetStates then an Ack, joining the calls of concurrent worker slots as
+// it joins acks.
+type SettleCarrier interface {
+	// CarrySettle returns a function that writes be's states and acks in
+	// one round trip, or nil when the broker cannot carry be's writes: be
+	// is not a driver it knows, or keeps its states where the broker's
+	// step cannot reach them (another server; another slot of a Redis
+	// Cluster). It must not block or do I/O.
+	CarrySettle(be Backend) SettleFunc
+}
+
+// SettleFunc writes sts[i], the final state of the task of ds[i], as the
+// backend's SetStates would (overwriting, restarting its expiry), and
+// acks ds[i] as Ack does, for every i, in one round trip; len(sts) ==
+// len(ds), and ds all come from one queue (errand joins concurrent
+// settles up to Limits().MaxAckBatch a call). It answers under the batch
+// error convention of the package doc, per delivery:
+//
+//   - nil: the state is written and the delivery acked;
+//   - an error wrapping ErrLeaseLost: the state is written (as SetStates
+//     before an Ack would have written it), the delivery is not acked:
+//     it may be with another consumer, which finds the state;
+//   - another error: the delivery is not acked, and its state may or may
+//     not be written.
+//
+// A state is never written after its delivery's ack: a consumer that
+// sees the message gone finds the state. It may be called concurrently.
+type SettleFunc func(ctx context.Context, ds []*Delivery, sts []*TaskState) []error

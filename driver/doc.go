@@ -26,6 +26,7 @@
 //   - [RateLimiter]: keeps per-task rate limits on the broker's server;
 //   - [ScheduleStore]: keeps periodic schedules and claims their ticks;
 //   - [PendingCarrier]: records a backend's PENDING states in a publish's round trip.
+//   - [SettleCarrier]: records a backend's final states in an ack's round trip.
 //
 // # Backends
 //

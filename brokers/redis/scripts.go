@@ -394,6 +394,30 @@ local function forget(id, taskID)
 end
 `
 
+// luaAck defines, after luaNow, luaSettled and luaForget and over the
+// locals tokens, msgs, done, acked and keep of the script's prologue:
+//
+//	ackOne(id, token): ack message id if token is its current lease
+//	  token (forget it, keep its envelope on K:done): SETTLED, else
+//	  LEASE_LOST
+//	ackDone(): count the acks in K:acked and trim K:done, once at the end
+const luaAck = `
+local acks = 0
+local function ackOne(id, token)
+  if redis.call('HGET', tokens, id) ~= token then return LEASE_LOST end
+  local env = redis.call('HGET', msgs, id)
+  forget(id, env and string.match(env, '^([^\n]*)\n'))
+  if env and keep > 0 then redis.call('LPUSH', done, now .. '\n' .. env) end
+  acks = acks + 1
+  return SETTLED
+end
+local function ackDone()
+  if acks == 0 then return end
+  if keep > 0 then redis.call('LTRIM', done, 0, keep - 1) end
+  redis.call('INCRBY', acked, acks)
+end
+`
+
 // ackScript acks each delivery whose token is current (one Ack call's
 // batch, up to MaxAckBatch), keeping its envelope in K:done and counting it
 // in K:acked in the same step. Returns one SETTLED or LEASE_LOST per
@@ -414,28 +438,60 @@ var ackScript = newScript(`
 local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local ids = KEYS[8]
 local keep = tonumber(ARGV[1])
-`, luaNow, luaSettled, luaForget, `
-local out, n = {}, 0
+`, luaNow, luaSettled, luaForget, luaAck, `
+local out = {}
 for i = 2, #ARGV - 1, 2 do
-  local id = ARGV[i]
-  if redis.call('HGET', tokens, id) ~= ARGV[i + 1] then
-    out[#out + 1] = LEASE_LOST
-  else
-    local env = redis.call('HGET', msgs, id)
-    forget(id, env and string.match(env, '^([^\n]*)\n'))
-    if env and keep > 0 then
-      redis.call('LPUSH', done, now .. '\n' .. env)
-    end
-    n = n + 1
-    out[#out + 1] = SETTLED
-  end
+  out[#out + 1] = ackOne(ARGV[i], ARGV[i + 1])
 end
-if n > 0 then
-  if keep > 0 then redis.call('LTRIM', done, 0, keep - 1) end
-  redis.call('INCRBY', acked, n)
-end
+ackDone()
 return out
 `)
+
+// ackStatesScript is ackScript that first writes each delivery's task
+// state, a result backend's key on the same Redis node
+// (driver.SettleCarrier): SET ... PX of the state the backend encoded,
+// whether or not the lease is current (as the backend's SetStates before
+// an Ack would), then the ack. The state keys follow the queue's keys in
+// KEYS, one per delivery. Returns one SETTLED or LEASE_LOST per delivery.
+var ackStatesScript = newScript(`
+-- ackStates
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:count
+-- KEYS[5] -> K:done
+-- KEYS[6] -> K:acked
+-- KEYS[7] -> K:prio
+-- KEYS[8] -> K:ids
+-- KEYS[8+i]  -> the backend's state key of delivery i (i = 1, 2, ...)
+-- ARGV[1]    -> how many acked messages K:done keeps (0: none)
+-- ARGV[2]    -> the states' expiry (ms; 0: none)
+-- ARGV[3i]   -> message ID of delivery i (i = 1, 2, ...)
+-- ARGV[3i+1] -> its lease token
+-- ARGV[3i+2] -> its task's state, as the backend encodes it
+local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ids = KEYS[8]
+local states = {unpack(KEYS, 9)}
+local keep, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
+`, luaNow, luaSettled, luaForget, luaAck, `
+local out = {}
+for i, state in ipairs(states) do
+  local a = 3 * i
+  if expiry > 0 then
+    redis.call('SET', state, ARGV[a + 2], 'PX', expiry)
+  else
+    redis.call('SET', state, ARGV[a + 2])
+  end
+  out[i] = ackOne(ARGV[a], ARGV[a + 1])
+end
+ackDone()
+return out
+`)
+
+// ackStatesKeys are ackStatesScript's KEYS: the queue's, then states.
+func (k keys) ackStatesKeys(states []string) []string {
+	return append(k.ackKeys(), states...)
+}
 
 func (k keys) ackKeys() []string {
 	return []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio, k.ids}
