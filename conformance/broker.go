@@ -170,6 +170,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 	checkAbility(t, b, caps.CarryPending, reflect.TypeFor[driver.PendingCarrier](), "CarryPending")
+	checkAbility(t, b, caps.CarrySettle, reflect.TypeFor[driver.SettleCarrier](), "CarrySettle")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

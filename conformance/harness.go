@@ -89,6 +89,12 @@ type BrokerCaps struct {
 	// the backend of the RunWorker pair; a pair that does not share a
 	// server (CarryPending returns nil) is logged and checked no further.
 	CarryPending bool // driver.PendingCarrier
+	// CarrySettle: the broker records a result backend's final states in
+	// the round trip of an ack, where one step can reach both
+	// (driver.SettleCarrier). Checked by Worker/Settle/CarriedSettle with
+	// the backend of the RunWorker pair; a pair it cannot carry
+	// (CarrySettle returns nil) is logged and checked no further.
+	CarrySettle bool // driver.SettleCarrier
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

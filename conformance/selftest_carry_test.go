@@ -47,10 +47,55 @@ type memCarrier struct {
 	*memorybroker.Broker
 	server  *carrierServer
 	publish func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error)
+	settle  func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error
 	own     *memorybackend.Backend
 }
 
-var _ driver.PendingCarrier = (*memCarrier)(nil)
+var (
+	_ driver.PendingCarrier = (*memCarrier)(nil)
+	_ driver.SettleCarrier  = (*memCarrier)(nil)
+)
+
+func (c *memCarrier) CarrySettle(be driver.Backend) driver.SettleFunc {
+	mb, ok := be.(*memorybackend.Backend)
+	if !ok || !c.server.has(mb) {
+		if c.own == nil {
+			return nil
+		}
+		mb = c.own
+	}
+	return func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+		if c.settle != nil {
+			return c.settle(c, mb, ctx, ds, sts)
+		}
+		return settleCorrectly(c, mb, ctx, ds, sts)
+	}
+}
+
+// settleCorrectly is the carried settle as driver.SettleFunc describes
+// it: the states, then the acks of the deliveries whose state was written.
+func settleCorrectly(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+	if err := ctx.Err(); err != nil {
+		return driver.BatchErrors(len(ds), err)
+	}
+	out := make([]error, len(ds))
+	serrs := be.SetStates(ctx, sts)
+	var ack []*driver.Delivery
+	var idx []int
+	for i, d := range ds {
+		if serrs != nil && serrs[i] != nil {
+			out[i] = serrs[i]
+			continue
+		}
+		ack, idx = append(ack, d), append(idx, i)
+	}
+	if aerrs := c.Broker.Ack(ctx, ack); aerrs != nil {
+		for j, i := range idx {
+			out[i] = aerrs[j]
+		}
+	}
+	return out
+}
 
 func (c *memCarrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
 	mb, ok := be.(*memorybackend.Backend)
@@ -89,6 +134,7 @@ func carrierPair(mod func(c *memCarrier)) workerPair {
 	srv := &carrierServer{backends: map[*memorybackend.Backend]bool{}}
 	bh := healthyBroker()
 	bh.Caps.CarryPending = true
+	bh.Caps.CarrySettle = true
 	bh.New = func(t testing.TB) errand.Broker {
 		c := &memCarrier{Broker: memorybroker.New(nil), server: srv}
 		if mod != nil {
@@ -165,6 +211,32 @@ var brokenPairs = map[string]workerPair{
 	"carrier-carries-unknown-backend": carrierPair(func(c *memCarrier) {
 		c.own = memorybackend.New(nil)
 	}),
+	// Acks and drops the states: the task is not SUCCESS after its settle.
+	"settle-carrier-drops-states": carrierPair(func(c *memCarrier) {
+		c.settle = func(c *memCarrier, _ *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, _ []*errand.TaskState) []error {
+			return c.Broker.Ack(ctx, ds)
+		}
+	}),
+	// Writes the states and acks nothing, reporting success: the messages
+	// come back after their lease.
+	"settle-carrier-acks-nothing": carrierPair(func(c *memCarrier) {
+		c.settle = func(_ *memCarrier, be *memorybackend.Backend, ctx context.Context, _ []*driver.Delivery, sts []*errand.TaskState) []error {
+			return be.SetStates(ctx, sts)
+		}
+	}),
+	// Acks first and writes a state only where its ack succeeded: a lost
+	// lease leaves the state unwritten.
+	"settle-carrier-skips-lost-states": carrierPair(func(c *memCarrier) {
+		c.settle = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+			out := make([]error, len(ds))
+			for i, d := range ds {
+				if out[i] = errors.Join(c.Broker.Ack(ctx, []*driver.Delivery{d})...); out[i] == nil {
+					out[i] = errors.Join(be.SetStates(ctx, sts[i:i+1])...)
+				}
+			}
+			return out
+		}
+	}),
 }
 
 func init() {
@@ -175,6 +247,12 @@ func init() {
 		target{"Send/CarriedPending", "pair:carrier-published-despite-failure"},
 		target{"Send/CarriedPending", "pair:carrier-carries-unknown-backend"},
 	)
+	workerTargets["Settle/CarriedSettle"] = "pair:settle-carrier-drops-states"
+	extraWorkerTargets = append(extraWorkerTargets,
+		target{"Settle/CarriedSettle", "pair:settle-carrier-acks-nothing"},
+		target{"Settle/CarriedSettle", "pair:settle-carrier-skips-lost-states"},
+		target{"Settle/CarriedSettle", "pair:carrier-carries-unknown-backend"},
+	)
 	// A carrier its harness does not declare.
 	brokenBrokers["undeclared-carrier"] = func() BrokerHarness {
 		h := carrierPair(nil).broker
@@ -182,6 +260,12 @@ func init() {
 		return h
 	}()
 	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-carrier"})
+	brokenBrokers["undeclared-settle-carrier"] = func() BrokerHarness {
+		h := carrierPair(nil).broker
+		h.Caps.CarrySettle = false
+		return h
+	}()
+	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-settle-carrier"})
 }
 
 // TestCarrierPairRefusesAnotherServer: the memory carrier carries only

@@ -511,3 +511,90 @@ func TestPublishRedoFails(t *testing.T) {
 		}
 	}
 }
+
+func (s *sameServerBackend) StateEntry(st *driver.TaskState) (string, []byte, time.Duration, error) {
+	v, err := json.Marshal(st)
+	return s.key(st.TaskUUID), v, time.Minute, err
+}
+
+// TestCarrySettle: with errand's Redis backend on its own single server,
+// the broker writes final states in the ack's script, in one round trip:
+// each state written, each delivery acked and counted, a lost lease
+// reported with its state written all the same. On a cluster (a task's
+// state key and the queue's keys are in different slots) and for a
+// backend elsewhere there is no carrier.
+func TestCarrySettle(t *testing.T) {
+	srv := servers(t)
+	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-settle"); b.CarrySettle(be) != nil {
+		t.Error("CarrySettle on a Redis Cluster: a carrier; want nil (one script cannot reach a state key and the queue's keys)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, c := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	mem := memorybackend.New(nil)
+	t.Cleanup(func() { mem.Close() })
+	if b.CarrySettle(mem) != nil {
+		t.Error("CarrySettle with a memory backend: a carrier; want nil")
+	}
+	carry := b.CarrySettle(be)
+	if carry == nil {
+		t.Fatal("CarrySettle = nil for a backend on the broker's own single server; want a carrier")
+	}
+	// Warm up: the server caches the script.
+	if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "warm", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	warm := fetchOne(ctx, t, b, "warm")
+	if errs := carry(ctx, []*driver.Delivery{warm}, []*driver.TaskState{{TaskUUID: "w", State: driver.StateSuccess}}); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	ids := []string{rand.Text(), rand.Text(), rand.Text()}
+	for _, id := range ids {
+		if err := b.Publish(ctx, driver.Message{ID: id, Queue: "s", Body: []byte(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost, err := b.Fetch(ctx, "s", 1, time.Millisecond)
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("fetch: %v, %v", lost, err)
+	}
+	var ds []*driver.Delivery
+	for len(ds) < 3 { // the lost one comes again once its lease ran out
+		got, err := b.Fetch(ctx, "s", 3-len(ds), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+	}
+	settle := append([]*driver.Delivery{lost[0]}, ds...)
+	sts := make([]*driver.TaskState, len(settle))
+	for i, d := range settle {
+		sts[i] = &driver.TaskState{TaskUUID: d.ID + "-task", TaskName: "t", State: driver.StateSuccess, CreatedAt: time.Now().UTC()}
+	}
+	before, _ := b.Stats(ctx, "s")
+	c.reset()
+	errs := carry(ctx, settle, sts)
+	if n := c.singles.Load() + c.pipes.Load(); n != 1 {
+		t.Errorf("a carried settle of %d deliveries made %d round trips; want 1", len(settle), n)
+	}
+	if len(errs) != len(settle) || !errors.Is(errs[0], driver.ErrLeaseLost) {
+		t.Fatalf("carried settle answered %v; want ErrLeaseLost for the stale delivery first", errs)
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("delivery %d: %v; want acked", i+1, err)
+		}
+	}
+	for i, st := range sts {
+		if got := be.state(ctx, t, st.TaskUUID); got != driver.StateSuccess {
+			t.Errorf("state %d after a carried settle: %q; want SUCCESS (written even for a lost lease)", i, got)
+		}
+	}
+	after, err := b.Stats(ctx, "s")
+	if err != nil || after.InFlight != 0 || after.Pending != 0 || after.Completed-before.Completed != 3 {
+		t.Fatalf("queue after the carried settle: %+v (before %+v), %v; want nothing in flight or pending, 3 more completed", after, before, err)
+	}
+}
