@@ -111,6 +111,10 @@ type Broker struct {
 	registered sync.Map
 	// discovered: Queues has scanned for the queues of older versions.
 	discovered atomic.Bool
+	// keyCache holds the key names of up to maxCachedKeys queues
+	// (queue → *keys), keysCached counts its stores.
+	keyCache   sync.Map
+	keysCached atomic.Int64
 }
 
 var (
@@ -183,7 +187,23 @@ type keys struct {
 	ids, unlisted                                           string
 }
 
+// maxCachedKeys is how many queues' key names a broker keeps, built once
+// (the queues a worker serves); the names of further queues (an operator
+// browsing many) are built on each call.
+const maxCachedKeys = 1024
+
 func (b *Broker) keys(queue string) keys {
+	if k, ok := b.keyCache.Load(queue); ok {
+		return *k.(*keys)
+	}
+	k := b.makeKeys(queue)
+	if b.keysCached.Add(1) <= maxCachedKeys {
+		b.keyCache.Store(queue, &k)
+	}
+	return k
+}
+
+func (b *Broker) makeKeys(queue string) keys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}:"
 	return keys{
 		pending: k + "pending", delayed: k + "delayed", inflight: k + "inflight", msgs: k + "msgs",
@@ -680,9 +700,18 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 }
 
 // bound returns ctx limited to CallTimeout (see Options.CallTimeout).
+//
+// A ctx whose own deadline comes first (errand bounds each step of a
+// task by its own CallTimeout) is returned as it is: a second timer
+// could only fire later.
 func (b *Broker) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if b.opts.CallTimeout < 0 {
-		return ctx, func() {}
+		return ctx, noCancel
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.opts.CallTimeout {
+		return ctx, noCancel
 	}
 	return context.WithTimeout(ctx, b.opts.CallTimeout)
 }
+
+func noCancel() {}
