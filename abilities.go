@@ -28,6 +28,7 @@ type brokerAbilities struct {
 	schedules   driver.ScheduleStore
 	carrier     driver.PendingCarrier
 	settler     driver.SettleCarrier
+	starter     driver.StartCarrier
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -47,6 +48,7 @@ func discoverBroker(b driver.Broker) brokerAbilities {
 	a.schedules, _ = b.(driver.ScheduleStore)
 	a.carrier, _ = b.(driver.PendingCarrier)
 	a.settler, _ = b.(driver.SettleCarrier)
+	a.starter, _ = b.(driver.StartCarrier)
 	return a
 }
 

@@ -179,6 +179,9 @@ func (dv *delivery) begin() bool {
 	if dv.tk != nil {
 		dv.args, cannotRun = dv.tk.decodeArgs(sig.Args)
 	}
+	if dv.start != nil {
+		return dv.beginCarried(cannotRun) // the fetch started it (startcarry.go)
+	}
 	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
 	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
 	if !oneCall {

@@ -69,6 +69,7 @@ var workerCases = []kase[workerPair]{
 	{"Queues/Cap", queuesCap, parallel},
 	{"Send/CarriedPending", carriedPending, parallel},
 	{"Settle/CarriedSettle", carriedSettle, parallel},
+	{"Start/CarriedStart", carriedStart, parallel},
 }
 
 // recorder wraps a backend to record each task's states, and counts the

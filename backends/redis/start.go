@@ -193,3 +193,8 @@ func (b *Backend) StateEntry(st *driver.TaskState) (key string, value []byte, ex
 	}
 	return b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry, nil
 }
+
+// StateKey returns the key of task id's state. It exists for errand's
+// Redis broker on the same server (Client), whose fetch script begins
+// attempts (driver.StartCarrier) in the states under StateKey("").
+func (b *Backend) StateKey(id string) string { return b.taskKey(id) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -115,6 +116,9 @@ type Broker struct {
 	// (queue → *keys), keysCached counts its stores.
 	keyCache   sync.Map
 	keysCached atomic.Int64
+	// carriesStarts: CarryStart returned a carrier, so publish keeps what
+	// a carried fetch needs to start each task (startMeta).
+	carriesStarts atomic.Bool
 }
 
 var (
@@ -185,6 +189,7 @@ type keys struct {
 	archive, archived, done, acked, seq                     string
 	dead, reasons                                           string // older versions' dead letters
 	ids, unlisted                                           string
+	starts                                                  string // startMeta of messages not fetched yet
 }
 
 // maxCachedKeys is how many queues' key names a broker keeps, built once
@@ -211,7 +216,7 @@ func (b *Broker) makeKeys(queue string) keys {
 		archive: k + "archive", archived: k + "archived", done: k + "done", acked: k + "acked", seq: k + "seq",
 		dead: k + "dead", reasons: k + "reasons",
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
-		ids: k + "ids", unlisted: k + "unlisted",
+		ids: k + "ids", unlisted: k + "unlisted", starts: k + "starts",
 	}
 }
 
@@ -324,7 +329,7 @@ func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 		due := dueMillis(m.NotBefore)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], randomID(), env, due, m.Priority)
+		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], randomID(), env, due, m.Priority, b.startMeta(m))
 	}
 	return p, nil
 }
@@ -453,22 +458,34 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // nothing is due it blocks on the queue's wake-up list until a publish (of
 // any priority), the next due time, or MaxBlock.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	ds, _, _, err := b.fetch(ctx, queue, limit, lease, noStarts)
+	return ds, err
+}
+
+// noStarts are fetchScript's last ARGV for a fetch that starts nothing.
+var noStarts = []any{"", 0}
+
+// fetch is Fetch, the fetch script given starts as its ARGV from the 8th
+// on (noStarts, or a carried fetch's: carry.go). It also returns each
+// delivery's start (nil: not tried) and the server's time of the lease.
+func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.Duration, starts []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	k := b.keys(queue)
 	keys := k.fetchKeys()
 	b.register(ctx, queue)
 	for {
 		if b.closed.Load() {
-			return nil, fmt.Errorf("redis broker: %w", driver.ErrClosed)
+			return nil, nil, time.Time{}, fmt.Errorf("redis broker: %w", driver.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, time.Time{}, err
 		}
 		sctx, cancel := b.bound(ctx)
-		res, err := fetchScript.Run(sctx, b.scripts, keys, limit, lease.Milliseconds(), promoteBatch, randomID(),
-			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()).Slice()
+		args := append([]any{limit, lease.Milliseconds(), promoteBatch, randomID(),
+			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()}, starts...)
+		res, err := fetchScript.Run(sctx, b.scripts, keys, args...).Slice()
 		cancel()
 		if err != nil {
-			return nil, b.err(ctx, err)
+			return nil, nil, time.Time{}, b.err(ctx, err)
 		}
 		if len(res) > 0 && res[0] != "wait" {
 			return deliveries(queue, res)
@@ -500,7 +517,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 			waker.Stop()
 		}
 		if err != nil && err != goredis.Nil {
-			return nil, b.err(ctx, err)
+			return nil, nil, time.Time{}, b.err(ctx, err)
 		}
 	}
 }
@@ -519,25 +536,56 @@ func (b *Broker) wake(notify string) {
 	pipe.Exec(ctx) // best effort: a lost token only means waking at MaxBlock
 }
 
-func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
+func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	out := make([]*driver.Delivery, 0, len(res)/fetchReply)
+	var starts []*driver.StartResult
 	for i := 0; i+fetchReply <= len(res); i += fetchReply {
 		mid, _ := res[i].(string)
 		env, _ := res[i+1].(string)
 		tok, _ := res[i+2].(string)
 		n, _ := res[i+3].(int64)
 		p, _ := res[i+4].(int64)
+		began, _ := res[i+5].(int64)
 		id, body, ok := strings.Cut(env, "\n")
 		if !ok {
 			body = env // not written by this broker: surface it as is
 		}
-		out = append(out, &driver.Delivery{
+		d := &driver.Delivery{
 			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: clampPriority(p)},
 			Attempt: int(n),
 			Handle:  handle{mid: mid, token: tok},
-		})
+		}
+		var st *driver.StartResult
+		if began != notTried {
+			as, _ := res[i+7].(string)
+			a, name, _ := strings.Cut(as, "\n")
+			d.Task = name
+			d.TaskAttempt, _ = strconv.Atoi(a)
+			st = &driver.StartResult{Written: began == startWritten}
+			if raw, ok := res[i+6].(string); ok {
+				st.Prev = new(driver.TaskState)
+				if err := json.Unmarshal([]byte(raw), st.Prev); err != nil {
+					st.Prev, st.Err = nil, fmt.Errorf("redis broker: task %s: decode the state before its start: %w", id, err)
+				}
+			}
+			if starts == nil {
+				starts = make([]*driver.StartResult, len(out), len(res)/fetchReply)
+			}
+		}
+		if starts != nil {
+			starts = append(starts, st)
+		}
+		out = append(out, d)
 	}
-	return out, nil
+	if starts != nil {
+		starts = append(starts, make([]*driver.StartResult, len(out)-len(starts))...)
+	}
+	var at time.Time
+	if len(res)%fetchReply == 1 {
+		ms, _ := res[len(res)-1].(int64)
+		at = time.UnixMilli(ms).UTC()
+	}
+	return out, starts, at, nil
 }
 
 // clampPriority is a priority read from Redis as a driver.Message's.

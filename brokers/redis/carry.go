@@ -2,7 +2,10 @@ package redisbroker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -185,4 +188,71 @@ func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.De
 		}
 	}
 	return errs
+}
+
+var _ driver.StartCarrier = (*Broker)(nil)
+
+// startSource is what CarryStart needs of a backend: the client it writes
+// through, the key of a task's state and its result expiry. errand's
+// Redis result backend (redisbackend.Backend) has them; the broker
+// matches them by shape, as for pendingSource.
+type startSource interface {
+	Client() goredis.UniversalClient
+	StateKey(id string) string
+	ResultExpiry() time.Duration
+}
+
+// CarryStart returns a driver.FetchStartFunc that begins attempts in be's
+// states in the fetch script, when be is errand's Redis backend on the
+// broker's own single Redis server (as CarrySettle: not a Redis Cluster,
+// where a task's state key and the queue's keys live in different hash
+// slots); nil otherwise. It does no I/O.
+//
+// Once it has returned a carrier, the broker's publish keeps, for every
+// message with a Task and a TaskAttempt, what the fetch needs to start it
+// (startMeta) in the queue's K:starts hash, taken by the message's first
+// lease (every fetch takes it, carried or not, so none is left behind).
+// The carried fetch runs fetchScript with the backend's key prefix, its
+// expiry and spec.Tasks: for each message it leases whose meta names a
+// task of spec.Tasks, it reads the task's state, applies
+// driver.Starter's table (luaStart's begin) and writes STARTED, in the
+// same script. A redelivery, or a message published before (or by a
+// broker that returned no carrier), is delivered unstarted.
+//
+// The script touches the backend's task keys, which it builds from the
+// prefix rather than receiving as KEYS: allowed on a single Redis server,
+// which is why a cluster gets no carrier.
+func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
+	src, ok := be.(startSource)
+	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
+		return nil
+	}
+	if _, cluster := b.rdb.(*goredis.ClusterClient); cluster {
+		return nil
+	}
+	b.carriesStarts.Store(true)
+	prefix := src.StateKey("")
+	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+		args := make([]any, 0, 2+len(spec.Tasks))
+		args = append(args, prefix, src.ResultExpiry().Milliseconds())
+		for _, t := range spec.Tasks {
+			args = append(args, t)
+		}
+		return b.fetch(ctx, queue, limit, lease, args)
+	}
+}
+
+// startMeta is what fetchScript's begin needs of m to start its task:
+// "attempt\nname\nhead", head being the task's STARTED state as Go
+// encodes a driver.TaskState, up to its created_at value. It is empty
+// (nothing kept) until CarryStart has returned a carrier, and for a
+// message without a Task, a TaskAttempt, or with a newline in either.
+func (b *Broker) startMeta(m driver.Message) string {
+	if !b.carriesStarts.Load() || m.Task == "" || m.TaskAttempt < 1 || strings.ContainsRune(m.Task, '\n') {
+		return ""
+	}
+	id, _ := json.Marshal(m.ID)
+	name, _ := json.Marshal(m.Task)
+	a := strconv.Itoa(m.TaskAttempt)
+	return a + "\n" + m.Task + "\n" + `{"task_uuid":` + string(id) + `,"task_name":` + string(name) + `,"state":"STARTED","attempt":` + a + `,"created_at":`
 }

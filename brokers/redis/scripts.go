@@ -173,19 +173,24 @@ var publishScript = newScript(`
 -- KEYS[7] -> K:pseq
 -- KEYS[8] -> K:ids
 -- KEYS[9] -> K:unlisted
--- ARGV[4i-3] -> message ID of message i (i = 1, 2, ...)
--- ARGV[4i-2] -> its envelope (task ID, newline, body)
--- ARGV[4i-1] -> when it is due (ms; 0: now)
--- ARGV[4i]   -> its priority (0-255)
+-- KEYS[10] -> K:starts
+-- ARGV[5i-4] -> message ID of message i (i = 1, 2, ...)
+-- ARGV[5i-3] -> its envelope (task ID, newline, body)
+-- ARGV[5i-2] -> when it is due (ms; 0: now)
+-- ARGV[5i-1] -> its priority (0-255)
+-- ARGV[5i]   -> what a carried fetch needs to start its task (startMeta;
+--               '': nothing, it is never started by a fetch)
 local pending, delayed, msgs, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prio, ppending, pseq, ids, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local starts = KEYS[10]
 `, luaNow, luaEnqueue, `
 local n = 0
-for i = 1, #ARGV, 4 do
+for i = 1, #ARGV, 5 do
   local id, env, due, p = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('HSET', msgs, id, env)
   redis.call('HSET', ids, string.match(env, '^([^\n]*)\n'), id)
   if p > 0 then redis.call('HSET', prio, id, p) end
+  if ARGV[i + 4] ~= '' then redis.call('HSET', starts, id, ARGV[i + 4]) end
   enqueue(id, due, p)
   n = n + 1
 end
@@ -194,7 +199,7 @@ return {n, redis.call('DEL', unlisted)}
 `)
 
 func (k keys) publishKeys() []string {
-	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq, k.ids, k.unlisted}
+	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq, k.ids, k.unlisted, k.starts}
 }
 
 // promoteBatch is the most delayed messages that came due, and the most
@@ -203,8 +208,90 @@ func (k keys) publishKeys() []string {
 const promoteBatch = 1000
 
 // fetchReply is the length of one delivery in fetchScript's reply: message
-// ID, envelope, lease token, deliveries so far, priority.
-const fetchReply = 5
+// ID, envelope, lease token, deliveries so far, priority, whether it
+// began the task's attempt (notTried, startWritten, startRefused), the
+// task's state before (false: none, or not tried), the attempt and name
+// it started ("attempt\nname"; false: not tried). The server's time (ms)
+// follows the last delivery.
+const fetchReply = 8
+
+// What fetchScript answers for a delivery's start (luaStart's begin).
+const (
+	notTried     = 0
+	startWritten = 1
+	startRefused = 2
+)
+
+// luaStart defines, after luaNow and over the locals statePrefix, expiry
+// and startable of fetchScript's prologue:
+//
+//	begin(taskID, meta, first): begin the attempt of task taskID, whose
+//	  message's startMeta is meta (first: its first delivery), by
+//	  driver.Starter's table on the backend's state at statePrefix..taskID:
+//	  NOT_TRIED (its name is not startable), else START_WRITTEN or
+//	  START_REFUSED, the state before (false: none), and the attempt and
+//	  name it started ("attempt\nname")
+//
+// The backend's state is Go's encoding of driver.TaskState, whose first
+// fields are task_uuid, task_name, state and attempt in that order, with
+// created_at followed only by the times: peek reads them with patterns,
+// not cjson; a state of another layout (a name with escapes, another
+// writer) is decoded with cjson. STARTED is written as the message's
+// meta head (its task's UUID, name, state and attempt, encoded in Go)
+// with prev's created_at (else now) and started_at now.
+var luaStart = fmt.Sprintf(`
+local NOT_TRIED, START_WRITTEN, START_REFUSED = %d, %d, %d
+local function rfc3339(ms)
+  local s = math.floor(ms / 1000)
+  local days = math.floor(s / 86400)
+  local secs = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('"%%04d-%%02d-%%02dT%%02d:%%02d:%%02d.%%03dZ"', y, m, d, math.floor(secs / 3600),
+    math.floor(secs %% 3600 / 60), secs %% 60, ms %% 1000)
+end
+local nowJSON = rfc3339(now)
+local function peek(raw)
+  local _, e, name = string.find(raw, '^{"task_uuid":"[^"\\]*","task_name":"([^"\\]*)"')
+  if not e then return nil end
+  local st, after = string.match(raw, '^,"state":"(%%u*)"()', e + 1)
+  if not st then return nil end
+  local att = tonumber(string.match(raw, '^,"attempt":(%%d+)', after) or '0')
+  return name, st, att, string.match(raw, '"created_at":("[^"]*")[^{}%%[%%]]*}$')
+end
+local function begin(taskID, meta, first)
+  local a, name, head = string.match(meta, '^(%%d+)\n([^\n]*)\n(.*)$')
+  if not a or not startable[name] then return NOT_TRIED, false, false end
+  local attempt = tonumber(a)
+  local key = statePrefix .. taskID
+  local raw = redis.call('GET', key)
+  local created = nowJSON
+  if raw then
+    local pname, st, patt, pcreated = peek(raw)
+    if not pname then
+      local p = cjson.decode(raw)
+      pname, st, patt = p.task_name, p.state, tonumber(p.attempt) or 0
+      if type(pname) ~= 'string' then pname = '' end
+      if type(p.created_at) == 'string' then pcreated = cjson.encode(p.created_at) end
+    end
+    local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or patt > attempt or
+      (st == 'STARTED' and first)
+    if refused then return START_REFUSED, raw, a .. '\n' .. name end
+    if pcreated then created = pcreated end
+  end
+  local v = head .. created .. ',"started_at":' .. nowJSON .. '}'
+  if expiry > 0 then redis.call('SET', key, v, 'PX', expiry) else redis.call('SET', key, v) end
+  return START_WRITTEN, raw or false, a .. '\n' .. name
+end
+`, notTried, startWritten, startRefused)
 
 // fetchScript moves the delayed messages that came due and the messages
 // whose lease ran out (at the head of their priority) to the due
@@ -234,6 +321,7 @@ var fetchScript = newScript(`
 -- KEYS[11] -> K:archive
 -- KEYS[12] -> K:archived
 -- KEYS[13] -> K:ids
+-- KEYS[14] -> K:starts
 -- ARGV[1] -> the most messages to lease
 -- ARGV[2] -> lease (ms)
 -- ARGV[3] -> the most delayed messages, expired leases and oversized
@@ -242,12 +330,19 @@ var fetchScript = newScript(`
 -- ARGV[5] -> the largest body to deliver (bytes; 0: no bound)
 -- ARGV[6] -> the most archive entries to keep (0: no bound)
 -- ARGV[7] -> how long to keep an archive entry (ms; 0: no bound)
+-- ARGV[8] -> the result backend's task key prefix, to start the tasks
+--            of what it leases (a carried fetch); '': start nothing
+-- ARGV[9] -> the backend's result expiry (ms; 0: none)
+-- ARGV[10...] -> the task names it may start
 local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
+local archive, archived, ids, starts = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-`, luaNow, luaPush, luaForget, luaArchive, `
+local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
+local startable = {}
+for i = 10, #ARGV do startable[ARGV[i]] = true end
+`, luaNow, luaPush, luaForget, luaArchive, luaStart, `
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
   redis.call('ZREM', delayed, id)
@@ -291,6 +386,11 @@ while leased < want and aside < batch do
   if #got == 0 then break end
   for i, id in ipairs(got) do
     local p = prios[i] or 0
+    local meta = false -- startMeta, taken at the first lease
+    if redis.call('HEXISTS', starts, id) == 1 then
+      meta = redis.call('HGET', starts, id)
+      redis.call('HDEL', starts, id)
+    end
     local env
     -- The envelope's length (0: none, an envelope is never empty) before
     -- its body: a body within the bound is read once, below.
@@ -331,16 +431,26 @@ while leased < want and aside < batch do
       redis.call('ZADD', inflight, deadline, id)
       redis.call('HSET', tokens, id, tok)
       local n = redis.call('HINCRBY', count, id, 1)
+      local began, prev, as = NOT_TRIED, false, false
+      if meta and statePrefix ~= '' then
+        began, prev, as = begin(string.match(env, '^([^\n]*)\n'), meta, n == 1)
+      end
       out[#out + 1] = id
       out[#out + 1] = env
       out[#out + 1] = tok
       out[#out + 1] = n
       out[#out + 1] = p
+      out[#out + 1] = began
+      out[#out + 1] = prev
+      out[#out + 1] = as
       leased = leased + 1
     end
   end
 end
-if #out > 0 then return out end
+if #out > 0 then
+  out[#out + 1] = now
+  return out
+end
 if aside >= batch then return {'wait', now, now} end
 local nextAt = -1
 local d = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
@@ -352,7 +462,7 @@ return {'wait', nextAt, now}
 
 func (k keys) fetchKeys() []string {
 	return []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq,
-		k.archive, k.archived, k.ids}
+		k.archive, k.archived, k.ids, k.starts}
 }
 
 // What the settling scripts answer for a delivery: ack per delivery;
@@ -811,8 +921,9 @@ var purgeScript = newScript(`
 -- KEYS[6] -> K:ppending
 -- KEYS[7] -> K:inflight
 -- KEYS[8] -> K:ids
+-- KEYS[9] -> K:starts
 local pending, delayed, msgs, count, prio, ppending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local inflight, ids = KEYS[7], KEYS[8]
+local inflight, ids, starts = KEYS[7], KEYS[8], KEYS[9]
 local n = 0
 for _, id in ipairs(redis.call('LRANGE', pending, 0, -1)) do
   redis.call('HDEL', msgs, id)
@@ -827,7 +938,7 @@ for _, key in ipairs({delayed, ppending}) do
     n = n + 1
   end
 end
-redis.call('DEL', pending, delayed, ppending)
+redis.call('DEL', pending, delayed, ppending, starts) -- every message left has been leased: no startMeta
 -- What remains queued is in flight: the index keeps only those.
 local idx = redis.call('HGETALL', ids)
 for i = 1, #idx, 2 do
@@ -837,7 +948,7 @@ return n
 `)
 
 func (k keys) purgeKeys() []string {
-	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending, k.inflight, k.ids}
+	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending, k.inflight, k.ids, k.starts}
 }
 
 // scheduledScript returns one page of the delayed messages, earliest
