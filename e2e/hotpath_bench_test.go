@@ -116,7 +116,7 @@ func measure(b *testing.B, rdb *goredis.Client, f func()) phase {
 		if len(first) > 12 {
 			first = "<id>"
 		}
-		name := "script(" + first + "," + e.Args[2] + " keys)"
+		name := scriptName(first, e.Args[2])
 		v := p.cmds[name]
 		p.cmds[name] = [2]float64{v[0] + 1, v[1] + float64(e.Duration.Microseconds())}
 	}
@@ -138,6 +138,28 @@ func measure(b *testing.B, rdb *goredis.Client, f func()) phase {
 		p.cmds[strings.TrimPrefix(name, "cmdstat_")] = [2]float64{calls, usec}
 	}
 	return p
+}
+
+// scriptName names a script of the Redis broker or backend by the kind of
+// its first key and its number of keys (before and after the hot-path
+// redesign).
+func scriptName(first, nkeys string) string {
+	n, _ := strconv.Atoi(nkeys)
+	switch {
+	case first == "pending" && n >= 13:
+		return "script(fetch)"
+	case first == "pending" && (n == 9 || n == 10):
+		return "script(publish)"
+	case first == "inflight" && n == 8:
+		return "script(ack)"
+	case first == "inflight" && n > 8:
+		return "script(ackStates)"
+	case first == "<id>" && n == 1:
+		return "script(start)"
+	case first == "inflight" && n == 2:
+		return "script(extend)"
+	}
+	return "script(" + first + "," + nkeys + " keys)"
 }
 
 func (p phase) report(b *testing.B, n int) {
