@@ -169,8 +169,6 @@ func (dv *delivery) process() {
 func (dv *delivery) begin() bool {
 	w, sig, d := dv.w, dv.sig, dv.d
 	be := w.srv.backend
-	ctx, cancel := w.call()
-	defer cancel()
 	// Find the function and decode the arguments before writing anything,
 	// so a task that can run records RECEIVED and STARTED in one round
 	// trip.
@@ -182,6 +180,8 @@ func (dv *delivery) begin() bool {
 	if dv.start != nil {
 		return dv.beginCarried(cannotRun) // the fetch started it (startcarry.go)
 	}
+	ctx, cancel := w.call()
+	defer cancel()
 	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
 	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
 	if !oneCall {

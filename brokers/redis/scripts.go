@@ -342,6 +342,9 @@ local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonum
 local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
 local startable = {}
 for i = 10, #ARGV do startable[ARGV[i]] = true end
+-- K:starts exists only where a carrier's publish kept startMeta: a fetch
+-- of a queue without looks once, not once per message.
+local hasStarts = redis.call('EXISTS', starts) == 1
 `, luaNow, luaPush, luaForget, luaArchive, luaStart, `
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
@@ -387,9 +390,9 @@ while leased < want and aside < batch do
   for i, id in ipairs(got) do
     local p = prios[i] or 0
     local meta = false -- startMeta, taken at the first lease
-    if redis.call('HEXISTS', starts, id) == 1 then
+    if hasStarts then
       meta = redis.call('HGET', starts, id)
-      redis.call('HDEL', starts, id)
+      if meta then redis.call('HDEL', starts, id) end
     end
     local env
     -- The envelope's length (0: none, an envelope is never empty) before
