@@ -2,10 +2,8 @@ package redisbroker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -243,16 +241,26 @@ func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 }
 
 // startMeta is what fetchScript's begin needs of m to start its task:
-// "attempt\nname\nhead", head being the task's STARTED state as Go
-// encodes a driver.TaskState, up to its created_at value. It is empty
-// (nothing kept) until CarryStart has returned a carrier, and for a
-// message without a Task, a TaskAttempt, or with a newline in either.
+// "attempt\nname". It is empty (nothing kept) until CarryStart has
+// returned a carrier, and for a message without a Task or a TaskAttempt,
+// or whose ID or Task JSON would escape (begin writes them into the
+// STARTED state's JSON as they are: such a message is started by Start).
 func (b *Broker) startMeta(m driver.Message) string {
-	if !b.carriesStarts.Load() || m.Task == "" || m.TaskAttempt < 1 || strings.ContainsRune(m.Task, '\n') {
+	if !b.carriesStarts.Load() || m.Task == "" || m.TaskAttempt < 1 || !plainJSON(m.ID) || !plainJSON(m.Task) {
 		return ""
 	}
-	id, _ := json.Marshal(m.ID)
-	name, _ := json.Marshal(m.Task)
-	a := strconv.Itoa(m.TaskAttempt)
-	return a + "\n" + m.Task + "\n" + `{"task_uuid":` + string(id) + `,"task_name":` + string(name) + `,"state":"STARTED","attempt":` + a + `,"created_at":`
+	return strconv.Itoa(m.TaskAttempt) + "\n" + m.Task
+}
+
+// plainJSON reports whether encoding/json writes s between its quotes as
+// it is: printable ASCII without '"', '\\' or the HTML characters it
+// escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }

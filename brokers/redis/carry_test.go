@@ -598,3 +598,98 @@ func TestCarrySettle(t *testing.T) {
 		t.Fatalf("queue after the carried settle: %+v (before %+v), %v; want nothing in flight or pending, 3 more completed", after, before, err)
 	}
 }
+
+func (s *sameServerBackend) StateKey(id string) string   { return s.key(id) }
+func (s *sameServerBackend) ResultExpiry() time.Duration { return time.Minute }
+
+// TestCarryStart: with errand's Redis backend on its own single server,
+// one fetch round trip leases and starts: a Go-encoded PENDING is
+// followed (its created_at kept, STARTED decodable), a state of another
+// layout is read with cjson (a SUCCESS refused), a task whose name JSON
+// would escape is not tried, a redelivery is not tried; a cluster gets no
+// carrier.
+func TestCarryStart(t *testing.T) {
+	srv := servers(t)
+	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-start"); b.CarryStart(be) != nil {
+		t.Error("CarryStart on a Redis Cluster: a carrier; want nil (the script cannot reach the state keys)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, c := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	fetch := b.CarryStart(be)
+	if fetch == nil {
+		t.Fatal("CarryStart = nil for a backend on the broker's own single server; want a carrier")
+	}
+	// Warm up: the server caches the scripts.
+	if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "s", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := fetch(ctx, "s", 1, time.Second, driver.StartSpec{}); err != nil { // and the queue registered
+		t.Fatal(err)
+	}
+	created := "2020-01-02T03:04:05.678Z"
+	pending, other, odd, plain := "p-"+rand.Text(), "o-"+rand.Text(), "e-"+rand.Text(), "n-"+rand.Text()
+	rdb.Set(ctx, be.key(pending), `{"task_uuid":"`+pending+`","task_name":"t","state":"PENDING","attempt":1,"created_at":"`+created+`"}`, time.Minute)
+	rdb.Set(ctx, be.key(other), `{"state":"SUCCESS", "task_uuid":"`+other+`", "task_name":"t", "attempt":1}`, time.Minute)
+	msgs := []driver.Message{
+		{ID: pending, Queue: "s", Body: []byte("1"), Task: "t", TaskAttempt: 1},
+		{ID: other, Queue: "s", Body: []byte("2"), Task: "t", TaskAttempt: 1},
+		{ID: odd, Queue: "s", Body: []byte("3"), Task: `t"<`, TaskAttempt: 1},
+		{ID: plain, Queue: "s", Body: []byte("4"), Task: "t", TaskAttempt: 1},
+	}
+	if err := b.Publish(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	c.reset()
+	ds, starts, at, err := fetch(ctx, "s", 4, time.Minute, driver.StartSpec{Tasks: []string{"t", `t"<`}})
+	if err != nil || len(ds) != 4 || len(starts) != 4 {
+		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want 4 each", len(ds), len(starts), err)
+	}
+	if n := c.singles.Load() + c.pipes.Load(); n != 1 {
+		t.Errorf("a carried fetch of 4 made %d round trips; want 1", n)
+	}
+	if at.IsZero() || time.Since(at).Abs() > time.Minute {
+		t.Errorf("carried fetch time %v; want the server's now", at)
+	}
+	for i, d := range ds {
+		st := starts[i]
+		switch d.ID {
+		case pending:
+			if st == nil || !st.Written || st.Prev == nil || st.Prev.State != driver.StatePending {
+				t.Fatalf("PENDING task: start %+v; want written over PENDING", st)
+			}
+			v, _ := rdb.Get(ctx, be.key(pending)).Result()
+			var got driver.TaskState
+			if err := json.Unmarshal([]byte(v), &got); err != nil || got.State != driver.StateStarted || got.TaskName != "t" || got.Attempt != 1 ||
+				got.CreatedAt.Format(time.RFC3339Nano) != created || !got.StartedAt.Equal(at) {
+				t.Errorf("STARTED written as %s (%v); want STARTED of t, attempt 1, created %s, started %v", v, err, created, at)
+			}
+		case other:
+			if st == nil || st.Written || st.Prev == nil || st.Prev.State != driver.StateSuccess {
+				t.Errorf("SUCCESS task (another layout): start %+v; want refused, with SUCCESS", st)
+			}
+			if s := be.state(ctx, t, other); s != driver.StateSuccess {
+				t.Errorf("SUCCESS task left %q", s)
+			}
+		case odd:
+			if st != nil {
+				t.Errorf("a task whose name JSON escapes: start %+v; want none (started by Start)", st)
+			}
+		case plain:
+			if st == nil || !st.Written || st.Prev != nil || be.state(ctx, t, plain) != driver.StateStarted {
+				t.Errorf("a task with no state: start %+v; want written, no previous state", st)
+			}
+		}
+	}
+	// A redelivery is not started by the fetch.
+	if err := b.Release(ctx, ds[3], time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	again, starts, _, err := fetch(ctx, "s", 1, time.Minute, driver.StartSpec{Tasks: []string{"t"}})
+	if err != nil || len(again) != 1 || (starts != nil && starts[0] != nil) {
+		t.Fatalf("redelivery: %v, starts %v, %v; want delivered, not started", again, starts, err)
+	}
+}

@@ -178,8 +178,8 @@ var publishScript = newScript(`
 -- ARGV[5i-3] -> its envelope (task ID, newline, body)
 -- ARGV[5i-2] -> when it is due (ms; 0: now)
 -- ARGV[5i-1] -> its priority (0-255)
--- ARGV[5i]   -> what a carried fetch needs to start its task (startMeta;
---               '': nothing, it is never started by a fetch)
+-- ARGV[5i]   -> what a carried fetch needs to start its task (startMeta:
+--               attempt, newline, name; '': nothing, never started by a fetch)
 local pending, delayed, msgs, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prio, ppending, pseq, ids, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local starts = KEYS[10]
@@ -237,8 +237,9 @@ const (
 // created_at followed only by the times: peek reads them with patterns,
 // not cjson; a state of another layout (a name with escapes, another
 // writer) is decoded with cjson. STARTED is written as the message's
-// meta head (its task's UUID, name, state and attempt, encoded in Go)
-// with prev's created_at (else now) and started_at now.
+// task's UUID, name (both written by publish only when JSON keeps them as
+// they are: startMeta), state and attempt, with prev's created_at (else
+// now) and started_at now.
 var luaStart = fmt.Sprintf(`
 local NOT_TRIED, START_WRITTEN, START_REFUSED = %d, %d, %d
 local function rfc3339(ms)
@@ -268,7 +269,7 @@ local function peek(raw)
   return name, st, att, string.match(raw, '"created_at":("[^"]*")[^{}%%[%%]]*}$')
 end
 local function begin(taskID, meta, first)
-  local a, name, head = string.match(meta, '^(%%d+)\n([^\n]*)\n(.*)$')
+  local a, name = string.match(meta, '^(%%d+)\n(.*)$')
   if not a or not startable[name] then return NOT_TRIED, false, false end
   local attempt = tonumber(a)
   local key = statePrefix .. taskID
@@ -287,7 +288,8 @@ local function begin(taskID, meta, first)
     if refused then return START_REFUSED, raw, a .. '\n' .. name end
     if pcreated then created = pcreated end
   end
-  local v = head .. created .. ',"started_at":' .. nowJSON .. '}'
+  local v = '{"task_uuid":"' .. taskID .. '","task_name":"' .. name .. '","state":"STARTED","attempt":' .. a ..
+    ',"created_at":' .. created .. ',"started_at":' .. nowJSON .. '}'
   if expiry > 0 then redis.call('SET', key, v, 'PX', expiry) else redis.call('SET', key, v) end
   return START_WRITTEN, raw or false, a .. '\n' .. name
 end
