@@ -116,8 +116,8 @@ type Broker struct {
 	// (queue → *keys), keysCached counts its stores.
 	keyCache   sync.Map
 	keysCached atomic.Int64
-	// carriesStarts: CarryStart returned a carrier, so publish keeps what
-	// a carried fetch needs to start each task (startMeta).
+	// carriesStarts: CarryStart returned a carrier, so publish names each
+	// task in its message's ID for a carried fetch to start (messageID).
 	carriesStarts atomic.Bool
 }
 
@@ -189,7 +189,6 @@ type keys struct {
 	archive, archived, done, acked, seq                     string
 	dead, reasons                                           string // older versions' dead letters
 	ids, unlisted                                           string
-	starts                                                  string // startMeta of messages not fetched yet
 }
 
 // maxCachedKeys is how many queues' key names a broker keeps, built once
@@ -216,7 +215,7 @@ func (b *Broker) makeKeys(queue string) keys {
 		archive: k + "archive", archived: k + "archived", done: k + "done", acked: k + "acked", seq: k + "seq",
 		dead: k + "dead", reasons: k + "reasons",
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
-		ids: k + "ids", unlisted: k + "unlisted", starts: k + "starts",
+		ids: k + "ids", unlisted: k + "unlisted",
 	}
 }
 
@@ -329,7 +328,7 @@ func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 		due := dueMillis(m.NotBefore)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], randomID(), env, due, m.Priority, b.startMeta(m))
+		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], b.messageID(m), env, due, m.Priority)
 	}
 	return p, nil
 }

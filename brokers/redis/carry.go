@@ -206,16 +206,14 @@ type startSource interface {
 // where a task's state key and the queue's keys live in different hash
 // slots); nil otherwise. It does no I/O.
 //
-// Once it has returned a carrier, the broker's publish keeps, for every
-// message with a Task and a TaskAttempt, what the fetch needs to start it
-// (startMeta) in the queue's K:starts hash, taken by the message's first
-// lease (every fetch takes it, carried or not, so none is left behind).
-// The carried fetch runs fetchScript with the backend's key prefix, its
-// expiry and spec.Tasks: for each message it leases whose meta names a
-// task of spec.Tasks, it reads the task's state, applies
+// Once it has returned a carrier, the broker's publish names each
+// message with a Task and a TaskAttempt by an ID that carries them
+// (messageID). The carried fetch runs fetchScript with the backend's key
+// prefix, its expiry and spec.Tasks: for each message it leases whose ID
+// names a task of spec.Tasks, it reads the task's state, applies
 // driver.Starter's table (luaStart's begin) and writes STARTED, in the
-// same script. A redelivery, or a message published before (or by a
-// broker that returned no carrier), is delivered unstarted.
+// same script. A message published before, by a broker that returned no
+// carrier, or requeued from the archive, is delivered unstarted.
 //
 // The script touches the backend's task keys, which it builds from the
 // prefix rather than receiving as KEYS: allowed on a single Redis server,
@@ -228,7 +226,7 @@ func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 	if _, cluster := b.rdb.(*goredis.ClusterClient); cluster {
 		return nil
 	}
-	b.carriesStarts.Store(true)
+	b.carriesStarts.Store(true) // from now on publish names tasks in message IDs
 	prefix := src.StateKey("")
 	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 		args := make([]any, 0, 2+len(spec.Tasks))
@@ -240,16 +238,19 @@ func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 	}
 }
 
-// startMeta is what fetchScript's begin needs of m to start its task:
-// "attempt\nname". It is empty (nothing kept) until CarryStart has
-// returned a carrier, and for a message without a Task or a TaskAttempt,
-// or whose ID or Task JSON would escape (begin writes them into the
-// STARTED state's JSON as they are: such a message is started by Start).
-func (b *Broker) startMeta(m driver.Message) string {
+// messageID is the ID under which publish keeps m: random, and, once
+// CarryStart has returned a carrier, followed by what the fetch script
+// needs to start m's task without decoding its body — ":attempt:name"
+// (begin reads it back) — for a message with a Task and a TaskAttempt
+// whose ID and Task JSON writes as they are (begin writes them into the
+// STARTED state's JSON unchanged; any other is started by Start). The
+// message keeps that ID through every delivery: a redelivery is started
+// by its fetch too.
+func (b *Broker) messageID(m driver.Message) string {
 	if !b.carriesStarts.Load() || m.Task == "" || m.TaskAttempt < 1 || !plainJSON(m.ID) || !plainJSON(m.Task) {
-		return ""
+		return randomID()
 	}
-	return strconv.Itoa(m.TaskAttempt) + "\n" + m.Task
+	return randomID() + ":" + strconv.Itoa(m.TaskAttempt) + ":" + m.Task
 }
 
 // plainJSON reports whether encoding/json writes s between its quotes as

@@ -606,8 +606,8 @@ func (s *sameServerBackend) ResultExpiry() time.Duration { return time.Minute }
 // one fetch round trip leases and starts: a Go-encoded PENDING is
 // followed (its created_at kept, STARTED decodable), a state of another
 // layout is read with cjson (a SUCCESS refused), a task whose name JSON
-// would escape is not tried, a redelivery is not tried; a cluster gets no
-// carrier.
+// would escape is not tried, a redelivery is started again; a cluster gets
+// no carrier.
 func TestCarryStart(t *testing.T) {
 	srv := servers(t)
 	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-start"); b.CarryStart(be) != nil {
@@ -684,12 +684,20 @@ func TestCarryStart(t *testing.T) {
 			}
 		}
 	}
-	// A redelivery is not started by the fetch.
-	if err := b.Release(ctx, ds[3], time.Time{}); err != nil {
+	// A redelivery is started by its fetch too: STARTED again, it being
+	// no first delivery.
+	var redo *driver.Delivery
+	for _, d := range ds {
+		if d.ID == plain {
+			redo = d
+		}
+	}
+	if err := b.Release(ctx, redo, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	again, starts, _, err := fetch(ctx, "s", 1, time.Minute, driver.StartSpec{Tasks: []string{"t"}})
-	if err != nil || len(again) != 1 || (starts != nil && starts[0] != nil) {
-		t.Fatalf("redelivery: %v, starts %v, %v; want delivered, not started", again, starts, err)
+	if err != nil || len(again) != 1 || again[0].Attempt != 2 || len(starts) != 1 || starts[0] == nil || !starts[0].Written ||
+		starts[0].Prev == nil || starts[0].Prev.State != driver.StateStarted {
+		t.Fatalf("redelivery: %v, starts %v, %v; want delivered again (attempt 2) and started over its STARTED", again, starts, err)
 	}
 }

@@ -173,24 +173,19 @@ var publishScript = newScript(`
 -- KEYS[7] -> K:pseq
 -- KEYS[8] -> K:ids
 -- KEYS[9] -> K:unlisted
--- KEYS[10] -> K:starts
--- ARGV[5i-4] -> message ID of message i (i = 1, 2, ...)
--- ARGV[5i-3] -> its envelope (task ID, newline, body)
--- ARGV[5i-2] -> when it is due (ms; 0: now)
--- ARGV[5i-1] -> its priority (0-255)
--- ARGV[5i]   -> what a carried fetch needs to start its task (startMeta:
---               attempt, newline, name; '': nothing, never started by a fetch)
+-- ARGV[4i-3] -> message ID of message i (i = 1, 2, ...; messageID)
+-- ARGV[4i-2] -> its envelope (task ID, newline, body)
+-- ARGV[4i-1] -> when it is due (ms; 0: now)
+-- ARGV[4i]   -> its priority (0-255)
 local pending, delayed, msgs, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prio, ppending, pseq, ids, unlisted = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local starts = KEYS[10]
 `, luaNow, luaEnqueue, `
 local n = 0
-for i = 1, #ARGV, 5 do
+for i = 1, #ARGV, 4 do
   local id, env, due, p = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   redis.call('HSET', msgs, id, env)
   redis.call('HSET', ids, string.match(env, '^([^\n]*)\n'), id)
   if p > 0 then redis.call('HSET', prio, id, p) end
-  if ARGV[i + 4] ~= '' then redis.call('HSET', starts, id, ARGV[i + 4]) end
   enqueue(id, due, p)
   n = n + 1
 end
@@ -199,7 +194,7 @@ return {n, redis.call('DEL', unlisted)}
 `)
 
 func (k keys) publishKeys() []string {
-	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq, k.ids, k.unlisted, k.starts}
+	return []string{k.pending, k.delayed, k.msgs, k.notify, k.prio, k.ppending, k.pseq, k.ids, k.unlisted}
 }
 
 // promoteBatch is the most delayed messages that came due, and the most
@@ -225,21 +220,21 @@ const (
 // luaStart defines, after luaNow and over the locals statePrefix, expiry
 // and startable of fetchScript's prologue:
 //
-//	begin(taskID, meta, first): begin the attempt of task taskID, whose
-//	  message's startMeta is meta (first: its first delivery), by
-//	  driver.Starter's table on the backend's state at statePrefix..taskID:
-//	  NOT_TRIED (its name is not startable), else START_WRITTEN or
-//	  START_REFUSED, the state before (false: none), and the attempt and
-//	  name it started ("attempt\nname")
+//	begin(id, taskID, first): begin the attempt of task taskID, whose
+//	  message id names its attempt and task (messageID; first: its first
+//	  delivery), by driver.Starter's table on the backend's state at
+//	  statePrefix..taskID: NOT_TRIED (id names no task, or one not
+//	  startable), else START_WRITTEN or START_REFUSED, the state before
+//	  (false: none), and the attempt and name it started ("attempt\nname")
 //
 // The backend's state is Go's encoding of driver.TaskState, whose first
 // fields are task_uuid, task_name, state and attempt in that order, with
 // created_at followed only by the times: peek reads them with patterns,
 // not cjson; a state of another layout (a name with escapes, another
-// writer) is decoded with cjson. STARTED is written as the message's
-// task's UUID, name (both written by publish only when JSON keeps them as
-// they are: startMeta), state and attempt, with prev's created_at (else
-// now) and started_at now.
+// writer) is decoded with cjson. STARTED is written from the task's UUID,
+// name (both in a message ID only when JSON keeps them as they are:
+// messageID), state and attempt, with prev's created_at (else now) and
+// started_at now.
 var luaStart = fmt.Sprintf(`
 local NOT_TRIED, START_WRITTEN, START_REFUSED = %d, %d, %d
 local function rfc3339(ms)
@@ -268,8 +263,8 @@ local function peek(raw)
   local att = tonumber(string.match(raw, '^,"attempt":(%%d+)', after) or '0')
   return name, st, att, string.match(raw, '"created_at":("[^"]*")[^{}%%[%%]]*}$')
 end
-local function begin(taskID, meta, first)
-  local a, name = string.match(meta, '^(%%d+)\n(.*)$')
+local function begin(id, taskID, first)
+  local a, name = string.match(id, '^%%x+:(%%d+):(.+)$')
   if not a or not startable[name] then return NOT_TRIED, false, false end
   local attempt = tonumber(a)
   local key = statePrefix .. taskID
@@ -323,7 +318,6 @@ var fetchScript = newScript(`
 -- KEYS[11] -> K:archive
 -- KEYS[12] -> K:archived
 -- KEYS[13] -> K:ids
--- KEYS[14] -> K:starts
 -- ARGV[1] -> the most messages to lease
 -- ARGV[2] -> lease (ms)
 -- ARGV[3] -> the most delayed messages, expired leases and oversized
@@ -338,15 +332,12 @@ var fetchScript = newScript(`
 -- ARGV[10...] -> the task names it may start
 local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local archive, archived, ids, starts = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
 local startable = {}
 for i = 10, #ARGV do startable[ARGV[i]] = true end
--- K:starts exists only where a carrier's publish kept startMeta: a fetch
--- of a queue without looks once, not once per message.
-local hasStarts = redis.call('EXISTS', starts) == 1
 `, luaNow, luaPush, luaForget, luaArchive, luaStart, `
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
@@ -391,11 +382,6 @@ while leased < want and aside < batch do
   if #got == 0 then break end
   for i, id in ipairs(got) do
     local p = prios[i] or 0
-    local meta = false -- startMeta, taken at the first lease
-    if hasStarts then
-      meta = redis.call('HGET', starts, id)
-      if meta then redis.call('HDEL', starts, id) end
-    end
     local env
     -- The envelope's length (0: none, an envelope is never empty) before
     -- its body: a body within the bound is read once, below.
@@ -437,8 +423,8 @@ while leased < want and aside < batch do
       redis.call('HSET', tokens, id, tok)
       local n = redis.call('HINCRBY', count, id, 1)
       local began, prev, as = NOT_TRIED, false, false
-      if meta and statePrefix ~= '' then
-        began, prev, as = begin(string.match(env, '^([^\n]*)\n'), meta, n == 1)
+      if statePrefix ~= '' then
+        began, prev, as = begin(id, string.match(env, '^([^\n]*)\n'), n == 1)
       end
       out[#out + 1] = id
       out[#out + 1] = env
@@ -467,7 +453,7 @@ return {'wait', nextAt, now}
 
 func (k keys) fetchKeys() []string {
 	return []string{k.pending, k.delayed, k.inflight, k.msgs, k.tokens, k.count, k.seq, k.prio, k.ppending, k.pseq,
-		k.archive, k.archived, k.ids, k.starts}
+		k.archive, k.archived, k.ids}
 }
 
 // What the settling scripts answer for a delivery: ack per delivery;
@@ -926,9 +912,8 @@ var purgeScript = newScript(`
 -- KEYS[6] -> K:ppending
 -- KEYS[7] -> K:inflight
 -- KEYS[8] -> K:ids
--- KEYS[9] -> K:starts
 local pending, delayed, msgs, count, prio, ppending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local inflight, ids, starts = KEYS[7], KEYS[8], KEYS[9]
+local inflight, ids = KEYS[7], KEYS[8]
 local n = 0
 for _, id in ipairs(redis.call('LRANGE', pending, 0, -1)) do
   redis.call('HDEL', msgs, id)
@@ -943,7 +928,7 @@ for _, key in ipairs({delayed, ppending}) do
     n = n + 1
   end
 end
-redis.call('DEL', pending, delayed, ppending, starts) -- every message left has been leased: no startMeta
+redis.call('DEL', pending, delayed, ppending)
 -- What remains queued is in flight: the index keeps only those.
 local idx = redis.call('HGETALL', ids)
 for i = 1, #idx, 2 do
@@ -953,7 +938,7 @@ return n
 `)
 
 func (k keys) purgeKeys() []string {
-	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending, k.inflight, k.ids, k.starts}
+	return []string{k.pending, k.delayed, k.msgs, k.count, k.prio, k.ppending, k.inflight, k.ids}
 }
 
 // scheduledScript returns one page of the delayed messages, earliest
