@@ -3,6 +3,7 @@ package errand
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/errand-go/errand/driver"
@@ -33,18 +34,21 @@ func (s *Server) startableTasks() []string {
 	if p := s.startable.Load(); p != nil {
 		return *p
 	}
+	// Made and stored under the read lock: a Register, which clears it
+	// under the write lock, cannot come between.
 	s.mu.RLock()
-	names := make([]string, 0, min(len(s.tasks), maxStartable))
+	defer s.mu.RUnlock()
+	names := make([]string, 0, len(s.tasks))
 	for name, t := range s.tasks {
 		if t.limit == nil {
 			names = append(names, name)
 		}
 	}
-	s.mu.RUnlock()
+	slices.Sort(names)
 	if len(names) > maxStartable {
 		names = names[:maxStartable]
 	}
-	s.startable.CompareAndSwap(nil, &names) // a Register meanwhile cleared it: made again next time
+	s.startable.Store(&names)
 	return names
 }
 
