@@ -320,7 +320,7 @@ func (dv *delivery) settle() {
 	b := w.srv.broker
 	ctx, cancel := w.call()
 	defer cancel()
-	attrs := taskAttrs(sig, dv.queue)
+	attrs := func() []any { return taskAttrs(sig, dv.queue) } // only when something is reported
 	if lost := dv.ext.lostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
 		// Nothing to give back: the broker refuses a settle of a lost
 		// lease, and delivers the message again on its own.
@@ -328,40 +328,40 @@ func (dv *delivery) settle() {
 	}
 	switch dv.outcome {
 	case abandon:
-		w.report(dv.err, "errand: delivery left to its lease", attrs...)
+		w.report(dv.err, "errand: delivery left to its lease", attrs()...)
 	case ack:
 		if dv.carried != nil {
 			w.settleCarried(ctx, d, dv.carried, attrs)
 			break
 		}
 		if err := b.ack(ctx, d); err != nil {
-			w.report(err, "errand: ack", attrs...)
+			w.report(err, "errand: ack", attrs()...)
 		}
 	case requeue:
-		w.report(dv.err, "errand: task requeued after an error", attrs...)
+		w.report(dv.err, "errand: task requeued after an error", attrs()...)
 		if err := b.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); err != nil {
-			w.report(err, "errand: release", attrs...)
+			w.report(err, "errand: release", attrs()...)
 		}
 	case release:
 		if err := b.Release(ctx, d, time.Time{}); err != nil {
-			w.report(err, "errand: release on shutdown", attrs...)
+			w.report(err, "errand: release on shutdown", attrs()...)
 		}
 	case setAside:
 		w.reject(ctx, d, sig, dv.err)
 	case archive:
 		if w.archiver == nil {
 			if err := b.ack(ctx, d); err != nil {
-				w.report(err, "errand: ack", attrs...)
+				w.report(err, "errand: ack", attrs()...)
 			}
 			break
 		}
 		w.archiveFailed(ctx, d, sig, dv.err)
 	case passOn:
 		wait := w.backoff(d.Attempt)
-		w.log.Info("errand: no function for this task here: given back for another worker", append(attrs,
+		w.log.Info("errand: no function for this task here: given back for another worker", append(attrs(),
 			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)...)
 		if err := b.Release(ctx, d, time.Now().Add(wait)); err != nil {
-			w.report(err, "errand: release unknown task", attrs...)
+			w.report(err, "errand: release unknown task", attrs()...)
 		}
 	case throttle:
 		w.releaseThrottled(ctx, d, sig, dv.err)

@@ -58,7 +58,7 @@ func quiet(sig *Signature) bool {
 // is reported (st was written: the redelivery finds it); any other error
 // leaves d unacked, its state perhaps unwritten, and gives it back after
 // ErrorBackoff, as a failed SUCCESS write does on the two-call path.
-func (w *Worker) settleCarried(ctx context.Context, d *driver.Delivery, st *TaskState, attrs []any) {
+func (w *Worker) settleCarried(ctx context.Context, d *driver.Delivery, st *TaskState, attrs func() []any) {
 	s := w.srv
 	err := s.broker.before(ctx)
 	if err == nil {
@@ -71,11 +71,11 @@ func (w *Worker) settleCarried(ctx context.Context, d *driver.Delivery, st *Task
 	switch {
 	case err == nil:
 	case errors.Is(err, driver.ErrLeaseLost):
-		w.report(err, "errand: ack", attrs...)
+		w.report(err, "errand: ack", attrs()...)
 	default:
-		w.report(fmt.Errorf("errand: task %s (%s): set SUCCESS and ack: %w", st.TaskName, st.TaskUUID, err), "errand: task requeued after an error", attrs...)
+		w.report(fmt.Errorf("errand: task %s (%s): set SUCCESS and ack: %w", st.TaskName, st.TaskUUID, err), "errand: task requeued after an error", attrs()...)
 		if err := s.broker.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); err != nil {
-			w.report(err, "errand: release", attrs...)
+			w.report(err, "errand: release", attrs()...)
 		}
 	}
 }
