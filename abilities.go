@@ -27,6 +27,8 @@ type brokerAbilities struct {
 	rateLimiter driver.RateLimiter
 	schedules   driver.ScheduleStore
 	carrier     driver.PendingCarrier
+	settler     driver.SettleCarrier
+	starter     driver.StartCarrier
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -45,6 +47,8 @@ func discoverBroker(b driver.Broker) brokerAbilities {
 	a.rateLimiter, _ = b.(driver.RateLimiter)
 	a.schedules, _ = b.(driver.ScheduleStore)
 	a.carrier, _ = b.(driver.PendingCarrier)
+	a.settler, _ = b.(driver.SettleCarrier)
+	a.starter, _ = b.(driver.StartCarrier)
 	return a
 }
 

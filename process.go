@@ -31,6 +31,7 @@ type delivery struct {
 	tk          *task
 	args        []reflect.Value
 	st, started *TaskState
+	carried     *TaskState  // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
 	outcome     settle      // how it is settled
 	err         error       // why (the reason, for setAside and archive)
 	settling    bool        // its function returned: it holds a settling place, not a slot
@@ -168,8 +169,6 @@ func (dv *delivery) process() {
 func (dv *delivery) begin() bool {
 	w, sig, d := dv.w, dv.sig, dv.d
 	be := w.srv.backend
-	ctx, cancel := w.call()
-	defer cancel()
 	// Find the function and decode the arguments before writing anything,
 	// so a task that can run records RECEIVED and STARTED in one round
 	// trip.
@@ -178,6 +177,11 @@ func (dv *delivery) begin() bool {
 	if dv.tk != nil {
 		dv.args, cannotRun = dv.tk.decodeArgs(sig.Args)
 	}
+	if dv.start != nil {
+		return dv.beginCarried(cannotRun) // the fetch started it (startcarry.go)
+	}
+	ctx, cancel := w.call()
+	defer cancel()
 	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
 	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
 	if !oneCall {
@@ -281,6 +285,11 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	if runErr == nil {
 		final = dv.started.Copy()
 		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
+		if w.srv.settled != nil && quiet(sig) {
+			// One round trip out: SUCCESS goes with the ack (settle).
+			dv.carried, dv.outcome, dv.err = final, ack, nil
+			return final, nil
+		}
 		if err := w.srv.backend.setState(ctx, final); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
@@ -311,7 +320,7 @@ func (dv *delivery) settle() {
 	b := w.srv.broker
 	ctx, cancel := w.call()
 	defer cancel()
-	attrs := taskAttrs(sig, dv.queue)
+	attrs := func() []any { return taskAttrs(sig, dv.queue) } // only when something is reported
 	if lost := dv.ext.lostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
 		// Nothing to give back: the broker refuses a settle of a lost
 		// lease, and delivers the message again on its own.
@@ -319,36 +328,40 @@ func (dv *delivery) settle() {
 	}
 	switch dv.outcome {
 	case abandon:
-		w.report(dv.err, "errand: delivery left to its lease", attrs...)
+		w.report(dv.err, "errand: delivery left to its lease", attrs()...)
 	case ack:
+		if dv.carried != nil {
+			w.settleCarried(ctx, d, dv.carried, attrs)
+			break
+		}
 		if err := b.ack(ctx, d); err != nil {
-			w.report(err, "errand: ack", attrs...)
+			w.report(err, "errand: ack", attrs()...)
 		}
 	case requeue:
-		w.report(dv.err, "errand: task requeued after an error", attrs...)
+		w.report(dv.err, "errand: task requeued after an error", attrs()...)
 		if err := b.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); err != nil {
-			w.report(err, "errand: release", attrs...)
+			w.report(err, "errand: release", attrs()...)
 		}
 	case release:
 		if err := b.Release(ctx, d, time.Time{}); err != nil {
-			w.report(err, "errand: release on shutdown", attrs...)
+			w.report(err, "errand: release on shutdown", attrs()...)
 		}
 	case setAside:
 		w.reject(ctx, d, sig, dv.err)
 	case archive:
 		if w.archiver == nil {
 			if err := b.ack(ctx, d); err != nil {
-				w.report(err, "errand: ack", attrs...)
+				w.report(err, "errand: ack", attrs()...)
 			}
 			break
 		}
 		w.archiveFailed(ctx, d, sig, dv.err)
 	case passOn:
 		wait := w.backoff(d.Attempt)
-		w.log.Info("errand: no function for this task here: given back for another worker", append(attrs,
+		w.log.Info("errand: no function for this task here: given back for another worker", append(attrs(),
 			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)...)
 		if err := b.Release(ctx, d, time.Now().Add(wait)); err != nil {
-			w.report(err, "errand: release unknown task", attrs...)
+			w.report(err, "errand: release unknown task", attrs()...)
 		}
 	case throttle:
 		w.releaseThrottled(ctx, d, sig, dv.err)

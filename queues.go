@@ -64,6 +64,10 @@ type job struct {
 	q   *workerQueue
 	ext *extension
 	got time.Time
+	// start is the carried fetch's start of d's attempt at startAt
+	// (startcarry.go); nil when the fetch did not start it.
+	start   *driver.StartResult
+	startAt time.Time
 }
 
 // validate reports what is wrong with cfg's queues: a weight below 1, a

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/errand-go/errand/driver"
@@ -59,6 +60,15 @@ type Server struct {
 	// fresh joins SendTask's fresh sends into calls of the broker's
 	// carrier of the backend's writes (send.go); nil without a carrier.
 	fresh *coalesce.Coalescer[freshSend, bool]
+	// settled joins the settles of successful tasks into calls of the
+	// broker's carrier of the backend's final states (settlecarry.go);
+	// nil without a carrier.
+	settled *coalesce.Coalescer[carriedSettle, struct{}]
+	// fetchStart is the broker's carried fetch that begins attempts in the
+	// backend's states (startcarry.go); nil without a carrier. startable
+	// caches the task names it may start (nil: to be made again).
+	fetchStart driver.FetchStartFunc
+	startable  atomic.Pointer[[]string]
 }
 
 // NewServer returns a Server for cfg.
@@ -90,6 +100,12 @@ func NewServer(cfg Config) (*Server, error) {
 		carry = c.CarryPending(s.backend.drv)
 	}
 	s.fresh = s.newFreshSender(carry)
+	if c := s.broker.can.starter; c != nil {
+		s.fetchStart = c.CarryStart(s.backend.drv)
+	}
+	if c := s.broker.can.settler; c != nil {
+		s.settled = s.newSettleCarrier(c.CarrySettle(s.backend.drv))
+	}
 	return s, nil
 }
 
@@ -121,6 +137,9 @@ func (s *Server) Backend() Backend { return s.cfg.Backend }
 //	}
 //	srv.Close()
 func (s *Server) Close() error {
+	if s.settled != nil {
+		s.settled.Close()
+	}
 	if s.fresh != nil {
 		s.fresh.Close()
 	}
@@ -157,6 +176,7 @@ func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
 	}
 	s.mu.Lock()
 	s.tasks[name] = t
+	s.startable.Store(nil) // startableTasks makes it again
 	s.mu.Unlock()
 	return nil
 }
@@ -182,6 +202,7 @@ func (s *Server) RegisterTasks(m map[string]any) error {
 	s.mu.Lock()
 	for _, t := range tasks {
 		s.tasks[t.name] = t
+		s.startable.Store(nil)
 	}
 	s.mu.Unlock()
 	return nil
@@ -233,7 +254,7 @@ func (s *Server) messageSignedBy(sig *Signature, sg *Signing) (Message, error) {
 		return Message{}, err
 	}
 	body = sg.seal(body) // before the size check: the envelope counts
-	m := Message{ID: sig.UUID, Queue: sig.RoutingKey, Body: body, Priority: sig.Priority}
+	m := Message{ID: sig.UUID, Queue: sig.RoutingKey, Body: body, Priority: sig.Priority, Task: sig.Name, TaskAttempt: sig.attempt()}
 	if sig.ETA != nil {
 		m.NotBefore = *sig.ETA
 	}

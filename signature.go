@@ -1,12 +1,14 @@
 package errand
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"time"
+	"unicode/utf8"
 )
 
 // Signature is one task invocation on the wire: a registered task name, its
@@ -73,6 +75,9 @@ type Arg struct {
 // UnmarshalJSON keeps Value as raw JSON so it can later be decoded straight
 // into the registered function's parameter type, whatever that type is.
 func (a *Arg) UnmarshalJSON(b []byte) error {
+	if fastArg(a, b) {
+		return nil
+	}
 	var w struct {
 		Name  string          `json:"name"`
 		Type  string          `json:"type"`
@@ -88,6 +93,164 @@ func (a *Arg) UnmarshalJSON(b []byte) error {
 		a.Value = w.Value
 	}
 	return nil
+}
+
+// fastArg decodes b into a without reflection when b is the object errand
+// writes for an Arg — the keys "name", "type" and "value" exactly, each at
+// most once, the two strings without escapes — and reports whether it did;
+// anything else (another key or spelling, an escape) is left to
+// encoding/json. b is valid JSON (the decoder calling UnmarshalJSON has
+// checked it), so the value's end is found by skipping, not validating.
+// Value is a copy: b belongs to the caller.
+func fastArg(a *Arg, b []byte) bool {
+	var name, typ string
+	var value []byte
+	var seen [3]bool
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			key, j, ok := plainString(b, i)
+			if !ok {
+				return false
+			}
+			j = skipSpace(b, j)
+			if j >= len(b) || b[j] != ':' {
+				return false
+			}
+			j = skipSpace(b, j+1)
+			var k int
+			switch key {
+			case "name", "type":
+				v, end, ok := plainString(b, j)
+				if !ok {
+					return false
+				}
+				if key == "name" {
+					k, name = 0, v
+				} else {
+					k, typ = 1, v
+				}
+				j = end
+			case "value":
+				end := skipValue(b, j)
+				if end < 0 {
+					return false
+				}
+				k, value = 2, b[j:end]
+				j = end
+			default:
+				return false
+			}
+			if seen[k] {
+				return false
+			}
+			seen[k] = true
+			j = skipSpace(b, j)
+			if j < len(b) && b[j] == ',' {
+				i = skipSpace(b, j+1)
+				continue
+			}
+			if j < len(b) && b[j] == '}' {
+				i = j + 1
+				break
+			}
+			return false
+		}
+	}
+	if skipSpace(b, i) != len(b) {
+		return false
+	}
+	a.Name, a.Type = name, typ
+	if value == nil {
+		a.Value = json.RawMessage("null")
+	} else {
+		a.Value = json.RawMessage(bytes.Clone(value))
+	}
+	return true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads the JSON string at b[i] when it has no escape and is
+// valid UTF-8 (encoding/json would replace what is not), returning its
+// text and the index after it.
+func plainString(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, false
+	}
+	ascii := true
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '\\':
+			return "", 0, false
+		case c == '"':
+			if !ascii && !utf8.Valid(b[i+1:j]) {
+				return "", 0, false
+			}
+			return string(b[i+1 : j]), j + 1, true
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return "", 0, false
+}
+
+// skipValue returns the index after the valid JSON value at b[i], or -1.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			i++
+			for i < len(b) && b[i] != '"' {
+				if b[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			if i >= len(b) {
+				return -1
+			}
+			i++
+			if depth == 0 {
+				return i
+			}
+		case '{', '[':
+			depth++
+			i++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of a number or literal
+			}
+			depth--
+			i++
+			if depth == 0 {
+				return i
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+			i++
+		default:
+			i++
+		}
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
 }
 
 // ArgOf returns an Arg for v with its Go type name.

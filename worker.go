@@ -540,7 +540,15 @@ func (w *Worker) loop() {
 				break more
 			}
 		}
-		ds, err := b.Fetch(w.fetchCtx, q.name, n, w.cfg.Lease)
+		var ds []*driver.Delivery
+		var starts []*driver.StartResult
+		var err error
+		var at time.Time // when the carried fetch started them
+		if fs := w.srv.fetchStart; fs != nil {
+			ds, starts, at, err = b.fetchStarted(w.fetchCtx, fs, q.name, n, w.cfg.Lease, driver.StartSpec{Tasks: w.srv.startableTasks()})
+		} else {
+			ds, err = b.Fetch(w.fetchCtx, q.name, n, w.cfg.Lease)
+		}
 		got := time.Now() // the leases began just before
 		for range n - len(ds) {
 			<-w.slots
@@ -553,9 +561,13 @@ func (w *Worker) loop() {
 			}
 			ds = nil
 		}
-		for _, d := range ds {
+		for i, d := range ds {
+			j := job{d: d, got: got}
+			if starts != nil {
+				j.start, j.startAt = starts[i], at
+			}
 			w.tasks.Add(1)
-			w.work <- job{d: d, got: got} // never blocks: a slot is held for each delivery
+			w.work <- j // never blocks: a slot is held for each delivery
 		}
 		if !w.fetchFailed(q.name, err, &failures) {
 			return

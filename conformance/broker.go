@@ -170,6 +170,8 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 	checkAbility(t, b, caps.CarryPending, reflect.TypeFor[driver.PendingCarrier](), "CarryPending")
+	checkAbility(t, b, caps.CarrySettle, reflect.TypeFor[driver.SettleCarrier](), "CarrySettle")
+	checkAbility(t, b, caps.CarryStart, reflect.TypeFor[driver.StartCarrier](), "CarryStart")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

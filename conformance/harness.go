@@ -89,6 +89,18 @@ type BrokerCaps struct {
 	// the backend of the RunWorker pair; a pair that does not share a
 	// server (CarryPending returns nil) is logged and checked no further.
 	CarryPending bool // driver.PendingCarrier
+	// CarrySettle: the broker records a result backend's final states in
+	// the round trip of an ack, where one step can reach both
+	// (driver.SettleCarrier). Checked by Worker/Settle/CarriedSettle with
+	// the backend of the RunWorker pair; a pair it cannot carry
+	// (CarrySettle returns nil) is logged and checked no further.
+	CarrySettle bool // driver.SettleCarrier
+	// CarryStart: the broker begins the attempts of what it fetches in a
+	// result backend's states, in the round trip of the fetch
+	// (driver.StartCarrier). Checked by Worker/Start/CarriedStart with the
+	// backend of the RunWorker pair; a pair it cannot carry (CarryStart
+	// returns nil) is logged and checked no further.
+	CarryStart bool // driver.StartCarrier
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

@@ -8,6 +8,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -47,10 +48,104 @@ type memCarrier struct {
 	*memorybroker.Broker
 	server  *carrierServer
 	publish func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error)
+	settle  func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error
+	start   func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult
 	own     *memorybackend.Backend
 }
 
-var _ driver.PendingCarrier = (*memCarrier)(nil)
+var _ driver.StartCarrier = (*memCarrier)(nil)
+
+func (c *memCarrier) CarryStart(be driver.Backend) driver.FetchStartFunc {
+	mb, ok := be.(*memorybackend.Backend)
+	if !ok || !c.server.has(mb) {
+		if c.own == nil {
+			return nil
+		}
+		mb = c.own
+	}
+	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+		ds, err := c.Broker.Fetch(ctx, queue, limit, lease)
+		if err != nil || len(ds) == 0 {
+			return ds, nil, time.Time{}, err
+		}
+		at := time.Now().UTC()
+		start := startCorrectly
+		if c.start != nil {
+			start = c.start
+		}
+		return ds, start(mb, context.WithoutCancel(ctx), ds, spec.Tasks, at), at, nil
+	}
+}
+
+// startCorrectly is the carried fetch's start as driver.FetchStartFunc
+// describes it: the backend's Start of each delivery whose task is in
+// tasks (the memory broker and backend are one process: the fetch and
+// the starts are one step for the worker).
+func startCorrectly(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
+	out := make([]*driver.StartResult, len(ds))
+	for i, d := range ds {
+		if d.Task == "" || !slices.Contains(tasks, d.Task) {
+			continue
+		}
+		out[i] = startOne(be, ctx, d, at)
+	}
+	return out
+}
+
+// startOne begins d's attempt with the backend's Start.
+func startOne(be *memorybackend.Backend, ctx context.Context, d *driver.Delivery, at time.Time) *driver.StartResult {
+	rcv := &errand.TaskState{TaskUUID: d.ID, TaskName: d.Task, State: errand.StateReceived, Attempt: d.TaskAttempt, CreatedAt: at}
+	st := rcv.Copy()
+	st.State, st.StartedAt = errand.StateStarted, at
+	res := be.Start(ctx, []driver.StartRequest{{Received: rcv, Started: st, FirstDelivery: d.Attempt == 1}})[0]
+	return &res
+}
+
+var (
+	_ driver.PendingCarrier = (*memCarrier)(nil)
+	_ driver.SettleCarrier  = (*memCarrier)(nil)
+)
+
+func (c *memCarrier) CarrySettle(be driver.Backend) driver.SettleFunc {
+	mb, ok := be.(*memorybackend.Backend)
+	if !ok || !c.server.has(mb) {
+		if c.own == nil {
+			return nil
+		}
+		mb = c.own
+	}
+	return func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+		if c.settle != nil {
+			return c.settle(c, mb, ctx, ds, sts)
+		}
+		return settleCorrectly(c, mb, ctx, ds, sts)
+	}
+}
+
+// settleCorrectly is the carried settle as driver.SettleFunc describes
+// it: the states, then the acks of the deliveries whose state was written.
+func settleCorrectly(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+	if err := ctx.Err(); err != nil {
+		return driver.BatchErrors(len(ds), err)
+	}
+	out := make([]error, len(ds))
+	serrs := be.SetStates(ctx, sts)
+	var ack []*driver.Delivery
+	var idx []int
+	for i, d := range ds {
+		if serrs != nil && serrs[i] != nil {
+			out[i] = serrs[i]
+			continue
+		}
+		ack, idx = append(ack, d), append(idx, i)
+	}
+	if aerrs := c.Broker.Ack(ctx, ack); aerrs != nil {
+		for j, i := range idx {
+			out[i] = aerrs[j]
+		}
+	}
+	return out
+}
 
 func (c *memCarrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
 	mb, ok := be.(*memorybackend.Backend)
@@ -89,6 +184,8 @@ func carrierPair(mod func(c *memCarrier)) workerPair {
 	srv := &carrierServer{backends: map[*memorybackend.Backend]bool{}}
 	bh := healthyBroker()
 	bh.Caps.CarryPending = true
+	bh.Caps.CarrySettle = true
+	bh.Caps.CarryStart = true
 	bh.New = func(t testing.TB) errand.Broker {
 		c := &memCarrier{Broker: memorybroker.New(nil), server: srv}
 		if mod != nil {
@@ -165,6 +262,73 @@ var brokenPairs = map[string]workerPair{
 	"carrier-carries-unknown-backend": carrierPair(func(c *memCarrier) {
 		c.own = memorybackend.New(nil)
 	}),
+	// Starts every task it fetches, whatever spec.Tasks says.
+	"start-carrier-starts-any-task": carrierPair(func(c *memCarrier) {
+		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, _ []string, at time.Time) []*driver.StartResult {
+			out := make([]*driver.StartResult, len(ds))
+			for i, d := range ds {
+				if d.Task != "" {
+					out[i] = startOne(be, ctx, d, at)
+				}
+			}
+			return out
+		}
+	}),
+	// Writes STARTED over any state (no table), answering written.
+	"start-carrier-ignores-table": carrierPair(func(c *memCarrier) {
+		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
+			out := make([]*driver.StartResult, len(ds))
+			for i, d := range ds {
+				if !slices.Contains(tasks, d.Task) {
+					continue
+				}
+				prev, _ := be.GetState(ctx, d.ID)
+				st := &errand.TaskState{TaskUUID: d.ID, TaskName: d.Task, State: errand.StateStarted, Attempt: d.TaskAttempt, CreatedAt: at, StartedAt: at}
+				be.SetStates(ctx, []*errand.TaskState{st})
+				out[i] = &driver.StartResult{Prev: prev, Written: true}
+			}
+			return out
+		}
+	}),
+	// Answers each start as written and writes nothing.
+	"start-carrier-writes-nothing": carrierPair(func(c *memCarrier) {
+		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, _ time.Time) []*driver.StartResult {
+			out := make([]*driver.StartResult, len(ds))
+			for i, d := range ds {
+				if slices.Contains(tasks, d.Task) {
+					prev, _ := be.GetState(ctx, d.ID)
+					out[i] = &driver.StartResult{Prev: prev, Written: true}
+				}
+			}
+			return out
+		}
+	}),
+	// Acks and drops the states: the task is not SUCCESS after its settle.
+	"settle-carrier-drops-states": carrierPair(func(c *memCarrier) {
+		c.settle = func(c *memCarrier, _ *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, _ []*errand.TaskState) []error {
+			return c.Broker.Ack(ctx, ds)
+		}
+	}),
+	// Writes the states and acks nothing, reporting success: the messages
+	// come back after their lease.
+	"settle-carrier-acks-nothing": carrierPair(func(c *memCarrier) {
+		c.settle = func(_ *memCarrier, be *memorybackend.Backend, ctx context.Context, _ []*driver.Delivery, sts []*errand.TaskState) []error {
+			return be.SetStates(ctx, sts)
+		}
+	}),
+	// Acks first and writes a state only where its ack succeeded: a lost
+	// lease leaves the state unwritten.
+	"settle-carrier-skips-lost-states": carrierPair(func(c *memCarrier) {
+		c.settle = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+			out := make([]error, len(ds))
+			for i, d := range ds {
+				if out[i] = errors.Join(c.Broker.Ack(ctx, []*driver.Delivery{d})...); out[i] == nil {
+					out[i] = errors.Join(be.SetStates(ctx, sts[i:i+1])...)
+				}
+			}
+			return out
+		}
+	}),
 }
 
 func init() {
@@ -175,6 +339,18 @@ func init() {
 		target{"Send/CarriedPending", "pair:carrier-published-despite-failure"},
 		target{"Send/CarriedPending", "pair:carrier-carries-unknown-backend"},
 	)
+	workerTargets["Settle/CarriedSettle"] = "pair:settle-carrier-drops-states"
+	extraWorkerTargets = append(extraWorkerTargets,
+		target{"Settle/CarriedSettle", "pair:settle-carrier-acks-nothing"},
+		target{"Settle/CarriedSettle", "pair:settle-carrier-skips-lost-states"},
+		target{"Settle/CarriedSettle", "pair:carrier-carries-unknown-backend"},
+	)
+	workerTargets["Start/CarriedStart"] = "pair:start-carrier-ignores-table"
+	extraWorkerTargets = append(extraWorkerTargets,
+		target{"Start/CarriedStart", "pair:start-carrier-starts-any-task"},
+		target{"Start/CarriedStart", "pair:start-carrier-writes-nothing"},
+		target{"Start/CarriedStart", "pair:carrier-carries-unknown-backend"},
+	)
 	// A carrier its harness does not declare.
 	brokenBrokers["undeclared-carrier"] = func() BrokerHarness {
 		h := carrierPair(nil).broker
@@ -182,6 +358,18 @@ func init() {
 		return h
 	}()
 	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-carrier"})
+	brokenBrokers["undeclared-settle-carrier"] = func() BrokerHarness {
+		h := carrierPair(nil).broker
+		h.Caps.CarrySettle = false
+		return h
+	}()
+	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-settle-carrier"})
+	brokenBrokers["undeclared-start-carrier"] = func() BrokerHarness {
+		h := carrierPair(nil).broker
+		h.Caps.CarryStart = false
+		return h
+	}()
+	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-start-carrier"})
 }
 
 // TestCarrierPairRefusesAnotherServer: the memory carrier carries only

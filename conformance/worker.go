@@ -68,6 +68,8 @@ var workerCases = []kase[workerPair]{
 	{"Queues/Strict", queuesStrict, parallel},
 	{"Queues/Cap", queuesCap, parallel},
 	{"Send/CarriedPending", carriedPending, parallel},
+	{"Settle/CarriedSettle", carriedSettle, parallel},
+	{"Start/CarriedStart", carriedStart, parallel},
 }
 
 // recorder wraps a backend to record each task's states, and counts the

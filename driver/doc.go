@@ -26,6 +26,8 @@
 //   - [RateLimiter]: keeps per-task rate limits on the broker's server;
 //   - [ScheduleStore]: keeps periodic schedules and claims their ticks;
 //   - [PendingCarrier]: records a backend's PENDING states in a publish's round trip.
+//   - [SettleCarrier]: records a backend's final states in an ack's round trip.
+//   - [StartCarrier]: begins the attempts of what it fetches in the fetch's round trip.
 //
 // # Backends
 //

@@ -150,7 +150,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 				},
 				Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
 					Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-					Unique: true, RateLimit: true, CarryPending: true},
+					Unique: true, RateLimit: true, CarryPending: true, CarrySettle: true, CarryStart: true},
 				Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 				PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
 					t.Helper()

@@ -467,9 +467,18 @@ func (b *Backend) Close() error {
 }
 
 // bound returns ctx limited to CallTimeout (see Options.CallTimeout).
+//
+// A ctx whose own deadline comes first (errand bounds each step of a
+// task by its own CallTimeout) is returned as it is: a second timer
+// could only fire later.
 func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if b.opts.CallTimeout < 0 {
-		return ctx, func() {}
+		return ctx, noCancel
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.opts.CallTimeout {
+		return ctx, noCancel
 	}
 	return context.WithTimeout(ctx, b.opts.CallTimeout)
 }
+
+func noCancel() {}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -180,3 +181,20 @@ func (b *Backend) Client() goredis.UniversalClient { return b.rdb }
 func (b *Backend) QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
 	return b.queueStates(ctx, pipe, sts, true)
 }
+
+// StateEntry returns what SetStates writes for st: its key, its encoding
+// and its expiry (ResultExpiry; 0: none). It exists for errand's Redis
+// broker on the same server (Client), which writes a task's final state in
+// the script of its ack (driver.SettleCarrier): one round trip for both.
+func (b *Backend) StateEntry(st *driver.TaskState) (key string, value []byte, expiry time.Duration, err error) {
+	v, err := json.Marshal(st)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
+	}
+	return b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry, nil
+}
+
+// StateKey returns the key of task id's state. It exists for errand's
+// Redis broker on the same server (Client), whose fetch script begins
+// attempts (driver.StartCarrier) in the states under StateKey("").
+func (b *Backend) StateKey(id string) string { return b.taskKey(id) }

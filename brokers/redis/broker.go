@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,6 +112,13 @@ type Broker struct {
 	registered sync.Map
 	// discovered: Queues has scanned for the queues of older versions.
 	discovered atomic.Bool
+	// keyCache holds the key names of up to maxCachedKeys queues
+	// (queue → *keys), keysCached counts its stores.
+	keyCache   sync.Map
+	keysCached atomic.Int64
+	// carriesStarts: CarryStart returned a carrier, so publish names each
+	// task in its message's ID for a carried fetch to start (messageID).
+	carriesStarts atomic.Bool
 }
 
 var (
@@ -183,7 +191,23 @@ type keys struct {
 	ids, unlisted                                           string
 }
 
+// maxCachedKeys is how many queues' key names a broker keeps, built once
+// (the queues a worker serves); the names of further queues (an operator
+// browsing many) are built on each call.
+const maxCachedKeys = 1024
+
 func (b *Broker) keys(queue string) keys {
+	if k, ok := b.keyCache.Load(queue); ok {
+		return *k.(*keys)
+	}
+	k := b.makeKeys(queue)
+	if b.keysCached.Add(1) <= maxCachedKeys {
+		b.keyCache.Store(queue, &k)
+	}
+	return k
+}
+
+func (b *Broker) makeKeys(queue string) keys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}:"
 	return keys{
 		pending: k + "pending", delayed: k + "delayed", inflight: k + "inflight", msgs: k + "msgs",
@@ -304,7 +328,7 @@ func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 		due := dueMillis(m.NotBefore)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], randomID(), env, due, m.Priority)
+		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], b.messageID(m), env, due, m.Priority)
 	}
 	return p, nil
 }
@@ -433,22 +457,34 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // nothing is due it blocks on the queue's wake-up list until a publish (of
 // any priority), the next due time, or MaxBlock.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	ds, _, _, err := b.fetch(ctx, queue, limit, lease, noStarts)
+	return ds, err
+}
+
+// noStarts are fetchScript's last ARGV for a fetch that starts nothing.
+var noStarts = []any{"", 0}
+
+// fetch is Fetch, the fetch script given starts as its ARGV from the 8th
+// on (noStarts, or a carried fetch's: carry.go). It also returns each
+// delivery's start (nil: not tried) and the server's time of the lease.
+func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.Duration, starts []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	k := b.keys(queue)
 	keys := k.fetchKeys()
 	b.register(ctx, queue)
 	for {
 		if b.closed.Load() {
-			return nil, fmt.Errorf("redis broker: %w", driver.ErrClosed)
+			return nil, nil, time.Time{}, fmt.Errorf("redis broker: %w", driver.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, time.Time{}, err
 		}
 		sctx, cancel := b.bound(ctx)
-		res, err := fetchScript.Run(sctx, b.scripts, keys, limit, lease.Milliseconds(), promoteBatch, randomID(),
-			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()).Slice()
+		args := append([]any{limit, lease.Milliseconds(), promoteBatch, randomID(),
+			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()}, starts...)
+		res, err := fetchScript.Run(sctx, b.scripts, keys, args...).Slice()
 		cancel()
 		if err != nil {
-			return nil, b.err(ctx, err)
+			return nil, nil, time.Time{}, b.err(ctx, err)
 		}
 		if len(res) > 0 && res[0] != "wait" {
 			return deliveries(queue, res)
@@ -480,7 +516,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 			waker.Stop()
 		}
 		if err != nil && err != goredis.Nil {
-			return nil, b.err(ctx, err)
+			return nil, nil, time.Time{}, b.err(ctx, err)
 		}
 	}
 }
@@ -499,25 +535,56 @@ func (b *Broker) wake(notify string) {
 	pipe.Exec(ctx) // best effort: a lost token only means waking at MaxBlock
 }
 
-func deliveries(queue string, res []any) ([]*driver.Delivery, error) {
+func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	out := make([]*driver.Delivery, 0, len(res)/fetchReply)
+	var starts []*driver.StartResult
 	for i := 0; i+fetchReply <= len(res); i += fetchReply {
 		mid, _ := res[i].(string)
 		env, _ := res[i+1].(string)
 		tok, _ := res[i+2].(string)
 		n, _ := res[i+3].(int64)
 		p, _ := res[i+4].(int64)
+		began, _ := res[i+5].(int64)
 		id, body, ok := strings.Cut(env, "\n")
 		if !ok {
 			body = env // not written by this broker: surface it as is
 		}
-		out = append(out, &driver.Delivery{
+		d := &driver.Delivery{
 			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: clampPriority(p)},
 			Attempt: int(n),
 			Handle:  handle{mid: mid, token: tok},
-		})
+		}
+		var st *driver.StartResult
+		if began != notTried {
+			as, _ := res[i+7].(string)
+			a, name, _ := strings.Cut(as, "\n")
+			d.Task = name
+			d.TaskAttempt, _ = strconv.Atoi(a)
+			st = &driver.StartResult{Written: began == startWritten}
+			if raw, ok := res[i+6].(string); ok {
+				st.Prev = new(driver.TaskState)
+				if err := json.Unmarshal([]byte(raw), st.Prev); err != nil {
+					st.Prev, st.Err = nil, fmt.Errorf("redis broker: task %s: decode the state before its start: %w", id, err)
+				}
+			}
+			if starts == nil {
+				starts = make([]*driver.StartResult, len(out), len(res)/fetchReply)
+			}
+		}
+		if starts != nil {
+			starts = append(starts, st)
+		}
+		out = append(out, d)
 	}
-	return out, nil
+	if starts != nil {
+		starts = append(starts, make([]*driver.StartResult, len(out)-len(starts))...)
+	}
+	var at time.Time
+	if len(res)%fetchReply == 1 {
+		ms, _ := res[len(res)-1].(int64)
+		at = time.UnixMilli(ms).UTC()
+	}
+	return out, starts, at, nil
 }
 
 // clampPriority is a priority read from Redis as a driver.Message's.
@@ -680,9 +747,18 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 }
 
 // bound returns ctx limited to CallTimeout (see Options.CallTimeout).
+//
+// A ctx whose own deadline comes first (errand bounds each step of a
+// task by its own CallTimeout) is returned as it is: a second timer
+// could only fire later.
 func (b *Broker) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if b.opts.CallTimeout < 0 {
-		return ctx, func() {}
+		return ctx, noCancel
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.opts.CallTimeout {
+		return ctx, noCancel
 	}
 	return context.WithTimeout(ctx, b.opts.CallTimeout)
 }
+
+func noCancel() {}

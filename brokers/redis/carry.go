@@ -3,6 +3,8 @@ package redisbroker
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -92,4 +94,174 @@ func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*d
 		}
 	}
 	return true, nil
+}
+
+var _ driver.SettleCarrier = (*Broker)(nil)
+
+// stateSource is what CarrySettle needs of a backend: the client it
+// writes through, and the key, encoding and expiry its SetStates writes
+// for a state. errand's Redis result backend (redisbackend.Backend) has
+// both; the broker matches them by shape, as for pendingSource.
+type stateSource interface {
+	Client() goredis.UniversalClient
+	StateEntry(st *driver.TaskState) (key string, value []byte, expiry time.Duration, err error)
+}
+
+// CarrySettle returns a driver.SettleFunc that writes be's final states
+// in the script of the ack, when be is errand's Redis backend on the
+// broker's own single Redis server (redisconn.SameServer, not a Redis
+// Cluster: a task's state key and the queue's keys live in different hash
+// slots there, and one script cannot touch both); nil otherwise. It does
+// no I/O.
+//
+// The function runs ackStatesScript once per call (its deliveries are of
+// one queue): per delivery, SET ... PX of the state, then the ack, exactly
+// as Ack; a delivery whose state cannot be encoded fails alone, neither
+// written nor acked.
+func (b *Broker) CarrySettle(be driver.Backend) driver.SettleFunc {
+	src, ok := be.(stateSource)
+	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
+		return nil
+	}
+	if _, cluster := b.rdb.(*goredis.ClusterClient); cluster {
+		return nil
+	}
+	return func(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error {
+		return b.ackStates(ctx, src, ds, sts)
+	}
+}
+
+// ackStates is the function CarrySettle returns for src.
+func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.Delivery, sts []*driver.TaskState) []error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	errs := make([]error, len(ds))
+	if len(sts) != len(ds) {
+		return driver.BatchErrors(len(ds), fmt.Errorf("redis broker: %d states for %d deliveries", len(sts), len(ds)))
+	}
+	var (
+		idx    []int
+		states []string
+		queue  string
+		expiry time.Duration
+	)
+	args := make([]any, 2, 2+3*len(ds))
+	for i, d := range ds {
+		h, ok := d.Handle.(handle)
+		if !ok {
+			errs[i] = fmt.Errorf("redis broker: delivery %q was not fetched from this broker", d.ID)
+			continue
+		}
+		if len(idx) > 0 && d.Queue != queue {
+			errs[i] = fmt.Errorf("redis broker: delivery %q is of queue %q, not %q: one carried settle is of one queue", d.ID, d.Queue, queue)
+			continue
+		}
+		key, v, exp, err := src.StateEntry(sts[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		queue, expiry = d.Queue, exp
+		idx = append(idx, i)
+		states = append(states, key)
+		args = append(args, h.mid, h.token, v)
+	}
+	if len(idx) == 0 {
+		return errs
+	}
+	args[0], args[1] = b.opts.CompletedMax, expiry.Milliseconds()
+	k := b.keys(queue)
+	acked, err := honourCancel(ctx, func() ([]int64, error) {
+		return ackStatesScript.Run(ctx, b.scripts, k.ackStatesKeys(states), args...).Int64Slice()
+	})
+	if err == nil && len(acked) != len(idx) {
+		err = fmt.Errorf("redis broker: ackStates script answered %d results for %d deliveries", len(acked), len(idx))
+	}
+	for j, i := range idx {
+		switch {
+		case err != nil:
+			errs[i] = b.err(ctx, err)
+		case acked[j] == leaseLost:
+			errs[i] = fmt.Errorf("redis broker: message %q: %w", ds[i].ID, driver.ErrLeaseLost)
+		}
+	}
+	return errs
+}
+
+var _ driver.StartCarrier = (*Broker)(nil)
+
+// startSource is what CarryStart needs of a backend: the client it writes
+// through, the key of a task's state and its result expiry. errand's
+// Redis result backend (redisbackend.Backend) has them; the broker
+// matches them by shape, as for pendingSource.
+type startSource interface {
+	Client() goredis.UniversalClient
+	StateKey(id string) string
+	ResultExpiry() time.Duration
+}
+
+// CarryStart returns a driver.FetchStartFunc that begins attempts in be's
+// states in the fetch script, when be is errand's Redis backend on the
+// broker's own single Redis server (as CarrySettle: not a Redis Cluster,
+// where a task's state key and the queue's keys live in different hash
+// slots); nil otherwise. It does no I/O.
+//
+// Once it has returned a carrier, the broker's publish names each
+// message with a Task and a TaskAttempt by an ID that carries them
+// (messageID). The carried fetch runs fetchScript with the backend's key
+// prefix, its expiry and spec.Tasks: for each message it leases whose ID
+// names a task of spec.Tasks, it reads the task's state, applies
+// driver.Starter's table (luaStart's begin) and writes STARTED, in the
+// same script. A message published before, by a broker that returned no
+// carrier, or requeued from the archive, is delivered unstarted.
+//
+// The script touches the backend's task keys, which it builds from the
+// prefix rather than receiving as KEYS: allowed on a single Redis server,
+// which is why a cluster gets no carrier.
+func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
+	src, ok := be.(startSource)
+	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
+		return nil
+	}
+	if _, cluster := b.rdb.(*goredis.ClusterClient); cluster {
+		return nil
+	}
+	b.carriesStarts.Store(true) // from now on publish names tasks in message IDs
+	prefix := src.StateKey("")
+	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+		args := make([]any, 0, 2+len(spec.Tasks))
+		args = append(args, prefix, src.ResultExpiry().Milliseconds())
+		for _, t := range spec.Tasks {
+			args = append(args, t)
+		}
+		return b.fetch(ctx, queue, limit, lease, args)
+	}
+}
+
+// messageID is the ID under which publish keeps m: random, and, once
+// CarryStart has returned a carrier, followed by what the fetch script
+// needs to start m's task without decoding its body — ":attempt:name"
+// (begin reads it back) — for a message with a Task and a TaskAttempt
+// whose ID and Task JSON writes as they are (begin writes them into the
+// STARTED state's JSON unchanged; any other is started by Start). The
+// message keeps that ID through every delivery: a redelivery is started
+// by its fetch too.
+func (b *Broker) messageID(m driver.Message) string {
+	if !b.carriesStarts.Load() || m.Task == "" || m.TaskAttempt < 1 || !plainJSON(m.ID) || !plainJSON(m.Task) {
+		return randomID()
+	}
+	return randomID() + ":" + strconv.Itoa(m.TaskAttempt) + ":" + m.Task
+}
+
+// plainJSON reports whether encoding/json writes s between its quotes as
+// it is: printable ASCII without '"', '\\' or the HTML characters it
+// escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }

@@ -511,3 +511,193 @@ func TestPublishRedoFails(t *testing.T) {
 		}
 	}
 }
+
+func (s *sameServerBackend) StateEntry(st *driver.TaskState) (string, []byte, time.Duration, error) {
+	v, err := json.Marshal(st)
+	return s.key(st.TaskUUID), v, time.Minute, err
+}
+
+// TestCarrySettle: with errand's Redis backend on its own single server,
+// the broker writes final states in the ack's script, in one round trip:
+// each state written, each delivery acked and counted, a lost lease
+// reported with its state written all the same. On a cluster (a task's
+// state key and the queue's keys are in different slots) and for a
+// backend elsewhere there is no carrier.
+func TestCarrySettle(t *testing.T) {
+	srv := servers(t)
+	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-settle"); b.CarrySettle(be) != nil {
+		t.Error("CarrySettle on a Redis Cluster: a carrier; want nil (one script cannot reach a state key and the queue's keys)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, c := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	mem := memorybackend.New(nil)
+	t.Cleanup(func() { mem.Close() })
+	if b.CarrySettle(mem) != nil {
+		t.Error("CarrySettle with a memory backend: a carrier; want nil")
+	}
+	carry := b.CarrySettle(be)
+	if carry == nil {
+		t.Fatal("CarrySettle = nil for a backend on the broker's own single server; want a carrier")
+	}
+	// Warm up: the server caches the script.
+	if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "warm", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	warm := fetchOne(ctx, t, b, "warm")
+	if errs := carry(ctx, []*driver.Delivery{warm}, []*driver.TaskState{{TaskUUID: "w", State: driver.StateSuccess}}); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	ids := []string{rand.Text(), rand.Text(), rand.Text()}
+	for _, id := range ids {
+		if err := b.Publish(ctx, driver.Message{ID: id, Queue: "s", Body: []byte(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost, err := b.Fetch(ctx, "s", 1, time.Millisecond)
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("fetch: %v, %v", lost, err)
+	}
+	var ds []*driver.Delivery
+	for len(ds) < 3 { // the lost one comes again once its lease ran out
+		got, err := b.Fetch(ctx, "s", 3-len(ds), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+	}
+	settle := append([]*driver.Delivery{lost[0]}, ds...)
+	sts := make([]*driver.TaskState, len(settle))
+	for i, d := range settle {
+		sts[i] = &driver.TaskState{TaskUUID: d.ID + "-task", TaskName: "t", State: driver.StateSuccess, CreatedAt: time.Now().UTC()}
+	}
+	before, _ := b.Stats(ctx, "s")
+	c.reset()
+	errs := carry(ctx, settle, sts)
+	if n := c.singles.Load() + c.pipes.Load(); n != 1 {
+		t.Errorf("a carried settle of %d deliveries made %d round trips; want 1", len(settle), n)
+	}
+	if len(errs) != len(settle) || !errors.Is(errs[0], driver.ErrLeaseLost) {
+		t.Fatalf("carried settle answered %v; want ErrLeaseLost for the stale delivery first", errs)
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("delivery %d: %v; want acked", i+1, err)
+		}
+	}
+	for i, st := range sts {
+		if got := be.state(ctx, t, st.TaskUUID); got != driver.StateSuccess {
+			t.Errorf("state %d after a carried settle: %q; want SUCCESS (written even for a lost lease)", i, got)
+		}
+	}
+	after, err := b.Stats(ctx, "s")
+	if err != nil || after.InFlight != 0 || after.Pending != 0 || after.Completed-before.Completed != 3 {
+		t.Fatalf("queue after the carried settle: %+v (before %+v), %v; want nothing in flight or pending, 3 more completed", after, before, err)
+	}
+}
+
+func (s *sameServerBackend) StateKey(id string) string   { return s.key(id) }
+func (s *sameServerBackend) ResultExpiry() time.Duration { return time.Minute }
+
+// TestCarryStart: with errand's Redis backend on its own single server,
+// one fetch round trip leases and starts: a Go-encoded PENDING is
+// followed (its created_at kept, STARTED decodable), a state of another
+// layout is read with cjson (a SUCCESS refused), a task whose name JSON
+// would escape is not tried, a redelivery is started again; a cluster gets
+// no carrier.
+func TestCarryStart(t *testing.T) {
+	srv := servers(t)
+	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-start"); b.CarryStart(be) != nil {
+		t.Error("CarryStart on a Redis Cluster: a carrier; want nil (the script cannot reach the state keys)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, c := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	fetch := b.CarryStart(be)
+	if fetch == nil {
+		t.Fatal("CarryStart = nil for a backend on the broker's own single server; want a carrier")
+	}
+	// Warm up: the server caches the scripts.
+	if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "s", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := fetch(ctx, "s", 1, time.Second, driver.StartSpec{}); err != nil { // and the queue registered
+		t.Fatal(err)
+	}
+	created := "2020-01-02T03:04:05.678Z"
+	pending, other, odd, plain := "p-"+rand.Text(), "o-"+rand.Text(), "e-"+rand.Text(), "n-"+rand.Text()
+	rdb.Set(ctx, be.key(pending), `{"task_uuid":"`+pending+`","task_name":"t","state":"PENDING","attempt":1,"created_at":"`+created+`"}`, time.Minute)
+	rdb.Set(ctx, be.key(other), `{"state":"SUCCESS", "task_uuid":"`+other+`", "task_name":"t", "attempt":1}`, time.Minute)
+	msgs := []driver.Message{
+		{ID: pending, Queue: "s", Body: []byte("1"), Task: "t", TaskAttempt: 1},
+		{ID: other, Queue: "s", Body: []byte("2"), Task: "t", TaskAttempt: 1},
+		{ID: odd, Queue: "s", Body: []byte("3"), Task: `t"<`, TaskAttempt: 1},
+		{ID: plain, Queue: "s", Body: []byte("4"), Task: "t", TaskAttempt: 1},
+	}
+	if err := b.Publish(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	c.reset()
+	ds, starts, at, err := fetch(ctx, "s", 4, time.Minute, driver.StartSpec{Tasks: []string{"t", `t"<`}})
+	if err != nil || len(ds) != 4 || len(starts) != 4 {
+		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want 4 each", len(ds), len(starts), err)
+	}
+	if n := c.singles.Load() + c.pipes.Load(); n != 1 {
+		t.Errorf("a carried fetch of 4 made %d round trips; want 1", n)
+	}
+	if at.IsZero() || time.Since(at).Abs() > time.Minute {
+		t.Errorf("carried fetch time %v; want the server's now", at)
+	}
+	for i, d := range ds {
+		st := starts[i]
+		switch d.ID {
+		case pending:
+			if st == nil || !st.Written || st.Prev == nil || st.Prev.State != driver.StatePending {
+				t.Fatalf("PENDING task: start %+v; want written over PENDING", st)
+			}
+			v, _ := rdb.Get(ctx, be.key(pending)).Result()
+			var got driver.TaskState
+			if err := json.Unmarshal([]byte(v), &got); err != nil || got.State != driver.StateStarted || got.TaskName != "t" || got.Attempt != 1 ||
+				got.CreatedAt.Format(time.RFC3339Nano) != created || !got.StartedAt.Equal(at) {
+				t.Errorf("STARTED written as %s (%v); want STARTED of t, attempt 1, created %s, started %v", v, err, created, at)
+			}
+		case other:
+			if st == nil || st.Written || st.Prev == nil || st.Prev.State != driver.StateSuccess {
+				t.Errorf("SUCCESS task (another layout): start %+v; want refused, with SUCCESS", st)
+			}
+			if s := be.state(ctx, t, other); s != driver.StateSuccess {
+				t.Errorf("SUCCESS task left %q", s)
+			}
+		case odd:
+			if st != nil {
+				t.Errorf("a task whose name JSON escapes: start %+v; want none (started by Start)", st)
+			}
+		case plain:
+			if st == nil || !st.Written || st.Prev != nil || be.state(ctx, t, plain) != driver.StateStarted {
+				t.Errorf("a task with no state: start %+v; want written, no previous state", st)
+			}
+		}
+	}
+	// A redelivery is started by its fetch too: STARTED again, it being
+	// no first delivery.
+	var redo *driver.Delivery
+	for _, d := range ds {
+		if d.ID == plain {
+			redo = d
+		}
+	}
+	if err := b.Release(ctx, redo, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	again, starts, _, err := fetch(ctx, "s", 1, time.Minute, driver.StartSpec{Tasks: []string{"t"}})
+	if err != nil || len(again) != 1 || again[0].Attempt != 2 || len(starts) != 1 || starts[0] == nil || !starts[0].Written ||
+		starts[0].Prev == nil || starts[0].Prev.State != driver.StateStarted {
+		t.Fatalf("redelivery: %v, starts %v, %v; want delivered again (attempt 2) and started over its STARTED", again, starts, err)
+	}
+}

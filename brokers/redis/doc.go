@@ -162,6 +162,14 @@
 // round trip (one per node on a cluster). See [Broker.CarryPending] and
 // docs/redis.md.
 //
+// On a single Redis server (not a cluster, where a task's state key and a
+// queue's keys are in different slots) it also implements
+// [driver.StartCarrier] and [driver.SettleCarrier]: a worker's fetch script
+// begins the attempts of the tasks it leases (no Start call before the
+// task's function runs), and the ack script of a task that nothing follows
+// records its SUCCESS. See [Broker.CarryStart], [Broker.CarrySettle] and
+// docs/redis.md, "one round trip in, one out".
+//
 // # Logging
 //
 // go-redis has one logger for the whole process, which prints connection

@@ -173,7 +173,7 @@ var publishScript = newScript(`
 -- KEYS[7] -> K:pseq
 -- KEYS[8] -> K:ids
 -- KEYS[9] -> K:unlisted
--- ARGV[4i-3] -> message ID of message i (i = 1, 2, ...)
+-- ARGV[4i-3] -> message ID of message i (i = 1, 2, ...; messageID)
 -- ARGV[4i-2] -> its envelope (task ID, newline, body)
 -- ARGV[4i-1] -> when it is due (ms; 0: now)
 -- ARGV[4i]   -> its priority (0-255)
@@ -203,8 +203,92 @@ func (k keys) publishKeys() []string {
 const promoteBatch = 1000
 
 // fetchReply is the length of one delivery in fetchScript's reply: message
-// ID, envelope, lease token, deliveries so far, priority.
-const fetchReply = 5
+// ID, envelope, lease token, deliveries so far, priority, whether it
+// began the task's attempt (notTried, startWritten, startRefused), the
+// task's state before (false: none, or not tried), the attempt and name
+// it started ("attempt\nname"; false: not tried). The server's time (ms)
+// follows the last delivery.
+const fetchReply = 8
+
+// What fetchScript answers for a delivery's start (luaStart's begin).
+const (
+	notTried     = 0
+	startWritten = 1
+	startRefused = 2
+)
+
+// luaStart defines, after luaNow and over the locals statePrefix, expiry
+// and startable of fetchScript's prologue:
+//
+//	begin(id, taskID, first): begin the attempt of task taskID, whose
+//	  message id names its attempt and task (messageID; first: its first
+//	  delivery), by driver.Starter's table on the backend's state at
+//	  statePrefix..taskID: NOT_TRIED (id names no task, or one not
+//	  startable), else START_WRITTEN or START_REFUSED, the state before
+//	  (false: none), and the attempt and name it started ("attempt\nname")
+//
+// The backend's state is Go's encoding of driver.TaskState, whose first
+// fields are task_uuid, task_name, state and attempt in that order, with
+// created_at followed only by the times: peek reads them with patterns,
+// not cjson; a state of another layout (a name with escapes, another
+// writer) is decoded with cjson. STARTED is written from the task's UUID,
+// name (both in a message ID only when JSON keeps them as they are:
+// messageID), state and attempt, with prev's created_at (else now) and
+// started_at now.
+var luaStart = fmt.Sprintf(`
+local NOT_TRIED, START_WRITTEN, START_REFUSED = %d, %d, %d
+local function rfc3339(ms)
+  local s = math.floor(ms / 1000)
+  local days = math.floor(s / 86400)
+  local secs = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('"%%04d-%%02d-%%02dT%%02d:%%02d:%%02d.%%03dZ"', y, m, d, math.floor(secs / 3600),
+    math.floor(secs %% 3600 / 60), secs %% 60, ms %% 1000)
+end
+local nowJSON = rfc3339(now)
+local function peek(raw)
+  local _, e, name = string.find(raw, '^{"task_uuid":"[^"\\]*","task_name":"([^"\\]*)"')
+  if not e then return nil end
+  local st, after = string.match(raw, '^,"state":"(%%u*)"()', e + 1)
+  if not st then return nil end
+  local att = tonumber(string.match(raw, '^,"attempt":(%%d+)', after) or '0')
+  return name, st, att, string.match(raw, '"created_at":("[^"]*")[^{}%%[%%]]*}$')
+end
+local function begin(id, taskID, first)
+  local a, name = string.match(id, '^%%x+:(%%d+):(.+)$')
+  if not a or not startable[name] then return NOT_TRIED, false, false end
+  local attempt = tonumber(a)
+  local key = statePrefix .. taskID
+  local raw = redis.call('GET', key)
+  local created = nowJSON
+  if raw then
+    local pname, st, patt, pcreated = peek(raw)
+    if not pname then
+      local p = cjson.decode(raw)
+      pname, st, patt = p.task_name, p.state, tonumber(p.attempt) or 0
+      if type(pname) ~= 'string' then pname = '' end
+      if type(p.created_at) == 'string' then pcreated = cjson.encode(p.created_at) end
+    end
+    local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or patt > attempt or
+      (st == 'STARTED' and first)
+    if refused then return START_REFUSED, raw, a .. '\n' .. name end
+    if pcreated then created = pcreated end
+  end
+  local v = '{"task_uuid":"' .. taskID .. '","task_name":"' .. name .. '","state":"STARTED","attempt":' .. a ..
+    ',"created_at":' .. created .. ',"started_at":' .. nowJSON .. '}'
+  if expiry > 0 then redis.call('SET', key, v, 'PX', expiry) else redis.call('SET', key, v) end
+  return START_WRITTEN, raw or false, a .. '\n' .. name
+end
+`, notTried, startWritten, startRefused)
 
 // fetchScript moves the delayed messages that came due and the messages
 // whose lease ran out (at the head of their priority) to the due
@@ -242,12 +326,19 @@ var fetchScript = newScript(`
 -- ARGV[5] -> the largest body to deliver (bytes; 0: no bound)
 -- ARGV[6] -> the most archive entries to keep (0: no bound)
 -- ARGV[7] -> how long to keep an archive entry (ms; 0: no bound)
+-- ARGV[8] -> the result backend's task key prefix, to start the tasks
+--            of what it leases (a carried fetch); '': start nothing
+-- ARGV[9] -> the backend's result expiry (ms; 0: none)
+-- ARGV[10...] -> the task names it may start
 local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-`, luaNow, luaPush, luaForget, luaArchive, `
+local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
+local startable = {}
+for i = 10, #ARGV do startable[ARGV[i]] = true end
+`, luaNow, luaPush, luaForget, luaArchive, luaStart, `
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
   redis.call('ZREM', delayed, id)
@@ -331,16 +422,26 @@ while leased < want and aside < batch do
       redis.call('ZADD', inflight, deadline, id)
       redis.call('HSET', tokens, id, tok)
       local n = redis.call('HINCRBY', count, id, 1)
+      local began, prev, as = NOT_TRIED, false, false
+      if statePrefix ~= '' then
+        began, prev, as = begin(id, string.match(env, '^([^\n]*)\n'), n == 1)
+      end
       out[#out + 1] = id
       out[#out + 1] = env
       out[#out + 1] = tok
       out[#out + 1] = n
       out[#out + 1] = p
+      out[#out + 1] = began
+      out[#out + 1] = prev
+      out[#out + 1] = as
       leased = leased + 1
     end
   end
 end
-if #out > 0 then return out end
+if #out > 0 then
+  out[#out + 1] = now
+  return out
+end
 if aside >= batch then return {'wait', now, now} end
 local nextAt = -1
 local d = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
@@ -394,6 +495,30 @@ local function forget(id, taskID)
 end
 `
 
+// luaAck defines, after luaNow, luaSettled and luaForget and over the
+// locals tokens, msgs, done, acked and keep of the script's prologue:
+//
+//	ackOne(id, token): ack message id if token is its current lease
+//	  token (forget it, keep its envelope on K:done): SETTLED, else
+//	  LEASE_LOST
+//	ackDone(): count the acks in K:acked and trim K:done, once at the end
+const luaAck = `
+local acks = 0
+local function ackOne(id, token)
+  if redis.call('HGET', tokens, id) ~= token then return LEASE_LOST end
+  local env = redis.call('HGET', msgs, id)
+  forget(id, env and string.match(env, '^([^\n]*)\n'))
+  if env and keep > 0 then redis.call('LPUSH', done, now .. '\n' .. env) end
+  acks = acks + 1
+  return SETTLED
+end
+local function ackDone()
+  if acks == 0 then return end
+  if keep > 0 then redis.call('LTRIM', done, 0, keep - 1) end
+  redis.call('INCRBY', acked, acks)
+end
+`
+
 // ackScript acks each delivery whose token is current (one Ack call's
 // batch, up to MaxAckBatch), keeping its envelope in K:done and counting it
 // in K:acked in the same step. Returns one SETTLED or LEASE_LOST per
@@ -414,28 +539,60 @@ var ackScript = newScript(`
 local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local ids = KEYS[8]
 local keep = tonumber(ARGV[1])
-`, luaNow, luaSettled, luaForget, `
-local out, n = {}, 0
+`, luaNow, luaSettled, luaForget, luaAck, `
+local out = {}
 for i = 2, #ARGV - 1, 2 do
-  local id = ARGV[i]
-  if redis.call('HGET', tokens, id) ~= ARGV[i + 1] then
-    out[#out + 1] = LEASE_LOST
-  else
-    local env = redis.call('HGET', msgs, id)
-    forget(id, env and string.match(env, '^([^\n]*)\n'))
-    if env and keep > 0 then
-      redis.call('LPUSH', done, now .. '\n' .. env)
-    end
-    n = n + 1
-    out[#out + 1] = SETTLED
-  end
+  out[#out + 1] = ackOne(ARGV[i], ARGV[i + 1])
 end
-if n > 0 then
-  if keep > 0 then redis.call('LTRIM', done, 0, keep - 1) end
-  redis.call('INCRBY', acked, n)
-end
+ackDone()
 return out
 `)
+
+// ackStatesScript is ackScript that first writes each delivery's task
+// state, a result backend's key on the same Redis node
+// (driver.SettleCarrier): SET ... PX of the state the backend encoded,
+// whether or not the lease is current (as the backend's SetStates before
+// an Ack would), then the ack. The state keys follow the queue's keys in
+// KEYS, one per delivery. Returns one SETTLED or LEASE_LOST per delivery.
+var ackStatesScript = newScript(`
+-- ackStates
+-- KEYS[1] -> K:inflight
+-- KEYS[2] -> K:tokens
+-- KEYS[3] -> K:msgs
+-- KEYS[4] -> K:count
+-- KEYS[5] -> K:done
+-- KEYS[6] -> K:acked
+-- KEYS[7] -> K:prio
+-- KEYS[8] -> K:ids
+-- KEYS[8+i]  -> the backend's state key of delivery i (i = 1, 2, ...)
+-- ARGV[1]    -> how many acked messages K:done keeps (0: none)
+-- ARGV[2]    -> the states' expiry (ms; 0: none)
+-- ARGV[3i]   -> message ID of delivery i (i = 1, 2, ...)
+-- ARGV[3i+1] -> its lease token
+-- ARGV[3i+2] -> its task's state, as the backend encodes it
+local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ids = KEYS[8]
+local states = {unpack(KEYS, 9)}
+local keep, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
+`, luaNow, luaSettled, luaForget, luaAck, `
+local out = {}
+for i, state in ipairs(states) do
+  local a = 3 * i
+  if expiry > 0 then
+    redis.call('SET', state, ARGV[a + 2], 'PX', expiry)
+  else
+    redis.call('SET', state, ARGV[a + 2])
+  end
+  out[i] = ackOne(ARGV[a], ARGV[a + 1])
+end
+ackDone()
+return out
+`)
+
+// ackStatesKeys are ackStatesScript's KEYS: the queue's, then states.
+func (k keys) ackStatesKeys(states []string) []string {
+	return append(k.ackKeys(), states...)
+}
 
 func (k keys) ackKeys() []string {
 	return []string{k.inflight, k.tokens, k.msgs, k.count, k.done, k.acked, k.prio, k.ids}

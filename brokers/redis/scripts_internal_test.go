@@ -30,6 +30,7 @@ func TestScriptPrologues(t *testing.T) {
 		{"publish", publishScript, k.publishKeys()},
 		{"fetch", fetchScript, k.fetchKeys()},
 		{"ack", ackScript, k.ackKeys()},
+		{"ackStates", ackStatesScript, k.ackStatesKeys(nil)},
 		{"release", releaseScript, k.releaseKeys()},
 		{"extend", extendScript, k.extendKeys()},
 		{"archive", archiveScript, k.archiveKeys()},

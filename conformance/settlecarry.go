@@ -1,0 +1,258 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/driver"
+)
+
+// Worker/Settle/CarriedSettle: a broker declaring BrokerCaps.CarrySettle
+// (driver.SettleCarrier) writes the final states of the RunWorker pair's
+// backend in the round trip of an ack, where one step can reach both. A
+// backend no driver can know gets no carrier; a pair the broker cannot
+// carry (nil) is logged and checked no further. Otherwise the case checks
+// the carried function directly and through a real Server:
+//
+//   - a call writes each state (readable from the backend) and acks each
+//     delivery (not delivered again after its lease);
+//   - a delivery whose lease was lost (its message redelivered to another
+//     consumer) fails with ErrLeaseLost alone, where the broker detects
+//     lost leases, its state still written, and the other consumer's
+//     delivery is untouched;
+//   - a worker settles tasks that nothing follows through the carrier, each
+//     SUCCESS with no SetStates of SUCCESS and no Ack call, each run once.
+
+// settleTask is the task the case's worker runs.
+const settleTask = "conformance.settled"
+
+// settlingBroker is the broker driver as errand sees it in the case: its
+// SettleCarrier forwarded (for the raw backend the recorder wraps), every
+// other optional ability hidden. It counts carried calls and their
+// deliveries, and Ack calls, and records each carried state in the task's
+// path, as the recorder does for SetStates.
+type settlingBroker struct {
+	errand.Broker
+	carrier driver.SettleCarrier
+	held    errand.Backend
+	raw     errand.Backend
+	rec     *recorder
+
+	mu      sync.Mutex
+	calls   int // carried calls
+	carried int // deliveries in them
+	acks    int // Ack calls
+}
+
+func (b *settlingBroker) CarrySettle(be driver.Backend) driver.SettleFunc {
+	if be == b.held {
+		be = b.raw
+	}
+	fn := b.carrier.CarrySettle(be)
+	if fn == nil {
+		return nil
+	}
+	return func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+		b.mu.Lock()
+		b.calls++
+		b.carried += len(ds)
+		b.mu.Unlock()
+		b.rec.mu.Lock()
+		for _, st := range sts {
+			b.rec.paths[st.TaskUUID] = append(b.rec.paths[st.TaskUUID], st.State)
+		}
+		b.rec.mu.Unlock()
+		return fn(ctx, ds, sts)
+	}
+}
+
+func (b *settlingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
+	b.mu.Lock()
+	b.acks++
+	b.mu.Unlock()
+	return b.Broker.Ack(ctx, ds)
+}
+
+func (b *settlingBroker) counts() (calls, carried, acks int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls, b.carried, b.acks
+}
+
+func carriedSettle(t testing.TB, p workerPair) {
+	if !p.broker.Caps.CarrySettle {
+		t.Logf("the broker harness does not declare CarrySettle: nothing to check (Broker/Capabilities checks that the broker is no driver.SettleCarrier)")
+		return
+	}
+	c := newBCase(t, p.broker)
+	carrier, ok := c.drv.(driver.SettleCarrier)
+	if !ok {
+		t.Fatalf("capabilities promise broken: the harness declares CarrySettle but %T does not implement driver.SettleCarrier", c.drv)
+	}
+	stranger := strangerBackend{memorybackend.New(nil)}
+	t.Cleanup(func() { stranger.Close() })
+	if carrier.CarrySettle(stranger) != nil {
+		t.Errorf("carry promise broken: CarrySettle returned a function for %T, a backend the broker cannot know; want nil (driver.SettleCarrier: it would write states where that backend never reads them)", stranger)
+	}
+	be := p.backend.New(t, 0)
+	carry := carrier.CarrySettle(be)
+	if carry == nil {
+		t.Logf("%T does not carry the final states of %T (CarrySettle returned nil: one step cannot reach both); errand writes SUCCESS then acks, and this case checks nothing more", c.drv, be)
+		return
+	}
+	settleWritesAndAcks(c, be, carry)
+	settleLostLease(c, be, carry)
+	settleThroughWorker(t, p, c.drv, carrier, be)
+}
+
+// successOf is the SUCCESS a worker records for task id.
+func successOf(id string) *errand.TaskState {
+	now := time.Now().UTC()
+	return &errand.TaskState{TaskUUID: id, TaskName: settleTask, State: errand.StateSuccess, Attempt: 1, CreatedAt: now, FinishedAt: now}
+}
+
+// isSuccess checks that id reads back SUCCESS, and names what.
+func isSuccess(c *bcase, be errand.Backend, id, what string) {
+	c.t.Helper()
+	st, err := be.GetState(c.ctx, id)
+	if err != nil || st.State != errand.StateSuccess || st.TaskName != settleTask {
+		c.t.Errorf("carry promise broken: %s, task %s reads %s from the backend; want SUCCESS (the carried settle writes each delivery's state)", what, id, describeState(st, err))
+	}
+}
+
+// settleWritesAndAcks: one carried call of three deliveries writes their
+// states and acks them: nothing comes back after their lease.
+func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
+	const n = 3
+	for i := range n {
+		c.publish(c.msg(fmt.Sprintf("s%d", i), time.Time{}))
+	}
+	ds := c.fetchN(n, c.tm.Lease, c.tm.Prompt*5)
+	if len(ds) != n {
+		c.t.Fatalf("fetched %d of %d", len(ds), n)
+	}
+	sts := make([]*errand.TaskState, n)
+	for i, d := range ds {
+		sts[i] = successOf(d.ID)
+	}
+	errs, err := checkAnswer("SettleFunc", n, carry(c.ctx, ds, sts))
+	if err != nil {
+		c.t.Fatalf("batch convention promise broken: %v", err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			c.t.Errorf("carry promise broken: a carried settle answered %v for delivery %d (%s), whose lease is live; want nil", err, i, ds[i].ID)
+		}
+	}
+	for _, d := range ds {
+		isSuccess(c, be, d.ID, "after a carried settle")
+	}
+	if back := c.fetch(n, time.Minute, c.tm.Lease*3); len(back) != 0 {
+		c.t.Errorf("carry promise broken: %v came back after a carried settle answered their acks (waited %v, lease %v); want them acked for good", ids(back), c.tm.Lease*3, c.tm.Lease)
+	}
+}
+
+// settleLostLease: in a carried call, a delivery whose lease lapsed and
+// whose message another consumer holds fails alone (with ErrLeaseLost
+// where the broker detects lost leases), its state written all the same;
+// the other delivery is settled, and the other consumer still acks the
+// message it holds.
+func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
+	c.publish(c.msg("lost", time.Time{}), c.msg("live", time.Time{}))
+	lost := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
+	live := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(lost) != 1 || len(live) != 1 {
+		c.t.Fatalf("fetched %d and %d of 2", len(lost), len(live))
+	}
+	again := c.fetchN(1, time.Minute, c.tm.Lease*3+c.tm.Prompt*5)
+	if len(again) != 1 || again[0].ID != lost[0].ID {
+		c.t.Fatalf("at-least-once promise broken: %s, leased for %v, was not delivered again (got %v)", lost[0].ID, c.tm.Lease, ids(again))
+	}
+	ds := []*driver.Delivery{lost[0], live[0]}
+	errs, err := checkAnswer("SettleFunc", 2, carry(c.ctx, ds, []*errand.TaskState{successOf(lost[0].ID), successOf(live[0].ID)}))
+	if err != nil {
+		c.t.Fatalf("batch convention promise broken: %v", err)
+	}
+	if errs[1] != nil {
+		c.t.Errorf("carry promise broken: a carried settle answered %v for %s, whose lease is live, beside a lost one; one lost lease must fail its delivery alone", errs[1], live[0].ID)
+	}
+	if c.h.Caps.DetectsLostLease && !errors.Is(errs[0], driver.ErrLeaseLost) {
+		c.t.Errorf("carry promise broken: a carried settle answered %v for %s, whose lease was lost (another consumer holds it); want an error satisfying errors.Is(err, driver.ErrLeaseLost)", errs[0], lost[0].ID)
+	}
+	isSuccess(c, be, lost[0].ID, "after a carried settle of a lost lease (the state is written as SetStates before an Ack would)")
+	isSuccess(c, be, live[0].ID, "after a carried settle")
+	if err := ackOne(c.ctx, c.b, again[0]); err != nil && c.h.Caps.DetectsLostLease {
+		c.t.Errorf("carry promise broken: the consumer holding %s could not ack it after a stale carried settle: %v; want the stale settle to leave its delivery alone", again[0].ID, err)
+	}
+	if back := c.fetch(2, time.Minute, c.tm.Lease*3); len(back) != 0 {
+		c.t.Errorf("carry promise broken: %v came back after both were settled (waited %v)", ids(back), c.tm.Lease*3)
+	}
+}
+
+// settleThroughWorker: a worker on a server of the pair runs 10 tasks
+// that nothing follows: each ends SUCCESS, runs once, and is settled by
+// carried calls, with no Ack call and no SetStates of SUCCESS.
+func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.SettleCarrier, be errand.Backend) {
+	tm := p.broker.Timing
+	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
+	held := rec.backend()
+	sb := &settlingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
+	w := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: drv, rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
+	srv, err := errand.NewServer(errand.Config{Broker: sb, Backend: held, DefaultQueue: w.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = srv
+	rec.checkPaths(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	w.register(settleTask, func(ctx context.Context, i int) (int, error) {
+		ti, _ := errand.TaskInfoFrom(ctx)
+		mu.Lock()
+		runs[ti.UUID]++
+		mu.Unlock()
+		return i, nil
+	})
+	const n = 10
+	results := make([]*errand.AsyncResult, n)
+	for i := range n {
+		results[i] = w.send(errand.NewSignature(settleTask, i))
+	}
+	wk := w.start(errand.WorkerConfig{})
+	for i, r := range results {
+		var got int
+		if err := r.GetInto(w.ctx, &got); err != nil || got != i {
+			t.Fatalf("carry promise broken: task %d ended %d, %v; want %d", i, got, err, i)
+		}
+	}
+	sctx, cancel := context.WithTimeout(w.ctx, tm.Prompt*10)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err != nil {
+		t.Fatalf("worker shutdown: %v", err)
+	}
+	calls, carried, acks := sb.counts()
+	if carried != n || acks != 0 {
+		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one carried (CarrySettle offered a carrier), no Ack", n, calls, carried, acks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, r := range results {
+		id := r.Signature.UUID
+		if runs[id] != 1 {
+			t.Errorf("carry promise broken: task %d (%s) ran %d times; want once", i, id, runs[id])
+		}
+		if p := rec.path(id); slices.Contains(p, errand.StateSuccess) && slices.Index(p, errand.StateSuccess) != len(p)-1 {
+			t.Errorf("states promise broken: task %s went through %v; SUCCESS must be last", id, p)
+		}
+	}
+	if left := (&carryCase{wcase: w, drv: drv}).fetchDirect(w.queue, n, tm.Prompt/2); len(left) != 0 {
+		t.Errorf("carry promise broken: after every task was settled, the queue still delivered %v; want nothing (each carried settle acks)", left)
+	}
+}

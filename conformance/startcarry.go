@@ -1,0 +1,264 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	"github.com/errand-go/errand/driver"
+)
+
+// Worker/Start/CarriedStart: a broker declaring BrokerCaps.CarryStart
+// (driver.StartCarrier) begins, in the round trip of a fetch, the
+// attempts of the tasks it delivers in the RunWorker pair's backend. A
+// backend no driver can know gets no carrier; a pair the broker cannot
+// carry (nil) is logged and checked no further. Otherwise:
+//
+//   - one carried fetch of six messages, each a task in another state,
+//     starts exactly those driver.Starter's table allows (no state;
+//     PENDING, whose CreatedAt is kept), refuses the others (SUCCESS, a
+//     later attempt's state, another task's name, STARTED under a first
+//     delivery) leaving their states untouched and answering each with its
+//     previous state, and does not try a task outside spec.Tasks;
+//   - a worker of a server on the pair runs 10 tasks without a Start call
+//     of the backend, each run once and ending SUCCESS.
+
+// startTask is the task the case's messages carry.
+const startTask = "conformance.started"
+
+// startingBroker is the broker driver as errand sees it in the case: its
+// StartCarrier forwarded (for the raw backend the recorder wraps), every
+// other optional ability hidden. It counts carried fetches and the starts
+// they made, and records each written STARTED in the task's path.
+type startingBroker struct {
+	errand.Broker
+	carrier driver.StartCarrier
+	held    errand.Backend
+	raw     errand.Backend
+	rec     *recorder
+
+	mu      sync.Mutex
+	fetches int
+	started int
+}
+
+func (b *startingBroker) CarryStart(be driver.Backend) driver.FetchStartFunc {
+	if be == b.held {
+		be = b.raw
+	}
+	fn := b.carrier.CarryStart(be)
+	if fn == nil {
+		return nil
+	}
+	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+		ds, starts, at, err := fn(ctx, queue, limit, lease, spec)
+		b.mu.Lock()
+		b.fetches++
+		b.mu.Unlock()
+		b.rec.mu.Lock()
+		for i, st := range starts {
+			if st != nil && st.Written && i < len(ds) {
+				b.started++
+				b.rec.paths[ds[i].ID] = append(b.rec.paths[ds[i].ID], errand.StateReceived, errand.StateStarted)
+			}
+		}
+		b.rec.mu.Unlock()
+		return ds, starts, at, err
+	}
+}
+
+func (b *startingBroker) counts() (fetches, started int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rec.mu.Lock()
+	defer b.rec.mu.Unlock()
+	return b.fetches, b.started
+}
+
+func carriedStart(t testing.TB, p workerPair) {
+	if !p.broker.Caps.CarryStart {
+		t.Logf("the broker harness does not declare CarryStart: nothing to check (Broker/Capabilities checks that the broker is no driver.StartCarrier)")
+		return
+	}
+	c := newBCase(t, p.broker)
+	carrier, ok := c.drv.(driver.StartCarrier)
+	if !ok {
+		t.Fatalf("capabilities promise broken: the harness declares CarryStart but %T does not implement driver.StartCarrier", c.drv)
+	}
+	stranger := strangerBackend{memorybackend.New(nil)}
+	t.Cleanup(func() { stranger.Close() })
+	if carrier.CarryStart(stranger) != nil {
+		t.Errorf("carry promise broken: CarryStart returned a function for %T, a backend the broker cannot know; want nil (driver.StartCarrier: it would start tasks where that backend never reads them)", stranger)
+	}
+	be := p.backend.New(t, 0)
+	fetch := carrier.CarryStart(be)
+	if fetch == nil {
+		t.Logf("%T does not carry the starts of %T (CarryStart returned nil); errand fetches, then starts, and this case checks nothing more", c.drv, be)
+		return
+	}
+	carriedStartTable(c, be, fetch)
+	startThroughWorker(t, p, c.drv, carrier, be)
+}
+
+// carriedStartTable: one carried fetch of six messages, each finding its task in
+// another state.
+func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc) {
+	created := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	type row struct {
+		what    string
+		prev    *errand.TaskState // nil: none
+		task    string
+		written bool
+		tried   bool
+	}
+	st := func(s errand.State, name string, attempt int) *errand.TaskState {
+		return &errand.TaskState{TaskName: name, State: s, Attempt: attempt, CreatedAt: created}
+	}
+	rows := []row{
+		{what: "no state", written: true, tried: true},
+		{what: "PENDING", prev: st(errand.StatePending, startTask, 1), written: true, tried: true},
+		{what: "SUCCESS", prev: st(errand.StateSuccess, startTask, 1), tried: true},
+		{what: "a later attempt's RETRY", prev: st(errand.StateRetry, startTask, 3), tried: true},
+		{what: "another task's name", prev: st(errand.StatePending, "conformance.other", 1), tried: true},
+		{what: "STARTED under a first delivery", prev: st(errand.StateStarted, startTask, 1), tried: true},
+		{what: "a task outside spec.Tasks", task: "conformance.notstartable"},
+	}
+	byID := map[string]row{}
+	var msgs []errand.Message
+	for i, r := range rows {
+		m := c.msg(fmt.Sprint("start", i), time.Time{})
+		m.Task, m.TaskAttempt = startTask, 1
+		if r.task != "" {
+			m.Task = r.task
+		}
+		if r.prev != nil {
+			r.prev.TaskUUID = m.ID
+			if err := setOne(c.ctx, be, r.prev); err != nil {
+				c.t.Fatalf("SetStates(%s): %v", r.what, err)
+			}
+		}
+		byID[m.ID] = r
+		msgs = append(msgs, m)
+	}
+	c.publish(msgs...)
+	var ds []*driver.Delivery
+	var starts []*driver.StartResult
+	var at time.Time
+	deadline := time.Now().Add(c.tm.Prompt * 5)
+	for len(ds) < len(rows) && time.Now().Before(deadline) {
+		ctx, cancel := context.WithDeadline(c.ctx, deadline)
+		got, s, a, err := fetch(ctx, c.q, len(rows)-len(ds), time.Minute, driver.StartSpec{Tasks: []string{startTask}})
+		cancel()
+		if err != nil {
+			c.t.Fatalf("carried fetch: %v", err)
+		}
+		if s == nil {
+			s = make([]*driver.StartResult, len(got))
+		}
+		if len(s) != len(got) {
+			c.t.Fatalf("carry promise broken: a carried fetch answered %d starts for %d deliveries; want one (or nil) each", len(s), len(got))
+		}
+		ds, starts = append(ds, got...), append(starts, s...)
+		if !a.IsZero() {
+			at = a
+		}
+	}
+	if len(ds) != len(rows) {
+		c.t.Fatalf("carried fetch delivered %d of %d messages within %v", len(ds), len(rows), c.tm.Prompt*5)
+	}
+	for i, d := range ds {
+		r, res := byID[d.ID], starts[i]
+		promise := "carry promise broken: a carried fetch of a task with " + r.what
+		switch {
+		case !r.tried:
+			if res != nil {
+				c.t.Errorf("%s answered a start %+v; want none (its name is not in spec.Tasks)", promise, *res)
+			}
+			if _, err := be.GetState(c.ctx, d.ID); err == nil {
+				c.t.Errorf("%s wrote a state; want none", promise)
+			}
+			continue
+		case res == nil:
+			c.t.Errorf("%s answered no start; want the start decided by driver.Starter's table", promise)
+			continue
+		case res.Err != nil:
+			c.t.Errorf("%s answered %v", promise, res.Err)
+			continue
+		case res.Written != r.written:
+			c.t.Errorf("%s answered written=%v; want %v (driver.Starter's table)", promise, res.Written, r.written)
+		case (res.Prev == nil) != (r.prev == nil) || (res.Prev != nil && (res.Prev.State != r.prev.State || res.Prev.TaskName != r.prev.TaskName)):
+			c.t.Errorf("%s answered the previous state %s; want %s", promise, describeState(res.Prev, nil), describeState(r.prev, nil))
+		}
+		got, err := be.GetState(c.ctx, d.ID)
+		switch {
+		case r.written && (err != nil || got.State != errand.StateStarted || got.TaskName != startTask || got.Attempt != 1):
+			c.t.Errorf("%s left %s; want STARTED (attempt 1, named %s)", promise, describeState(got, err), startTask)
+		case r.written && r.prev != nil && !got.CreatedAt.Equal(created):
+			c.t.Errorf("%s wrote STARTED created at %v; want the previous state's CreatedAt %v", promise, got.CreatedAt, created)
+		case r.written && (at.IsZero() || !got.StartedAt.Equal(at)):
+			c.t.Errorf("%s wrote STARTED started at %v; want the fetch's time %v (the time the carried fetch answered)", promise, got.StartedAt, at)
+		case !r.written && (err != nil || got.State != r.prev.State || got.Attempt != r.prev.Attempt || got.TaskName != r.prev.TaskName):
+			c.t.Errorf("%s changed it to %s; want it untouched", promise, describeState(got, err))
+		}
+	}
+	for _, d := range ds {
+		ackOne(c.ctx, c.b, d)
+	}
+}
+
+// startThroughWorker: a worker of a server on the pair runs 10 tasks, each
+// once, with their attempts started by its fetches, never by a Start call.
+func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.StartCarrier, be errand.Backend) {
+	tm := p.broker.Timing
+	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
+	held := rec.backend()
+	sb := &startingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
+	w := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: drv, rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
+	srv, err := errand.NewServer(errand.Config{Broker: sb, Backend: held, DefaultQueue: w.queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = srv
+	rec.checkPaths(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	w.register(startTask, func(ctx context.Context, i int) (int, error) {
+		ti, _ := errand.TaskInfoFrom(ctx)
+		mu.Lock()
+		runs[ti.UUID]++
+		mu.Unlock()
+		return i, nil
+	})
+	const n = 10
+	results := make([]*errand.AsyncResult, n)
+	for i := range n {
+		results[i] = w.send(errand.NewSignature(startTask, i))
+	}
+	wk := w.start(errand.WorkerConfig{})
+	for i, r := range results {
+		var got int
+		if err := r.GetInto(w.ctx, &got); err != nil || got != i {
+			t.Fatalf("carry promise broken: task %d ended %d, %v; want %d", i, got, err, i)
+		}
+	}
+	sctx, cancel := context.WithTimeout(w.ctx, tm.Prompt*10)
+	defer cancel()
+	if err := wk.Shutdown(sctx); err != nil {
+		t.Fatalf("worker shutdown: %v", err)
+	}
+	fetches, started := sb.counts()
+	if starts := rec.writeCalls()["Start"]; started != n || starts != 0 {
+		t.Errorf("carry promise broken: %d tasks were started by %d carried fetches (%d starts) and %d Start calls of the backend; want every one started by the fetches (CarryStart offered a carrier), no Start call", n, fetches, started, starts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, r := range results {
+		if id := r.Signature.UUID; runs[id] != 1 {
+			t.Errorf("carry promise broken: task %d (%s) ran %d times; want once", i, id, runs[id])
+		}
+	}
+}
