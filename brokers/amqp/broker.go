@@ -88,6 +88,9 @@ type Broker struct {
 	cmu     sync.Mutex
 	pullers map[string]*puller
 
+	kmu   sync.Mutex
+	known map[string]struct{} // errand queues published to, fetched from or named by an operator call
+
 	chLocks  sync.Map // *amqp.Channel → chan struct{}: one synchronous call at a time (session.call)
 	rets     sync.Map // publishing *amqp.Channel → its chan amqp.Return
 	returned sync.Map // publish token → RabbitMQ's reply text: messages it could not route
@@ -118,7 +121,7 @@ const (
 // call dials, and every call dials again after a lost connection. Open
 // checks the server at once instead.
 func New(url string, opts *Options) *Broker {
-	b := &Broker{url: url, declared: map[string]time.Time{}, pullers: map[string]*puller{}, done: make(chan struct{})}
+	b := &Broker{url: url, declared: map[string]time.Time{}, pullers: map[string]*puller{}, known: map[string]struct{}{}, done: make(chan struct{})}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -205,12 +208,14 @@ func (b *Broker) queueArgs(name string) amqp.Table {
 	return a
 }
 
-func (b *Broker) deadArgs() amqp.Table {
-	if b.opts.Classic {
-		return nil
-	}
-	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
-}
+// deadArgs are the arguments of NAME.dead, the archive: a classic queue
+// whatever the queue's type, since browsing gives every entry back
+// (basic.nack, requeue) and a classic queue puts it back in its place
+// without counting a delivery, where a quorum queue counts each give-back
+// towards a delivery limit (RabbitMQ 4.0 sets one by default) that would
+// drop archived entries after some browses.
+// Declared without x-queue-type: the server's default, classic.
+func (b *Broker) deadArgs() amqp.Table { return nil }
 
 // delayArgs are the arguments of a delay level: every message expires
 // after the level's TTL and is dead-lettered, through the default
