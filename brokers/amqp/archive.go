@@ -54,8 +54,9 @@ func (b *Broker) browseLock(ctx context.Context, dead string) (unlock func(), er
 // when it ran out while the entry was being sent: the entry is then kept
 // and the message may also run again). It then drops from the head of
 // the archive the entries past keep.MaxCount and those archived more than
-// keep.MaxAge ago. An earlier entry of the same ID is dropped by the next
-// browse (Archived, ArchivedEntry, Requeue, DeleteArchived).
+// keep.MaxAge ago (a failure there is logged: the entry is archived). An
+// earlier entry of the same ID is dropped by the next browse (Archived,
+// ArchivedEntry, Requeue, DeleteArchived).
 func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error {
 	if err := b.checkClosed(); err != nil {
 		return err
@@ -92,7 +93,11 @@ func (b *Broker) Archive(ctx context.Context, d *driver.Delivery, e driver.Archi
 		return err
 	}
 	if keep.MaxCount > 0 || keep.MaxAge > 0 {
-		return b.trim(ctx, name, keep)
+		// The entry is archived and the delivery acked: a failed trim is
+		// not Archive's failure (the next Archive trims again).
+		if err := b.trim(ctx, name, keep); err != nil {
+			b.log.Warn("amqp broker: drop archive entries past the retention", "queue", d.Queue, "err", err)
+		}
 	}
 	return nil
 }

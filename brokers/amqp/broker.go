@@ -214,8 +214,12 @@ func (b *Broker) queueArgs(name string) amqp.Table {
 // without counting a delivery, where a quorum queue counts each give-back
 // towards a delivery limit (RabbitMQ 4.0 sets one by default) that would
 // drop archived entries after some browses.
-// Declared without x-queue-type: the server's default, classic.
-func (b *Broker) deadArgs() amqp.Table { return nil }
+// Declared with x-queue-type classic, so a vhost whose default queue type
+// is quorum (RabbitMQ 3.11+) still makes it classic; RabbitMQ takes it as
+// equivalent to a classic queue declared without the argument.
+func (b *Broker) deadArgs() amqp.Table {
+	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}
+}
 
 // delayArgs are the arguments of a delay level: every message expires
 // after the level's TTL and is dead-lettered, through the default

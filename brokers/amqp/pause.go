@@ -43,7 +43,7 @@ func (b *Broker) Pause(ctx context.Context, queue string) error {
 	defer cancel()
 	m := pausedName(b.queueName(queue))
 	err := b.con.do(ctx, func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(m, true, false, false, false, nil)
+		_, err := ch.QueueDeclare(m, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic})
 		return err
 	})
 	if err != nil {
@@ -120,6 +120,7 @@ func (b *Broker) markers(ctx context.Context, qs []string, found func(q string))
 		}()
 		for _, q := range qs {
 			if ch == nil {
+				var err error
 				if ch, err = conn.Channel(); err != nil {
 					return fmt.Errorf("amqp broker: open channel: %w", err)
 				}

@@ -111,8 +111,10 @@ func TestAMQPBroker(t *testing.T) {
 	if ps, err := srv.Paused(ctx); err != nil || !slices.Contains(ps, d.queue) {
 		t.Fatalf("after pause %s: want Paused to list it, got %v, %v", d.queue, ps, err)
 	}
+	// The worker polls every 20 ms: it sees the pause within a few polls,
+	// and a task sent then waits. Time passing is the event.
+	time.Sleep(200 * time.Millisecond)
 	id := d.send("add", 0, 20, 22)
-	// The worker polls every 20 ms: time passing is the event.
 	time.Sleep(300 * time.Millisecond)
 	if st, err := backend.GetState(ctx, id); err != nil || st.State != errand.StatePending {
 		t.Errorf("a task sent to a paused queue is %+v, %v; want PENDING", st, err)
