@@ -98,6 +98,12 @@ func TestAMQPBroker(t *testing.T) {
 		t.Errorf("requeue %s on amqp://: want a count of 1, got:\n%s", b, r)
 	}
 	d.fails(1, []string{"not in the archive"}, "requeue", a, "-q", d.queue)
+	// Without -q the command would look for the task in every queue, which
+	// AMQP cannot list: show gives the backend's record alone.
+	if r := d.ok("show", c); !strings.Contains(r.stdout, "no list of the queue holds it") || !strings.Contains(r.stdout, "FAILURE") {
+		t.Errorf("show %s without -q on amqp://: want the backend's record and no list, got:\n%s", c, r)
+	}
+	d.fails(1, []string{"not in the archive of queue"}, "requeue", c) // the default queue's
 	d.archived(b, c) // b failed again, for good
 	if got := d.list(errand.ListArchived); len(got) != 2 || !slices.Contains(got, b) || !slices.Contains(got, c) {
 		t.Errorf("after delete %s and requeue %s (which fails again): want %s and %s archived, got %v", a, b, b, c, got)
