@@ -104,7 +104,7 @@ func TestAMQPBroker(t *testing.T) {
 		t.Errorf("show %s without -q on amqp://: want the backend's record and no list, got:\n%s", c, r)
 	}
 	d.fails(1, []string{"not in the archive of queue"}, "requeue", c) // the default queue's
-	d.archived(b, c) // b failed again, for good
+	d.archived(b, c)                                                  // b failed again, for good
 	if got := d.list(errand.ListArchived); len(got) != 2 || !slices.Contains(got, b) || !slices.Contains(got, c) {
 		t.Errorf("after delete %s and requeue %s (which fails again): want %s and %s archived, got %v", a, b, b, c, got)
 	}
