@@ -103,8 +103,9 @@ func TestAMQPBroker(t *testing.T) {
 	if r := d.ok("show", c); !strings.Contains(r.stdout, "no list of the queue holds it") || !strings.Contains(r.stdout, "FAILURE") {
 		t.Errorf("show %s without -q on amqp://: want the backend's record and no list, got:\n%s", c, r)
 	}
-	d.fails(1, []string{"not in the archive of queue"}, "requeue", c) // the default queue's
-	d.archived(b, c)                                                  // b failed again, for good
+	// requeue without -q acts on the default queue, where c is not.
+	d.fails(1, []string{"not in the archive of queue"}, "requeue", c)
+	d.archived(b, c) // b failed again, for good
 	if got := d.list(errand.ListArchived); len(got) != 2 || !slices.Contains(got, b) || !slices.Contains(got, c) {
 		t.Errorf("after delete %s and requeue %s (which fails again): want %s and %s archived, got %v", a, b, b, c, got)
 	}
