@@ -38,7 +38,7 @@ func TestAMQPBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   conformance.BrokerCaps{MaxPayload: 1 << 20, MaxDelay: maxDelay, DetectsLostLease: true, Durable: true, Purge: true, Stats: true},
+		Caps:   conformance.BrokerCaps{MaxPayload: 1 << 20, MaxDelay: maxDelay, DetectsLostLease: true, Durable: true, Purge: true, Stats: true, Archive: true, Pause: true},
 		Timing: conformance.Timing{Lease: time.Second, Delay: 500 * time.Millisecond, DelayBound: 400 * time.Millisecond, Prompt: 2 * time.Second},
 	}
 	backend := conformance.BackendHarness{

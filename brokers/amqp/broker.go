@@ -88,6 +88,9 @@ type Broker struct {
 	cmu     sync.Mutex
 	pullers map[string]*puller
 
+	kmu   sync.Mutex
+	known map[string]struct{} // errand queues published to, fetched from or named by an operator call
+
 	chLocks  sync.Map // *amqp.Channel → chan struct{}: one synchronous call at a time (session.call)
 	rets     sync.Map // publishing *amqp.Channel → its chan amqp.Return
 	returned sync.Map // publish token → RabbitMQ's reply text: messages it could not route
@@ -118,7 +121,7 @@ const (
 // call dials, and every call dials again after a lost connection. Open
 // checks the server at once instead.
 func New(url string, opts *Options) *Broker {
-	b := &Broker{url: url, declared: map[string]time.Time{}, pullers: map[string]*puller{}, done: make(chan struct{})}
+	b := &Broker{url: url, declared: map[string]time.Time{}, pullers: map[string]*puller{}, known: map[string]struct{}{}, done: make(chan struct{})}
 	if opts != nil {
 		b.opts = *opts
 	}
@@ -205,11 +208,17 @@ func (b *Broker) queueArgs(name string) amqp.Table {
 	return a
 }
 
+// deadArgs are the arguments of NAME.dead, the archive: a classic queue
+// whatever the queue's type, since browsing gives every entry back
+// (basic.nack, requeue) and a classic queue puts it back in its place
+// without counting a delivery, where a quorum queue counts each give-back
+// towards a delivery limit (RabbitMQ 4.0 sets one by default) that would
+// drop archived entries after some browses.
+// Declared with x-queue-type classic, so a vhost whose default queue type
+// is quorum (RabbitMQ 3.11+) still makes it classic; RabbitMQ takes it as
+// equivalent to a classic queue declared without the argument.
 func (b *Broker) deadArgs() amqp.Table {
-	if b.opts.Classic {
-		return nil
-	}
-	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic}
 }
 
 // delayArgs are the arguments of a delay level: every message expires

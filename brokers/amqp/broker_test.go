@@ -54,7 +54,7 @@ func harness(url string, opts amqpbroker.Options) conformance.BrokerHarness {
 		Caps: conformance.BrokerCaps{
 			MaxPayload: 1 << 20, MaxDelay: testMaxDelay,
 			Priority: opts.Classic && opts.MaxPriority > 0, DetectsLostLease: true, Durable: true,
-			Purge: true, Stats: true,
+			Purge: true, Stats: true, Archive: true, Pause: true,
 		},
 		Timing: conformance.Timing{Lease: time.Second, Delay: 500 * time.Millisecond, DelayBound: 400 * time.Millisecond, Prompt: 2 * time.Second},
 		PushRaw: func(t testing.TB, b errand.Broker, queue string, raw []byte) bool {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,6 +25,8 @@ type puller struct {
 	b     *Broker
 	queue string // errand's name
 	name  string // the AMQP queue
+
+	pauseChecked atomic.Bool // a Fetch checked the queue's pause marker
 
 	mu        sync.Mutex
 	ch        *amqp.Channel // nil when none is open
@@ -108,6 +111,15 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 	p, err := b.puller(queue)
 	if err != nil {
 		return nil, err
+	}
+	if p.pauseChecked.CompareAndSwap(false, true) {
+		// The first Fetch of the queue: a worker that starts on a paused
+		// queue asked Paused before its Broker knew the queue.
+		b.know(queue)
+		if err := b.waitResumed(ctx, queue); err != nil {
+			p.pauseChecked.Store(false)
+			return nil, err
+		}
 	}
 	p.mu.Lock()
 	p.waiting++

@@ -16,8 +16,8 @@
 // One durable queue per routing key, PREFIX+key, quorum by default
 // (Options.Classic for classic queues, which Options.MaxPriority gives
 // priorities), published to through the default exchange with publisher
-// confirms; rejected messages go to PREFIX+key+".dead" with their reason in
-// the errand-reason header. Queues are declared on first use; a publish
+// confirms; rejected and archived messages go to PREFIX+key+".dead" with
+// their reason in the errand-reason header. Queues are declared on first use; a publish
 // RabbitMQ returns as unroutable (a queue deleted since) declares again and
 // is sent once more.
 //
@@ -46,9 +46,16 @@
 // # Limits and abilities
 //
 // Bodies up to Options.MaxPayload (16 MiB). Stats (InFlight counts only this
-// process's deliveries) and Purge; AMQP cannot list queues or messages,
-// keep an archive, a pause flag or heartbeats, so those calls return an
-// error satisfying errors.Is(err, errors.ErrUnsupported). While RabbitMQ
+// process's deliveries) and Purge. The archive (driver.Archiver) is the
+// classic queue PREFIX+key+".dead", browsed: every entry taken with
+// basic.get and given back but those a call removes; browses are
+// serialised within a process, two processes browsing at once each see
+// part of it, and Requeue publishes before it removes (a crash between
+// sends twice). Pause (driver.Pauser) declares the marker queue
+// PREFIX+key+".paused"; Paused lists the paused queues among those the
+// Broker has used, and the first Fetch of a paused queue waits. AMQP cannot
+// list queues or pending messages, or keep heartbeats, so those calls
+// return an error satisfying errors.Is(err, errors.ErrUnsupported). While RabbitMQ
 // blocks publishing (a memory or disk alarm) publishing calls fail with
 // ErrBlocked; deliveries and acks use another connection and go on.
 package amqpbroker

@@ -35,6 +35,7 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	var st driver.QueueStats
+	b.know(queue)
 	name := b.queueName(queue)
 	var err error
 	if st.Dead, err = b.declareCount(ctx, deadName(name), b.deadArgs()); err != nil {
@@ -70,6 +71,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
+	b.know(queue)
 	name := b.queueName(queue)
 	if err := b.ensureQueue(ctx, name); err != nil {
 		return 0, err

@@ -83,6 +83,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 			return fmt.Errorf("amqp broker: message %q: %d bytes: %w", m.ID, len(m.Body), driver.ErrPayloadTooLarge)
 		}
 		outs[i] = outgoing{queue: b.queueName(m.Queue), p: publishing(m, 0)}
+		b.know(m.Queue)
 	}
 	return b.send(ctx, outs)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +14,10 @@ import (
 )
 
 // TestAMQPBroker: the command on an amqp:// broker (ERRAND_AMQP_URL) with
-// the Redis backend: what the AMQP broker declares (stats, purge) works,
-// and what it cannot do (listing queues or tasks, pausing) fails with one
-// clear line saying the broker does not support it.
+// the Redis backend: what the AMQP broker declares (stats, purge, the
+// archive, pause) works, and what it cannot do (listing queues, pending
+// tasks or workers) fails with one clear line saying the broker does not
+// support it.
 func TestAMQPBroker(t *testing.T) {
 	t.Parallel()
 	raw := os.Getenv("ERRAND_AMQP_URL")
@@ -67,7 +69,65 @@ func TestAMQPBroker(t *testing.T) {
 	if st != (queueJSON{Name: d.queue}) {
 		t.Errorf("stats after purge: want nothing left, got %+v", st)
 	}
-	for _, args := range [][]string{{"queues"}, {"ls", "-q", d.queue, "pending"}, {"pause", d.queue}, {"ls", "-q", d.queue, "archived"}} {
+	for _, args := range [][]string{{"queues"}, {"ls", "-q", d.queue, "pending"}, {"workers"}} {
 		d.fails(1, []string{"does not support"}, args...)
+	}
+
+	// The archive: NAME.dead, browsed.
+	d.worker(map[string]any{"fail": failing, "add": func(a, b int) (int, error) { return a + b, nil }})
+	a, b, c := d.send("fail", 0), d.send("fail", 0), d.send("fail", 0)
+	d.archived(a, b, c)
+	r = d.ok("ls", "archived", "-q", d.queue)
+	for _, id := range []string{a, b, c} {
+		if !strings.Contains(r.stdout, id) {
+			t.Errorf("ls archived -q %s on amqp://: want %s listed, got:\n%s", d.queue, id, r)
+		}
+	}
+	r = d.ok("show", a, "-q", d.queue)
+	for _, want := range []string{a, "archived", "boom:"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show %s -q %s on amqp://: want %q in it, got:\n%s", a, d.queue, want, r)
+		}
+	}
+	r = d.ok("delete", a, "-q", d.queue)
+	if !strings.Contains(r.stdout, "deleted "+a) {
+		t.Errorf("delete %s on amqp://: want it named as deleted, got:\n%s", a, r)
+	}
+	r = d.ok("requeue", b, "-q", d.queue)
+	if !strings.Contains(r.stdout, "requeued 1 archived tasks") {
+		t.Errorf("requeue %s on amqp://: want a count of 1, got:\n%s", b, r)
+	}
+	d.fails(1, []string{"not in the archive"}, "requeue", a, "-q", d.queue)
+	// Without -q the command would look for the task in every queue, which
+	// AMQP cannot list: show gives the backend's record alone.
+	if r := d.ok("show", c); !strings.Contains(r.stdout, "no list of the queue holds it") || !strings.Contains(r.stdout, "FAILURE") {
+		t.Errorf("show %s without -q on amqp://: want the backend's record and no list, got:\n%s", c, r)
+	}
+	// requeue without -q acts on the default queue, where c is not.
+	d.fails(1, []string{"not in the archive of queue"}, "requeue", c)
+	d.archived(b, c) // b failed again, for good
+	if got := d.list(errand.ListArchived); len(got) != 2 || !slices.Contains(got, b) || !slices.Contains(got, c) {
+		t.Errorf("after delete %s and requeue %s (which fails again): want %s and %s archived, got %v", a, b, b, c, got)
+	}
+
+	// Pause: a marker queue NAME.paused, seen by the worker's poller.
+	r = d.ok("pause", d.queue)
+	if !strings.Contains(r.stdout, "paused queue") {
+		t.Errorf("pause on amqp://: want it to say so, got:\n%s", r)
+	}
+	if ps, err := srv.Paused(ctx); err != nil || !slices.Contains(ps, d.queue) {
+		t.Fatalf("after pause %s: want Paused to list it, got %v, %v", d.queue, ps, err)
+	}
+	// The worker polls every 20 ms: it sees the pause within a few polls,
+	// and a task sent then waits. Time passing is the event.
+	time.Sleep(200 * time.Millisecond)
+	id := d.send("add", 0, 20, 22)
+	time.Sleep(300 * time.Millisecond)
+	if st, err := backend.GetState(ctx, id); err != nil || st.State != errand.StatePending {
+		t.Errorf("a task sent to a paused queue is %+v, %v; want PENDING", st, err)
+	}
+	d.ok("resume", d.queue)
+	if st := d.state(id, errand.StateSuccess); string(st.Results[0].Value) != "42" {
+		t.Errorf("task sent while paused: want 42 after resume, got %+v", st.Results)
 	}
 }
