@@ -1,6 +1,7 @@
 package errand
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -20,22 +21,40 @@ type leaseParams struct {
 	report func(err error, msg string, attrs ...any)
 }
 
-// leaseExtender renews the leases of the deliveries a worker holds, one
-// goroutine per delivery from its fetch (or its runner picking it up)
-// until it is settled. It owns those goroutines: wait returns once every
-// one has returned.
+// leaseExtender renews the leases of the deliveries a worker holds, from
+// each one's fetch (or its runner picking it up) until it is settled. One
+// goroutine (loop) serves them all: it keeps the extensions in a heap by
+// their next renewal and sleeps until the earliest; a renewal that comes
+// due runs in a goroutine of its own, so one slow call holds no other.
+// A task that ends within ExtendEvery costs no goroutine and no timer.
+// The loop runs while there are extensions to renew. It owns those
+// goroutines: wait returns once every one has returned.
 type leaseExtender struct {
 	leaseParams
-	wg sync.WaitGroup
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	due  extHeap       // the extensions waiting for their next renewal
+	on   bool          // the loop is running
+	wake chan struct{} // tells the loop the heap's earliest changed
 }
 
-func newLeaseExtender(p leaseParams) *leaseExtender { return &leaseExtender{leaseParams: p} }
+func newLeaseExtender(p leaseParams) *leaseExtender {
+	return &leaseExtender{leaseParams: p, wake: make(chan struct{}, 1)}
+}
 
-// extension is the renewal of one delivery's lease.
+// extension is the renewal of one delivery's lease. Its fields other than
+// lost and lose are guarded by its extender's mu, except leaseEnd and
+// outage, which only its renewal (one at a time) uses.
 type extension struct {
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
+	x        *leaseExtender
+	d        *driver.Delivery
+	next     time.Time // when its next renewal is due
+	index    int       // its place in the extender's heap; -1: not in it
+	leaseEnd time.Time // when the lease runs out on the worker's clock
+	outage   bool      // a renewal failed and none has succeeded since
+	stopped  bool
+	quit     chan struct{} // made when a renewal starts; closed by stop
+	running  sync.WaitGroup
 	// lost is cancelled, with a cause wrapping ErrLeaseLost, once the
 	// lease is known lost; the task's ctx follows it (taskContext).
 	lost context.Context
@@ -53,10 +72,28 @@ func (e *extension) lostCause() error {
 
 // stop ends the renewals: none starts after it returns (one under way
 // ends by its own deadline). Calling it again does nothing.
-func (e *extension) stop() { e.once.Do(func() { close(e.quit) }) }
+func (e *extension) stop() {
+	x := e.x
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	e.stopped = true
+	if e.quit != nil {
+		close(e.quit)
+	}
+	if e.index >= 0 {
+		first := e.index == 0
+		heap.Remove(&x.due, e.index)
+		if first {
+			x.poke() // the loop may sleep until e's time, or end
+		}
+	}
+}
 
-// wait returns once the renewing goroutine has returned (after stop).
-func (e *extension) wait() { <-e.done }
+// wait returns once no renewal is under way (after stop).
+func (e *extension) wait() { e.running.Wait() }
 
 // halt stops the renewals and waits for them: no renewal can follow.
 func (e *extension) halt() {
@@ -64,7 +101,7 @@ func (e *extension) halt() {
 	e.wait()
 }
 
-// wait returns once every extension's goroutine has returned.
+// wait returns once every goroutine of the extender has returned.
 func (x *leaseExtender) wait() { x.wg.Wait() }
 
 // start renews d's lease every ExtendEvery until the extension is
@@ -86,29 +123,121 @@ func (x *leaseExtender) wait() { x.wg.Wait() }
 // before, so the worker's clock believes it ends later than it does by the
 // reply's trip at most, not by the time the delivery waited for a runner.
 func (x *leaseExtender) start(d *driver.Delivery, got time.Time) *extension {
+	now := time.Now()
 	if got.IsZero() {
-		got = time.Now()
+		got = now
 	}
-	e := &extension{quit: make(chan struct{}), done: make(chan struct{})}
+	e := &extension{x: x, d: d, index: -1, leaseEnd: got.Add(x.lease), next: now.Add(x.every)}
 	e.lost, e.lose = context.WithCancelCause(context.Background())
-	x.wg.Go(func() {
-		defer close(e.done)
-		x.renew(d, e, got)
-	})
+	x.mu.Lock()
+	x.schedule(e)
+	x.mu.Unlock()
 	return e
 }
 
-func (x *leaseExtender) renew(d *driver.Delivery, e *extension, got time.Time) {
-	quit := e.quit
-	every := x.every
-	leaseEnd := got.Add(x.lease) // see start
+// schedule puts e in the heap at its next time and has the loop run (or
+// look again, when e comes first). x.mu is held.
+func (x *leaseExtender) schedule(e *extension) {
+	heap.Push(&x.due, e)
+	if !x.on {
+		x.on = true
+		x.wg.Add(1)
+		go x.loop()
+		return
+	}
+	if e.index == 0 {
+		x.poke()
+	}
+}
+
+// poke wakes the loop without blocking. x.mu is held.
+func (x *leaseExtender) poke() {
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop starts each extension's renewal when it comes due; it returns when
+// no extension waits (schedule starts it again) or every call is
+// cancelled.
+func (x *leaseExtender) loop() {
+	defer x.wg.Done()
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		x.mu.Lock()
+		if len(x.due) == 0 || x.calls.Err() != nil {
+			x.on = false
+			x.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		for len(x.due) > 0 && !x.due[0].next.After(now) {
+			e := heap.Pop(&x.due).(*extension)
+			if e.quit == nil {
+				e.quit = make(chan struct{})
+			}
+			e.running.Add(1)
+			x.wg.Add(1)
+			go x.renew(e)
+		}
+		var sleep time.Duration
+		if len(x.due) > 0 {
+			sleep = x.due[0].next.Sub(now)
+		}
+		x.mu.Unlock()
+		if sleep == 0 {
+			continue // nothing waits: end, unless a renewal put one back
+		}
+		if t == nil {
+			t = time.NewTimer(sleep)
+		} else {
+			t.Reset(sleep)
+		}
+		select {
+		case <-t.C:
+		case <-x.wake:
+		case <-x.calls.Done():
+		}
+	}
+}
+
+// renew makes one renewal of e's lease (with its retries), then puts e
+// back in the heap for the next unless it was stopped or the lease lost.
+func (x *leaseExtender) renew(e *extension) {
+	defer x.wg.Done()
+	defer e.running.Done()
+	if !x.renewOnce(e) {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	e.next = e.next.Add(x.every)
+	if now := time.Now(); e.next.Before(now) {
+		e.next = now // a late renewal: the next is due at once, as a ticker's
+	}
+	x.schedule(e)
+}
+
+// renewOnce extends e's lease, retrying as start says; it reports whether
+// the renewals go on.
+func (x *leaseExtender) renewOnce(e *extension) bool {
+	d, quit, every := e.d, e.quit, x.every
 	extend := func() error {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(x.calls, min(every/2, x.bound))
 		defer cancel()
 		err := x.broker.Extend(ctx, d, x.lease)
 		if err == nil {
-			leaseEnd = start.Add(x.lease) // granted no earlier than the call began
+			e.leaseEnd = start.Add(x.lease) // granted no earlier than the call began
 		}
 		return err
 	}
@@ -123,56 +252,72 @@ func (x *leaseExtender) renew(d *driver.Delivery, e *extension, got time.Time) {
 			return false
 		}
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	outage := false // a renewal failed and none has succeeded since
 	retryable := func(err error) bool {
 		return err != nil && !errors.Is(err, driver.ErrLeaseLost) && !errors.Is(err, ErrClosed) && x.calls.Err() == nil
 	}
-	for {
-		select {
-		case <-quit:
-			return
-		case <-x.calls.Done():
-			return // the settle grace is over: no call can be made
-		case <-t.C:
-		}
-		err := extend()
-		for wait := every / 20; retryable(err); wait = min(2*wait, every/10) {
-			if !outage {
-				outage = true
-				x.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(leaseEnd))
-			}
-			left := time.Until(leaseEnd)
-			if left <= 0 {
-				// The lease has run out on our clock (the last try was made
-				// as it did): the broker may hand the message to another
-				// consumer, if it has not already.
-				cause := fmt.Errorf("%w: message %q on queue %q: lease of %v not renewed in time (last error: %v); the task may run again elsewhere", ErrLeaseLost, d.ID, d.Queue, x.lease, err)
-				e.lose(cause)
-				x.report(cause, "errand: lease ran out during an outage; the task's ctx is cancelled", "message", d.ID, "queue", d.Queue)
-				return
-			}
-			if !sleep(min(wait, left)) {
-				return
-			}
-			err = extend()
-		}
-		switch {
-		case err == nil:
-			outage = false
-		case errors.Is(err, driver.ErrLeaseLost) && stopped(quit):
-			// The delivery was settled (acked or released) while this
-			// renewal was under way: nothing is lost, nothing to report.
-			return
-		case errors.Is(err, driver.ErrLeaseLost):
-			e.lose(err)
-			x.report(err, "errand: lease lost; no longer extended, the task's ctx is cancelled (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
-			return
-		case errors.Is(err, ErrClosed):
-			return
-		}
+	if stopped(quit) || x.calls.Err() != nil {
+		return false
 	}
+	err := extend()
+	for wait := every / 20; retryable(err); wait = min(2*wait, every/10) {
+		if !e.outage {
+			e.outage = true
+			x.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(e.leaseEnd))
+		}
+		left := time.Until(e.leaseEnd)
+		if left <= 0 {
+			// The lease has run out on our clock (the last try was made
+			// as it did): the broker may hand the message to another
+			// consumer, if it has not already.
+			cause := fmt.Errorf("%w: message %q on queue %q: lease of %v not renewed in time (last error: %v); the task may run again elsewhere", ErrLeaseLost, d.ID, d.Queue, x.lease, err)
+			e.lose(cause)
+			x.report(cause, "errand: lease ran out during an outage; the task's ctx is cancelled", "message", d.ID, "queue", d.Queue)
+			return false
+		}
+		if !sleep(min(wait, left)) {
+			return false
+		}
+		err = extend()
+	}
+	switch {
+	case err == nil:
+		e.outage = false
+		return true
+	case errors.Is(err, driver.ErrLeaseLost) && stopped(quit):
+		// The delivery was settled (acked or released) while this
+		// renewal was under way: nothing is lost, nothing to report.
+		return false
+	case errors.Is(err, driver.ErrLeaseLost):
+		e.lose(err)
+		x.report(err, "errand: lease lost; no longer extended, the task's ctx is cancelled (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
+		return false
+	default: // ErrClosed, or every call cancelled
+		return false
+	}
+}
+
+// extHeap orders extensions by their next renewal (container/heap).
+type extHeap []*extension
+
+func (h extHeap) Len() int           { return len(h) }
+func (h extHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h extHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *extHeap) Push(v any) {
+	e := v.(*extension)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *extHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.index = -1
+	*h = old[:len(old)-1]
+	return e
 }
 
 // stopped reports whether quit is closed.

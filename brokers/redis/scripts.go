@@ -217,6 +217,25 @@ const (
 	startRefused = 2
 )
 
+// luaMany defines many(cmd, key, list, step): run cmd on key with the
+// arguments of list, MANY_ARGS of them (a multiple of step, 1 if nil) to
+// a command, so that no call unpacks more than Lua's stack holds; returns
+// the replies' elements joined (HMGET: one per field, false for none).
+const luaMany = `
+local MANY_ARGS = 1000
+local function many(cmd, key, list, step)
+  local out, n = {}, #list
+  local chunk = MANY_ARGS * (step or 1)
+  for i = 1, n, chunk do
+    local r = redis.call(cmd, key, unpack(list, i, math.min(i + chunk - 1, n)))
+    if type(r) == 'table' then
+      for j = 1, #r do out[#out + 1] = r[j] end
+    end
+  end
+  return out
+end
+`
+
 // luaStart defines, after luaNow and over the locals statePrefix, expiry
 // and startable of fetchScript's prologue:
 //
@@ -338,7 +357,7 @@ local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonum
 local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
 local startable = {}
 for i = 10, #ARGV do startable[ARGV[i]] = true end
-`, luaNow, luaPush, luaForget, luaArchive, luaStart, `
+`, luaNow, luaMany, luaPush, luaForget, luaArchive, luaStart, `
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
 for _, id in ipairs(due) do
   redis.call('ZREM', delayed, id)
@@ -364,7 +383,7 @@ local function setAside(id, env, size, p)
   forget(id, taskID)
   keepArchived(taskID, now, meta .. '}\n' .. env, maxCount, maxAge)
 end
-local out, leased, aside, foreign = {}, 0, 0, 0
+local out, leased, aside, foreign, seen = {}, 0, 0, 0, {}
 local deadline = now + lease
 while leased < want and aside < batch do
   local got, prios = {}, {}
@@ -380,15 +399,14 @@ while leased < want and aside < batch do
     end
   end
   if #got == 0 then break end
+  -- One HMGET reads the round's envelopes (false: none, foreign text).
+  local envs = many('HMGET', msgs, got)
+  local lids, lenvs, lps = {}, {}, {}
   for i, id in ipairs(got) do
     local p = prios[i] or 0
-    local env
-    -- The envelope's length (0: none, an envelope is never empty) before
-    -- its body: a body within the bound is read once, below.
-    local size = redis.call('HSTRLEN', msgs, id)
-    if size > 0 then
-      if maxPayload > 0 and size - 1 > maxPayload then
-        env = redis.call('HGET', msgs, id)
+    local env = envs[i]
+    if env then
+      if maxPayload > 0 then
         local nl = string.find(env, '\n', 1, true) or 0
         if #env - nl > maxPayload then
           setAside(id, env, #env - nl, p)
@@ -414,14 +432,28 @@ while leased < want and aside < batch do
         env = false
       end
     end
-    if env ~= false then
-      env = env or redis.call('HGET', msgs, id)
-      -- The token starts with the delivery's number, so List can give the
-      -- in-flight messages in delivery order.
-      local tok = redis.call('INCR', seq) .. ':' .. random
-      redis.call('ZADD', inflight, deadline, id)
-      redis.call('HSET', tokens, id, tok)
-      local n = redis.call('HINCRBY', count, id, 1)
+    -- A message on the due lists twice is leased once.
+    if env and not seen[id] then
+      seen[id] = true
+      local k = #lids + 1
+      lids[k], lenvs[k], lps[k] = id, env, p
+    end
+  end
+  if #lids > 0 then
+    -- The round's leases in one command per key: deliveries so far
+    -- (HMGET, then HSET), tokens numbered from one INCRBY (the token
+    -- starts with the delivery's number, so List can give the in-flight
+    -- messages in delivery order), the deadlines (ZADD).
+    local counts = many('HMGET', count, lids)
+    local base = redis.call('INCRBY', seq, #lids) - #lids
+    local zargs, targs, cargs = {}, {}, {}
+    for i, id in ipairs(lids) do
+      local env = lenvs[i]
+      local tok = (base + i) .. ':' .. random
+      local n = (tonumber(counts[i]) or 0) + 1
+      zargs[2 * i - 1], zargs[2 * i] = deadline, id
+      targs[2 * i - 1], targs[2 * i] = id, tok
+      cargs[2 * i - 1], cargs[2 * i] = id, n
       local began, prev, as = NOT_TRIED, false, false
       if statePrefix ~= '' then
         began, prev, as = begin(id, string.match(env, '^([^\n]*)\n'), n == 1)
@@ -430,12 +462,15 @@ while leased < want and aside < batch do
       out[#out + 1] = env
       out[#out + 1] = tok
       out[#out + 1] = n
-      out[#out + 1] = p
+      out[#out + 1] = lps[i]
       out[#out + 1] = began
       out[#out + 1] = prev
       out[#out + 1] = as
       leased = leased + 1
     end
+    many('ZADD', inflight, zargs, 2)
+    many('HSET', tokens, targs, 2)
+    many('HSET', count, cargs, 2)
   end
 end
 if #out > 0 then
@@ -495,27 +530,65 @@ local function forget(id, taskID)
 end
 `
 
-// luaAck defines, after luaNow, luaSettled and luaForget and over the
-// locals tokens, msgs, done, acked and keep of the script's prologue:
+// luaAck defines, after luaNow, luaSettled and luaMany and over the
+// locals inflight, tokens, msgs, count, prio, ids, done, acked and keep
+// of the script's prologue:
 //
-//	ackOne(id, token): ack message id if token is its current lease
-//	  token (forget it, keep its envelope on K:done): SETTLED, else
-//	  LEASE_LOST
-//	ackDone(): count the acks in K:acked and trim K:done, once at the end
+//	ackAll(list, tokens): ack each message list[i] whose current lease
+//	  token is tokens[i] (forget it, keep its envelope on K:done), with
+//	  one command per key for the whole batch; count the acks in K:acked
+//	  and trim K:done. Returns SETTLED or LEASE_LOST per delivery (a
+//	  message named twice is acked once: LEASE_LOST the second time)
+//
+// It forgets as luaForget does, batched: the message's priority, lease,
+// token, envelope and count of deliveries, and its entry in Find's index
+// when the entry names it.
 const luaAck = `
-local acks = 0
-local function ackOne(id, token)
-  if redis.call('HGET', tokens, id) ~= token then return LEASE_LOST end
-  local env = redis.call('HGET', msgs, id)
-  forget(id, env and string.match(env, '^([^\n]*)\n'))
-  if env and keep > 0 then redis.call('LPUSH', done, now .. '\n' .. env) end
-  acks = acks + 1
-  return SETTLED
-end
-local function ackDone()
-  if acks == 0 then return end
-  if keep > 0 then redis.call('LTRIM', done, 0, keep - 1) end
-  redis.call('INCRBY', acked, acks)
+local function ackAll(list, toks)
+  local out, owned, seen = {}, {}, {}
+  local cur = many('HMGET', tokens, list)
+  for i, id in ipairs(list) do
+    if cur[i] == toks[i] and not seen[id] then
+      seen[id] = true
+      owned[#owned + 1] = id
+      out[i] = SETTLED
+    else
+      out[i] = LEASE_LOST
+    end
+  end
+  if #owned == 0 then return out end
+  local envs = many('HMGET', msgs, owned)
+  local tids, tmsg, kept = {}, {}, {}
+  for i, id in ipairs(owned) do
+    local env = envs[i]
+    if env then
+      local tid = string.match(env, '^([^\n]*)\n')
+      if tid then
+        tids[#tids + 1] = tid
+        tmsg[#tids] = id
+      end
+      if keep > 0 then kept[#kept + 1] = now .. '\n' .. env end
+    end
+  end
+  if #tids > 0 then
+    local cur = many('HMGET', ids, tids)
+    local drop = {}
+    for i, tid in ipairs(tids) do
+      if cur[i] == tmsg[i] then drop[#drop + 1] = tid end
+    end
+    if #drop > 0 then many('HDEL', ids, drop) end
+  end
+  many('HDEL', prio, owned)
+  many('ZREM', inflight, owned)
+  many('HDEL', tokens, owned)
+  many('HDEL', msgs, owned)
+  many('HDEL', count, owned)
+  if #kept > 0 then
+    many('LPUSH', done, kept)
+    redis.call('LTRIM', done, 0, keep - 1)
+  end
+  redis.call('INCRBY', acked, #owned)
+  return out
 end
 `
 
@@ -539,13 +612,13 @@ var ackScript = newScript(`
 local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local ids = KEYS[8]
 local keep = tonumber(ARGV[1])
-`, luaNow, luaSettled, luaForget, luaAck, `
-local out = {}
+`, luaNow, luaSettled, luaMany, luaAck, `
+local list, toks = {}, {}
 for i = 2, #ARGV - 1, 2 do
-  out[#out + 1] = ackOne(ARGV[i], ARGV[i + 1])
+  list[#list + 1] = ARGV[i]
+  toks[#toks + 1] = ARGV[i + 1]
 end
-ackDone()
-return out
+return ackAll(list, toks)
 `)
 
 // ackStatesScript is ackScript that first writes each delivery's task
@@ -574,8 +647,8 @@ local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[
 local ids = KEYS[8]
 local states = {unpack(KEYS, 9)}
 local keep, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
-`, luaNow, luaSettled, luaForget, luaAck, `
-local out = {}
+`, luaNow, luaSettled, luaMany, luaAck, `
+local list, toks = {}, {}
 for i, state in ipairs(states) do
   local a = 3 * i
   if expiry > 0 then
@@ -583,10 +656,9 @@ for i, state in ipairs(states) do
   else
     redis.call('SET', state, ARGV[a + 2])
   end
-  out[i] = ackOne(ARGV[a], ARGV[a + 1])
+  list[i], toks[i] = ARGV[a], ARGV[a + 1]
 end
-ackDone()
-return out
+return ackAll(list, toks)
 `)
 
 // ackStatesKeys are ackStatesScript's KEYS: the queue's, then states.
