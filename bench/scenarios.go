@@ -23,6 +23,7 @@ func scenarios() []scenario {
 		{"memory drain", memoryDrain},
 		{"drain by result backend", backendDrains},
 		{"SQS", sqsScenarios},
+		{"AMQP", amqpScenarios},
 	}
 }
 

@@ -7,6 +7,7 @@ require (
 	github.com/errand-go/errand/backends/memcache v0.0.0
 	github.com/errand-go/errand/backends/mongo v0.0.0
 	github.com/errand-go/errand/backends/redis v0.0.0
+	github.com/errand-go/errand/brokers/amqp v0.0.0
 	github.com/errand-go/errand/brokers/redis v0.0.0
 	github.com/errand-go/errand/brokers/sqs v0.0.0
 	github.com/errand-go/errand/otel v0.0.0
@@ -43,6 +44,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.2.0 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect

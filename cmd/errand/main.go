@@ -45,6 +45,7 @@ import (
 	_ "github.com/errand-go/errand/backends/memory"
 	_ "github.com/errand-go/errand/backends/mongo"
 	_ "github.com/errand-go/errand/backends/redis"
+	_ "github.com/errand-go/errand/brokers/amqp"
 	_ "github.com/errand-go/errand/brokers/memory"
 	_ "github.com/errand-go/errand/brokers/redis"
 	_ "github.com/errand-go/errand/brokers/sqs"
@@ -170,7 +171,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprint(w, `
 The operator commands open the broker and the result backend by URL:
-  --broker URL    or ERRAND_BROKER_URL   (redis://, rediss://, sqs://, memory://)
+  --broker URL    or ERRAND_BROKER_URL   (redis://, rediss://, sqs://, amqp://, memory://)
   --backend URL   or ERRAND_BACKEND_URL  (redis://, mongodb://, memcache://, memory://);
                   default: the broker's URL when its scheme is also a backend's
   -o json         print JSON instead of a table

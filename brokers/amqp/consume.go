@@ -1,0 +1,702 @@
+package amqpbroker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/errand-go/errand/driver"
+)
+
+// A puller is the consumer of one queue on the consuming connection: its
+// own channel, a basic.consume with a prefetch as large as the largest
+// Fetch asked for (a worker's free slots), and a buffer of what RabbitMQ
+// pushed and no Fetch has taken yet. Every delivery handed out carries a
+// lease (see lease).
+type puller struct {
+	b     *Broker
+	queue string // errand's name
+	name  string // the AMQP queue
+
+	mu        sync.Mutex
+	ch        *amqp.Channel // nil when none is open
+	gen       uint64        // counts channels; a lease of an older one is lost
+	tag       string        // the running consumer's tag; "" when none
+	prefetch  int           // the running consumer's prefetch
+	want      int           // the prefetch the next consumer needs
+	settingUp bool
+	err       error // the last setup failure, for the next Fetch
+	buf       []buffered
+	leases    map[*lease]struct{}
+	waiting   int       // Fetch calls waiting now
+	asking    int       // the sum of their limits
+	lastFetch time.Time // when the last Fetch ended
+	idle      *time.Timer
+	wake      chan struct{} // closed when buf or err changes
+	stopped   bool
+}
+
+type buffered struct {
+	gen uint64
+	tag string // the consumer's
+	d   amqp.Delivery
+}
+
+// lease is a delivery's Handle. RabbitMQ keeps an unacked delivery with its
+// channel for as long as the channel lives (consumer_timeout aside), so the
+// lease is the broker's own: a timer that gives the message back
+// (basic.nack, requeue) when it runs out unextended, and a state that
+// tells a late settle it lost the message.
+type lease struct {
+	p        *puller
+	gen      uint64
+	consumer string
+	ch       *amqp.Channel
+	tag      uint64
+	deadline time.Time
+	timer    *time.Timer
+	state    leaseState
+}
+
+type leaseState uint8
+
+const (
+	held leaseState = iota
+	settled
+	lost
+)
+
+var errClosed = driver.ErrClosed
+
+func (b *Broker) puller(queue string) (*puller, error) {
+	b.cmu.Lock()
+	defer b.cmu.Unlock()
+	if b.closed.Load() {
+		return nil, errClosed
+	}
+	p := b.pullers[queue]
+	if p == nil {
+		p = &puller{b: b, queue: queue, name: b.queueName(queue), leases: map[*lease]struct{}{}, wake: make(chan struct{})}
+		b.pullers[queue] = p
+	}
+	return p, nil
+}
+
+// notify wakes the waiting Fetch calls. Call with p.mu held.
+func (p *puller) notify() {
+	close(p.wake)
+	p.wake = make(chan struct{})
+}
+
+// Fetch waits until the queue's consumer has at least one due message and
+// returns up to limit of them, each leased for lease. The first Fetch of a
+// queue starts its consumer (declaring the queue); a Fetch asking for more
+// than the consumer's prefetch raises it. A message that arrives before its
+// not-before time is sent on to the next delay level (and acked once
+// RabbitMQ confirmed the copy), never returned.
+func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	if err := b.checkClosed(); err != nil {
+		return nil, err
+	}
+	p, err := b.puller(queue)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.waiting++
+	p.asking += limit
+	defer func() {
+		p.waiting--
+		p.asking -= limit
+		p.lastFetch = time.Now()
+		p.armIdle()
+		p.mu.Unlock()
+	}()
+	p.want = max(p.want, limit, b.opts.Prefetch)
+	began, retries := time.Now(), 0
+	for {
+		if p.stopped {
+			return nil, errClosed
+		}
+		if out := p.take(limit, lease); len(out) > 0 {
+			return out, nil
+		}
+		// A consumer is (re)started when there is none, or when what it
+		// holds and what the waiting Fetch calls ask for exceed its
+		// prefetch: a worker's Fetch asks for at most its free slots, so
+		// its consumer keeps the prefetch of the worker's concurrency.
+		if (p.tag == "" || p.held(p.tag)+p.asking > p.prefetch) && !p.settingUp && p.err == nil {
+			p.settingUp = true
+			b.wg.Add(1)
+			go p.setup()
+		}
+		if err := p.err; err != nil {
+			p.err = nil
+			// RabbitMQ unreachable, or restarting (a quorum queue takes a
+			// moment to elect its leader): try again within this call for
+			// up to CallTimeout, so an outage of a few seconds is not a
+			// run of failed fetches (each one lengthening the worker's
+			// back-off); report it after that.
+			if time.Since(began) >= b.opts.CallTimeout {
+				return nil, err
+			}
+			retries++
+			p.mu.Unlock()
+			t := time.NewTimer(min(50*time.Millisecond<<min(retries, 5), time.Second))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				p.mu.Lock()
+				return nil, err
+			case <-b.done:
+				t.Stop()
+				p.mu.Lock()
+				return nil, errClosed
+			}
+			p.mu.Lock()
+			continue
+		}
+		wake := p.wake
+		p.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			p.mu.Lock()
+			return nil, ctx.Err()
+		case <-b.done:
+			p.mu.Lock()
+			return nil, errClosed
+		}
+		p.mu.Lock()
+	}
+}
+
+// take hands out up to limit due buffered messages under leases, and sends
+// early ones on. Call with p.mu held.
+func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
+	var out []*driver.Delivery
+	now := time.Now()
+	keep := p.buf[:0]
+	for _, bd := range p.buf {
+		if bd.gen != p.gen {
+			continue // its channel is gone: RabbitMQ has it back
+		}
+		if len(out) >= limit {
+			keep = append(keep, bd)
+			continue
+		}
+		if nb := notBefore(bd.d.Headers); !nb.IsZero() && nb.After(now) {
+			p.b.wg.Add(1)
+			go p.hop(bd)
+			continue
+		}
+		l := &lease{p: p, gen: bd.gen, consumer: bd.tag, ch: p.ch, tag: bd.d.DeliveryTag, deadline: now.Add(leaseFor)}
+		l.timer = time.AfterFunc(leaseFor, l.expire)
+		p.leases[l] = struct{}{}
+		out = append(out, p.b.delivery(p.queue, bd.d, l))
+	}
+	clear(p.buf[len(keep):])
+	p.buf = keep
+	return out
+}
+
+// held counts the deliveries of consumer tag not yet settled, leased or
+// buffered: what counts against its prefetch. Call with p.mu held.
+func (p *puller) held(tag string) int {
+	n := 0
+	for l := range p.leases {
+		if l.consumer == tag {
+			n++
+		}
+	}
+	for _, bd := range p.buf {
+		if bd.tag == tag {
+			n++
+		}
+	}
+	return n
+}
+
+// delivery decodes d. Attempt counts every delivery: errand's own count of
+// earlier ones (carried by a released copy), plus RabbitMQ's returns of
+// this copy (x-delivery-count on quorum queues; on classic queues only
+// the redelivered flag, so at least one).
+func (b *Broker) delivery(queue string, d amqp.Delivery, l *lease) *driver.Delivery {
+	attempt, _ := toInt(d.Headers[hdrAttempt])
+	if n, ok := toInt(d.Headers["x-delivery-count"]); ok {
+		attempt += n
+	} else if d.Redelivered {
+		attempt++
+	}
+	id := d.MessageId
+	if id == "" {
+		// A message another program sent without a message-id.
+		id = "amqp-" + rand.Text()
+	}
+	return &driver.Delivery{
+		Message: driver.Message{ID: id, Queue: queue, Body: d.Body, NotBefore: notBefore(d.Headers), Priority: d.Priority},
+		Attempt: int(attempt) + 1,
+		Handle:  l,
+	}
+}
+
+// setup opens the puller's channel when it has none and starts (or
+// restarts, with a larger prefetch) its consumer, off the caller's ctx:
+// a Fetch that gives up must not kill the connection other leases live
+// on. A failure is reported to the next Fetch.
+func (p *puller) setup() {
+	defer p.b.wg.Done()
+	ctx, cancel := p.b.lifeCtx()
+	defer cancel()
+	err := p.consume(ctx)
+	p.b.log.Debug("amqp broker: consumer setup", "queue", p.queue, "err", err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.settingUp = false
+	if err != nil && !p.stopped {
+		p.err = err
+	}
+	p.notify()
+}
+
+func (p *puller) consume(ctx context.Context) error {
+	b := p.b
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	if err := b.ensureQueue(ctx, p.name); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	ch, gen, oldTag, want := p.ch, p.gen, p.tag, max(p.want, p.asking)
+	p.mu.Unlock()
+	if ch == nil || ch.IsClosed() {
+		conn, err := b.con.connection(ctx)
+		if err != nil {
+			return err
+		}
+		if err := b.con.run(ctx, func() (err error) { ch, err = conn.Channel(); return err }); err != nil {
+			return fmt.Errorf("amqp broker: open channel: %w", err)
+		}
+		p.mu.Lock()
+		if p.stopped {
+			p.mu.Unlock()
+			ch.Close()
+			return errClosed
+		}
+		p.gen++
+		gen = p.gen
+		p.ch, p.tag, p.prefetch, oldTag = ch, "", 0, ""
+		p.mu.Unlock()
+		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+		b.wg.Add(1)
+		go p.watch(gen, closes)
+	}
+	tag := "errand-" + strconv.FormatUint(b.token.Add(1), 36)
+	var deliveries <-chan amqp.Delivery
+	err := b.con.call(ctx, ch, func() (err error) {
+		if oldTag != "" {
+			// The old consumer's unacked deliveries stay on the channel.
+			if err := ch.Cancel(oldTag, false); err != nil {
+				return err
+			}
+		}
+		if err := ch.Qos(want, 0, false); err != nil {
+			return err
+		}
+		deliveries, err = ch.Consume(p.name, tag, false, false, false, false, nil)
+		return err
+	})
+	if err != nil {
+		b.forget() // the queue may be gone (deleted): declare it again
+		return fmt.Errorf("amqp broker: consume %s: %w", p.name, err)
+	}
+	p.mu.Lock()
+	if p.gen == gen {
+		p.tag, p.prefetch = tag, want
+	}
+	p.mu.Unlock()
+	b.wg.Add(1)
+	go p.read(gen, tag, deliveries)
+	return nil
+}
+
+// read moves one consumer's deliveries into the buffer until the consumer
+// or its channel ends.
+func (p *puller) read(gen uint64, tag string, deliveries <-chan amqp.Delivery) {
+	defer p.b.wg.Done()
+	for d := range deliveries {
+		p.mu.Lock()
+		switch {
+		case p.gen != gen:
+		case p.stopped:
+			// Close is closing the channel: RabbitMQ takes it back.
+		default:
+			p.buf = append(p.buf, buffered{gen: gen, tag: tag, d: d})
+			p.notify()
+			p.armIdle()
+		}
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	if p.gen == gen && p.tag == tag {
+		p.tag = "" // cancelled by RabbitMQ (queue deleted) or channel closed
+		p.notify()
+	}
+	p.mu.Unlock()
+}
+
+// watch waits for the puller's channel to close and then loses every
+// lease taken on it: RabbitMQ gives their messages back to the queue.
+func (p *puller) watch(gen uint64, closes chan *amqp.Error) {
+	defer p.b.wg.Done()
+	err := <-closes
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil && p.gen == gen {
+		p.b.chLocks.Delete(p.ch)
+	}
+	if err != nil && !p.stopped {
+		p.b.log.Warn("amqp broker: consumer channel closed; its unacked messages go back to the queue", "queue", p.queue, "err", err)
+	}
+	for l := range p.leases {
+		if l.gen == gen {
+			l.state = lost
+			l.timer.Stop()
+			delete(p.leases, l)
+		}
+	}
+	if p.gen == gen {
+		p.ch, p.tag, p.prefetch = nil, "", 0
+		p.buf = p.buf[:0]
+		p.notify()
+	}
+}
+
+// armIdle schedules the give-back of buffered messages when no Fetch
+// waits. Call with p.mu held.
+func (p *puller) armIdle() {
+	if len(p.buf) == 0 || p.waiting > 0 || p.stopped {
+		return
+	}
+	if p.idle == nil {
+		p.idle = time.AfterFunc(p.b.opts.HoldBuffered, p.giveBack)
+	} else {
+		p.idle.Reset(p.b.opts.HoldBuffered)
+	}
+}
+
+// giveBack cancels the consumer when no Fetch has come for HoldBuffered
+// and gives its buffered messages back (basic.nack, requeue), so a worker
+// that stopped fetching (paused, shutting down, all slots busy) holds
+// nothing another worker could run. The next Fetch consumes again.
+func (p *puller) giveBack() {
+	p.mu.Lock()
+	if p.waiting > 0 || len(p.buf) == 0 || p.stopped || time.Since(p.lastFetch) < p.b.opts.HoldBuffered*9/10 {
+		p.mu.Unlock()
+		return
+	}
+	ch, tag, gen := p.ch, p.tag, p.gen
+	back := p.buf
+	p.buf = nil
+	p.tag, p.prefetch = "", 0
+	p.notify()
+	p.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	if tag != "" {
+		ctx, cancel := p.b.bound(context.Background())
+		err := p.b.con.call(ctx, ch, func() error { return ch.Cancel(tag, false) })
+		cancel()
+		if err != nil {
+			p.b.log.Warn("amqp broker: cancel idle consumer", "queue", p.queue, "err", err)
+		}
+	}
+	for _, bd := range back {
+		if bd.gen == gen {
+			if err := ch.Nack(bd.d.DeliveryTag, false, true); err != nil {
+				p.b.log.Warn("amqp broker: give back a buffered message", "queue", p.queue, "err", err)
+			}
+		}
+	}
+}
+
+// hop sends a message that came back before its not-before time on to the
+// next delay level, and acks it once RabbitMQ confirmed the copy; if the
+// copy fails, the message is given back a second later.
+func (p *puller) hop(bd buffered) {
+	defer p.b.wg.Done()
+	d := bd.d
+	m := amqp.Publishing{Headers: d.Headers, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Priority: d.Priority, Timestamp: d.Timestamp, Body: d.Body}
+	if n, ok := toInt(d.Headers["x-delivery-count"]); ok && n > 0 {
+		// Keep the count of deliveries across the copy.
+		a, _ := toInt(d.Headers[hdrAttempt])
+		m.Headers = copyTable(d.Headers)
+		m.Headers[hdrAttempt] = a + n
+	}
+	m.Headers = withoutServerHeaders(m.Headers)
+	ctx, cancel := p.b.lifeCtx()
+	defer cancel()
+	err := p.b.send(ctx, []outgoing{{queue: p.name, p: m}})
+	p.mu.Lock()
+	ch, current := p.ch, p.gen == bd.gen
+	p.mu.Unlock()
+	if !current {
+		return // the channel is gone: RabbitMQ has the original back
+	}
+	if err != nil {
+		p.b.log.Warn("amqp broker: send a delayed message on to its next delay level", "queue", p.queue, "err", err)
+		t := time.NewTimer(time.Second)
+		select {
+		case <-t.C:
+		case <-p.b.done:
+			t.Stop()
+			return
+		}
+		ch.Nack(d.DeliveryTag, false, true)
+		return
+	}
+	ch.Ack(d.DeliveryTag, false)
+}
+
+// lifeCtx returns a ctx for the broker's own work, done at Close (or
+// when cancel is called).
+func (b *Broker) lifeCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-b.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func copyTable(t amqp.Table) amqp.Table {
+	c := amqp.Table{}
+	for k, v := range t {
+		c[k] = v
+	}
+	return c
+}
+
+// withoutServerHeaders drops the headers RabbitMQ adds (x-death,
+// x-delivery-count, ...) from a copy errand sends again: the x-death
+// history of a message that hops through delay levels would otherwise
+// grow with every hop.
+func withoutServerHeaders(t amqp.Table) amqp.Table {
+	c := amqp.Table{}
+	for k, v := range t {
+		if len(k) > 2 && k[:2] == "x-" {
+			continue
+		}
+		c[k] = v
+	}
+	return c
+}
+
+// stop ends the puller (Close): waiting Fetch calls return ErrClosed.
+func (p *puller) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	if p.idle != nil {
+		p.idle.Stop()
+	}
+	for l := range p.leases {
+		l.timer.Stop()
+		l.state = lost
+	}
+	clear(p.leases)
+	p.notify()
+}
+
+// ---- leases ----
+
+func handle(d *driver.Delivery) (*lease, error) {
+	l, ok := d.Handle.(*lease)
+	if !ok || l == nil {
+		return nil, fmt.Errorf("amqp broker: delivery %q has no AMQP lease (Handle %T)", d.ID, d.Handle)
+	}
+	return l, nil
+}
+
+// expire gives the message back when the lease ran out unextended.
+func (l *lease) expire() {
+	p := l.p
+	p.mu.Lock()
+	if l.state != held {
+		p.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 {
+		l.timer.Reset(left)
+		p.mu.Unlock()
+		return
+	}
+	l.state = lost
+	delete(p.leases, l)
+	p.mu.Unlock()
+	if err := l.ch.Nack(l.tag, false, true); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		p.b.log.Warn("amqp broker: give back a delivery whose lease ran out", "queue", p.queue, "err", err)
+	}
+}
+
+// settle ends the lease for an ack, a release or a reject, or answers
+// ErrLeaseLost when it already ended.
+func (l *lease) settle() error {
+	p := l.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.state != held || l.gen != p.gen {
+		return driver.ErrLeaseLost
+	}
+	l.state = settled
+	l.timer.Stop()
+	delete(p.leases, l)
+	return nil
+}
+
+// alive reports whether the lease is still held.
+func (l *lease) alive() bool {
+	l.p.mu.Lock()
+	defer l.p.mu.Unlock()
+	return l.state == held && l.gen == l.p.gen
+}
+
+func (l *lease) ack() error {
+	if err := l.settle(); err != nil {
+		return err
+	}
+	if err := l.ch.Ack(l.tag, false); err != nil {
+		return fmt.Errorf("amqp broker: ack: %w (%w)", driver.ErrLeaseLost, err)
+	}
+	return nil
+}
+
+// Ack acks each delivery on its channel (basic.ack of its tag), then
+// makes one round trip on each channel it used (a passive declare of
+// amq.direct): RabbitMQ handles a channel's frames in order, so its answer
+// says the acks were handled, and a silent server is an error within ctx
+// and CallTimeout instead of acks lost unseen. A delivery whose lease ran
+// out, or whose channel closed since (RabbitMQ then gave the message
+// back), fails with driver.ErrLeaseLost.
+func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
+	var chans []*amqp.Channel
+	errs := driver.EachItem(len(ds), func(i int) error {
+		l, err := handle(ds[i])
+		if err != nil {
+			return err
+		}
+		if err := l.ack(); err != nil {
+			return err
+		}
+		if !slices.Contains(chans, l.ch) {
+			chans = append(chans, l.ch)
+		}
+		return nil
+	})
+	for _, ch := range chans {
+		if err := b.roundTrip(ctx, ch); err != nil {
+			for i, d := range ds {
+				if l, _ := d.Handle.(*lease); l != nil && l.ch == ch && (errs == nil || errs[i] == nil) {
+					if errs == nil {
+						errs = make([]error, len(ds))
+					}
+					errs[i] = fmt.Errorf("amqp broker: ack not confirmed: %w", err)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// roundTrip makes one synchronous call on ch, bounded by ctx and
+// CallTimeout; a channel or connection that is gone or silent fails it.
+func (b *Broker) roundTrip(ctx context.Context, ch *amqp.Channel) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	return b.con.call(ctx, ch, func() error {
+		return ch.ExchangeDeclarePassive("amq.direct", "direct", true, false, false, false, nil)
+	})
+}
+
+// Extend moves the lease's deadline lease from now: a local timer, since
+// RabbitMQ keeps an unacked delivery for as long as its channel lives (up
+// to the server's consumer_timeout; see the package doc). It then makes
+// one round trip on the delivery's channel, so a channel lost or a
+// silent server is an error, not an extension that holds nothing.
+func (b *Broker) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	l, err := handle(d)
+	if err != nil {
+		return err
+	}
+	p := l.p
+	p.mu.Lock()
+	if l.state != held || l.gen != p.gen {
+		p.mu.Unlock()
+		return driver.ErrLeaseLost
+	}
+	l.deadline = time.Now().Add(lease)
+	l.timer.Reset(lease)
+	p.mu.Unlock()
+	if err := b.roundTrip(ctx, l.ch); err != nil {
+		return fmt.Errorf("amqp broker: extend: %w", err)
+	}
+	return nil
+}
+
+// Release sends a copy of the message again (to a delay level when
+// notBefore is ahead), carrying the count of its deliveries, and acks the
+// delivery once RabbitMQ confirmed the copy. If the lease ran out while
+// the copy was sent, the message may run twice: Release then answers
+// ErrLeaseLost.
+func (b *Broker) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
+	l, err := handle(d)
+	if err != nil {
+		return err
+	}
+	if !l.alive() {
+		return driver.ErrLeaseLost
+	}
+	m := d.Message
+	m.NotBefore = notBefore
+	if err := b.send(ctx, []outgoing{{queue: b.queueName(d.Queue), p: publishing(m, d.Attempt)}}); err != nil {
+		return err
+	}
+	return l.ack()
+}
+
+// Reject sends a copy of the message, with reason in its errand-reason
+// header, to the queue's dead-letter queue NAME.dead, and acks the
+// delivery once RabbitMQ confirmed the copy.
+func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) error {
+	l, err := handle(d)
+	if err != nil {
+		return err
+	}
+	if !l.alive() {
+		return driver.ErrLeaseLost
+	}
+	p := publishing(d.Message, d.Attempt)
+	delete(p.Headers, hdrNotBefore)
+	p.Headers[hdrReason] = reason
+	if err := b.sendDead(ctx, b.queueName(d.Queue), p); err != nil {
+		return err
+	}
+	return l.ack()
+}
+
+// sendDead publishes p to NAME.dead.
+func (b *Broker) sendDead(ctx context.Context, name string, p amqp.Publishing) error {
+	return b.send(ctx, []outgoing{{queue: name, dead: true, p: p}})
+}

@@ -1,0 +1,54 @@
+// Package amqpbroker is errand's RabbitMQ broker (AMQP 0-9-1), on
+// github.com/rabbitmq/amqp091-go. docs/amqp.md gives the design and its
+// reasons.
+//
+// # URL form
+//
+//	amqp://USER:PASS@HOST:5672/VHOST[?prefix=errand.&queue_type=quorum&max_priority=0&max_delay=298h&prefetch=0&max_payload=16777216&timeout=10s&heartbeat=5s&hold=1s]
+//	amqps://USER:PASS@HOST:5671/VHOST?...
+//
+// Import the package for its side effect to register both schemes with
+// errand.OpenBroker, which checks that RabbitMQ accepts a connection. New
+// takes the URL and *Options instead and connects on first use.
+//
+// # Queues
+//
+// One durable queue per routing key, PREFIX+key, quorum by default
+// (Options.Classic for classic queues, which Options.MaxPriority gives
+// priorities), published to through the default exchange with publisher
+// confirms; rejected messages go to PREFIX+key+".dead" with their reason in
+// the errand-reason header. Queues are declared on first use; a publish
+// RabbitMQ returns as unroutable (a queue deleted since) declares again and
+// is sent once more.
+//
+// # Delivery semantics
+//
+// At-least-once: a delivery stays unacked on its channel until errand acks
+// it, and RabbitMQ gives back what a lost connection held. One consumer per
+// queue, with a prefetch as large as the largest Fetch limit (a worker's
+// free slots). The lease is the broker's own timer: a delivery not settled
+// or extended in time is given back (basic.nack, requeue) and a late settle
+// answers driver.ErrLeaseLost. Extend and Ack each make one round trip on
+// the delivery's channel. Release publishes a copy (carrying the count of
+// deliveries) and acks the delivery. RabbitMQ's consumer_timeout (30 min by
+// default) closes the channel of a delivery held longer: raise it for
+// longer tasks.
+//
+// # Delays
+//
+// Through binary delay levels, TTL queues PREFIX+key+".delay."+MS for MS =
+// 64·2^k, which dead-letter back to the queue; a message that arrives early
+// is sent on to the level that fits what remains. Never early; late by at
+// most 64ms plus one trip through RabbitMQ when a worker is fetching. Any
+// length: beyond Options.MaxDelay a message hops through the longest level
+// again.
+//
+// # Limits and abilities
+//
+// Bodies up to Options.MaxPayload (16 MiB). Stats (InFlight counts only this
+// process's deliveries) and Purge; AMQP cannot list queues or messages,
+// keep an archive, a pause flag or heartbeats, so those calls return an
+// error satisfying errors.Is(err, errors.ErrUnsupported). While RabbitMQ
+// blocks publishing (a memory or disk alarm) publishing calls fail with
+// ErrBlocked; deliveries and acks use another connection and go on.
+package amqpbroker
