@@ -230,3 +230,17 @@ func TestMachineryEnvNamesAreRead(t *testing.T) {
 		}
 	}
 }
+
+// machinery's Redis backend keeps results for good when results_expire_in
+// is negative and uses its default 3600 only for 0: the mapping keeps both.
+func TestMachineryResultsExpireIn(t *testing.T) {
+	for _, c := range []struct {
+		in   int
+		want string
+	}{{0, "result_expiry=3600s"}, {-1, "result_expiry=never"}, {60, "result_expiry=60s"}} {
+		s, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "redis://x:1", ResultsExpireIn: c.in})
+		if err != nil || !strings.Contains(s.Backend, c.want) {
+			t.Errorf("results_expire_in %d -> backend %q, %v; want %s", c.in, s.Backend, err, c.want)
+		}
+	}
+}

@@ -208,8 +208,10 @@ func FromMachinery(m *Machinery) (*Settings, error) {
 	if queue == "" {
 		queue = machineryDefaultQueue
 	}
+	// machinery's Redis backend keeps results for good when
+	// results_expire_in < 0 and uses its default 3600 only for 0.
 	expire := m.ResultsExpireIn
-	if expire <= 0 {
+	if expire == 0 {
 		expire = machineryResultsExpire
 	}
 	s := &Settings{DefaultQueue: queue, Worker: Worker{Queues: map[string]int{queue: 1}}}
@@ -278,6 +280,9 @@ func machineryBackend(raw string, expire int, r MachineryRedis) (string, error) 
 	switch u.Scheme {
 	case "redis", "rediss":
 		q := url.Values{"format": {"machinery"}, "result_expiry": {strconv.Itoa(expire) + "s"}}
+		if expire < 0 {
+			q.Set("result_expiry", "never")
+		}
 		return machineryRedisURL(u, q, r)
 	case "mongodb", "mongodb+srv":
 		// machinery keeps its collections in the database "machinery"
@@ -288,6 +293,11 @@ func machineryBackend(raw string, expire int, r MachineryRedis) (string, error) 
 			q.Set("authSource", db)
 		}
 		q.Set("format", "machinery")
+		if expire < 0 {
+			// machinery's Mongo backend would write a delete_at in the
+			// past (gone at the next TTL pass); errand keeps its default.
+			expire = machineryResultsExpire
+		}
 		q.Set("result_expiry", strconv.Itoa(expire)+"s")
 		out := *u
 		out.Path, out.RawQuery = "/machinery", q.Encode()

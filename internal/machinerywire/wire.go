@@ -100,6 +100,18 @@ func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 	return out, err == nil
 }
 
+// UUID returns the UUID a body names ("" for a body that is not a JSON
+// object with a string UUID). A broker that keeps message IDs beside
+// bodies tells a body Translate changed (its UUID is its message's ID)
+// from one it passed on as it was.
+func UUID(body []byte) string {
+	var s struct{ UUID string }
+	if json.Unmarshal(body, &s) != nil {
+		return ""
+	}
+	return s.UUID
+}
+
 // ErrandMessage reads a body taken from machinery's queue: it returns the
 // message ID (the task's UUID; "" when the body names none) and errand's
 // body. A body wrapped under Opaque gives back its ID and bytes. A body
