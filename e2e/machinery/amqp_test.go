@@ -1,6 +1,7 @@
 package machinerye2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/errand-go/errand"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	amqpbroker "github.com/errand-go/errand/brokers/amqp"
+	errandconfig "github.com/errand-go/errand/config"
 )
 
 // rabbit returns ERRAND_AMQP_URL once RabbitMQ accepts a connection, and
@@ -148,4 +150,103 @@ func TestAMQPErrandProducerMachineryWorkers(t *testing.T) {
 	if k := r.kinds(); k["errand"] != 0 {
 		t.Errorf("errand workers ran %d tasks in a test without any", k["errand"])
 	}
+}
+
+// TestAMQPMachineryYAMLConfiguresErrandWorker: machinery's own example
+// config file, unchanged, with a deployment's environment variables
+// (BROKER naming RabbitMQ, RESULT_BACKEND Redis; its exchange, binding key
+// and default queue made the test's own, and its exchange_type, which the
+// file sets to the placeholder "exchange_type", set to direct), configures
+// an errand worker; a machinery AMQP producer configured from the same
+// file by machinery's loader sends a task and an ETA task and reads their
+// results. Its queue_declare_args (x-max-priority 10) and
+// queue_binding_args are declared by both as the same, or RabbitMQ would
+// refuse the second declaration.
+func TestAMQPMachineryYAMLConfiguresErrandWorker(t *testing.T) {
+	rs := newRedis(t)
+	exchange, queue := amqpNames("machinery-amqp-yaml")
+	bindingKey := queue + "-bk"
+	u := rabbit(t, exchange, queue)
+	t.Cleanup(func() {
+		// machinery's producer declares a queue named after the binding key
+		// (the routing key of a task that names none), bound with it.
+		if c, err := amqp.Dial(u); err == nil {
+			if ch, err := c.Channel(); err == nil {
+				ch.QueueDelete(bindingKey, false, false, false)
+			}
+			c.Close()
+		}
+	})
+	path := machineryTestConfig(t)
+	redisURL := "redis://" + rs.addr + "/12"
+	env := map[string]string{"BROKER": u, "RESULT_BACKEND": redisURL, "REDIS_MASTER_NAME": "", "DEFAULT_QUEUE": queue,
+		"AMQP_EXCHANGE": exchange, "AMQP_EXCHANGE_TYPE": "direct", "AMQP_BINDING_KEY": bindingKey}
+	mc, err := errandconfig.LoadMachinery(path, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := errandconfig.FromMachinery(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := settings.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := errand.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRuns()
+	if err := srv.RegisterTasks(taskFuncs(r, "errand")); err != nil {
+		t.Fatal(err)
+	}
+	w := srv.NewWorker(settings.WorkerConfig())
+	w.Start()
+	defer func() {
+		w.Shutdown(context.Background())
+		srv.Close()
+	}()
+	// The worker's queue must be bound before machinery's producer sends
+	// (w.Start binds it on its first fetch, in the background): a task
+	// sent without a RoutingKey goes to the binding key's queues, and a
+	// queue bound later does not receive it. Queue declares and binds at
+	// once.
+	if _, err := srv.Queue(ctx, queue); err != nil {
+		t.Fatal(err)
+	}
+
+	mcnf, err := config.NewFromYaml(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mcnf.AMQP.QueueDeclareArgs["x-max-priority"] == nil {
+		t.Fatalf("machinery read %s without its queue_declare_args: %+v", path, mcnf.AMQP)
+	}
+	mcnf.Broker, mcnf.DefaultQueue, mcnf.Redis.MasterName = u, queue, ""
+	mcnf.AMQP.Exchange, mcnf.AMQP.ExchangeType, mcnf.AMQP.BindingKey = exchange, "direct", bindingKey
+	prod := machineryAMQP(rs, mcnf)
+	tag := unique("amqp-yaml")
+	ar, err := prod.SendTask(sig("add", tag, 20, 22))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eta := time.Now().Add(time.Second)
+	later := sig("add", tag+"-eta", 1, 1)
+	later.ETA = &eta
+	ar2, err := prod.SendTask(later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ar.GetWithTimeout(getTimeout, getSleep)
+	if err != nil || len(got) != 1 || got[0].Interface() != int64(42) {
+		t.Errorf("task sent by machinery with testconfig.yml's amqp section: result %v, %v; want 42", values(got), err)
+	}
+	got, err = ar2.GetWithTimeout(getTimeout, getSleep)
+	if err != nil || len(got) != 1 || got[0].Interface() != int64(2) {
+		t.Errorf("ETA task through machinery's delay queue: result %v, %v; want 2", values(got), err)
+	}
+	r.exactlyOnce(t, map[string]int{tag: 1, tag + "-eta": 1})
 }
