@@ -17,8 +17,11 @@ import (
 const Opaque = "ErrandOpaque"
 
 // AttemptHeader is the key of the header MachineryBody adds to a retry
-// errand sends (Attempt a > 1): {"Attempt": a, "Left": the RetryCount
-// machinery reads}. machinery keeps a signature's Headers when it
+// errand sends (Attempt a > 1): the JSON text {"Attempt": a, "Left": the
+// RetryCount machinery reads}, as a string (machinery's AMQP broker sends
+// a signature's Headers as AMQP headers, and amqp091 refuses a nested
+// object there, so a retry machinery made of it would fail to publish;
+// ErrandMessage also reads the object form earlier versions wrote). machinery keeps a signature's Headers when it
 // republishes a task (its workers move due delayed tasks too, re-encoding
 // them through its Signature, which drops errand's Attempt) and when it
 // retries one (lowering RetryCount), so ErrandMessage can count the
@@ -92,7 +95,8 @@ func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 			if h == nil {
 				h = map[string]json.RawMessage{}
 			}
-			h[AttemptHeader], _ = json.Marshal(attemptStash{Attempt: attempt, Left: left})
+			st, _ := json.Marshal(attemptStash{Attempt: attempt, Left: left})
+			h[AttemptHeader], _ = json.Marshal(string(st))
 			m["Headers"], _ = json.Marshal(h)
 		}
 	}
@@ -143,6 +147,10 @@ func ErrandMessage(body []byte) (id string, out []byte) {
 	raw, stashed := h[AttemptHeader]
 	if stashed {
 		var st attemptStash
+		var text string
+		if json.Unmarshal(raw, &text) == nil {
+			raw = json.RawMessage(text)
+		}
 		if attempt <= 1 && json.Unmarshal(raw, &st) == nil && st.Attempt > 1 {
 			// A machinery worker republished it (dropping Attempt), and
 			// retried it Left - RetryCount times.
