@@ -23,15 +23,17 @@ import (
 // default.
 type Settings struct {
 	// Broker is the broker's URL (errand.OpenBroker). YAML broker,
-	// env ERRAND_BROKER.
+	// env ERRAND_BROKER. Default: none; Open requires it.
 	Broker string `yaml:"broker"`
 	// Backend is the result backend's URL (errand.OpenBackend). YAML
-	// backend, env ERRAND_BACKEND.
+	// backend, env ERRAND_BACKEND. Default: none; Open requires it.
 	Backend string `yaml:"backend"`
 	// DefaultQueue is errand.Config.DefaultQueue. YAML default_queue, env
-	// ERRAND_DEFAULT_QUEUE.
+	// ERRAND_DEFAULT_QUEUE. Default: "errand_tasks" (errand.DefaultQueue;
+	// FromMachinery: machinery's "machinery_tasks").
 	DefaultQueue string `yaml:"default_queue"`
-	// Worker holds errand.WorkerConfig's settings. YAML worker.
+	// Worker holds errand.WorkerConfig's settings. YAML worker. Default:
+	// each field's own default, below.
 	Worker Worker `yaml:"worker"`
 }
 
@@ -39,25 +41,28 @@ type Settings struct {
 type Worker struct {
 	// Queues maps queue names to weights (WorkerConfig.Queues). YAML
 	// worker.queues (a map), env ERRAND_QUEUES ("a:3,b:1"; a name alone
-	// weighs 1).
+	// weighs 1). Default: the default queue alone.
 	Queues map[string]int `yaml:"queues"`
 	// Concurrency (WorkerConfig.Concurrency). YAML worker.concurrency,
-	// env ERRAND_CONCURRENCY.
+	// env ERRAND_CONCURRENCY. Default: 10.
 	Concurrency int `yaml:"concurrency"`
 	// Lease (WorkerConfig.Lease). YAML worker.lease, env ERRAND_LEASE (a
-	// Go duration: "30s").
+	// Go duration: "30s"). Default: 30s (FromMachinery: SQS's
+	// receive_visibility_timeout when machinery's config sets one).
 	Lease Duration `yaml:"lease"`
 	// TaskTimeout (WorkerConfig.TaskTimeout). YAML worker.task_timeout,
-	// env ERRAND_TASK_TIMEOUT.
+	// env ERRAND_TASK_TIMEOUT. Default: none (a task runs until it
+	// returns, unless its Signature sets a Timeout).
 	TaskTimeout Duration `yaml:"task_timeout"`
 	// ShutdownTimeout (WorkerConfig.ShutdownTimeout). YAML
-	// worker.shutdown_timeout, env ERRAND_SHUTDOWN_TIMEOUT.
+	// worker.shutdown_timeout, env ERRAND_SHUTDOWN_TIMEOUT. Default: 30s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// MaxRetries (WorkerConfig.MaxRetries). YAML worker.max_retries, env
-	// ERRAND_MAX_RETRIES.
+	// ERRAND_MAX_RETRIES. Default (0): 100; negative: no retries.
 	MaxRetries int `yaml:"max_retries"`
 	// UnknownTaskAttempts (WorkerConfig.UnknownTaskAttempts). YAML
 	// worker.unknown_task_attempts, env ERRAND_UNKNOWN_TASK_ATTEMPTS.
+	// Default: 10.
 	UnknownTaskAttempts int `yaml:"unknown_task_attempts"`
 }
 

@@ -177,7 +177,7 @@ func TestMachineryURLs(t *testing.T) {
 			t.Errorf("broker %s -> %s, want %s", c.broker, s.Broker, c.want)
 		}
 	}
-	for _, bad := range []string{"amqp://guest:guest@localhost:5672/", "redis+socket://pw@/tmp/redis.sock", ""} {
+	for _, bad := range []string{"redis+socket://pw@/tmp/redis.sock", ""} {
 		if _, err := FromMachinery(&Machinery{Broker: bad, ResultBackend: "redis://x:1"}); err == nil {
 			t.Errorf("broker %q: no error, want one naming what is not supported", bad)
 		}
@@ -203,7 +203,7 @@ func TestMachineryEnvNamesAreRead(t *testing.T) {
 	}
 	for _, name := range MachineryEnvNames() {
 		v := "7"
-		if name == "REDIS_CLUSTER_ENABLED" {
+		if name == "REDIS_CLUSTER_ENABLED" || name == "AMQP_AUTO_DELETE" {
 			v = "true"
 		}
 		m, err := LoadMachinery("", envOf(map[string]string{name: v}))
@@ -228,5 +228,41 @@ func TestMachineryEnvNamesAreRead(t *testing.T) {
 		if reflect.DeepEqual(s, &Settings{}) {
 			t.Errorf("%s is listed by EnvNames but Load ignores it", name)
 		}
+	}
+}
+
+// machinery's Redis backend keeps results for good when results_expire_in
+// is negative and uses its default 3600 only for 0: the mapping keeps both.
+func TestMachineryResultsExpireIn(t *testing.T) {
+	for _, c := range []struct {
+		in   int
+		want string
+	}{{0, "result_expiry=3600s"}, {-1, "result_expiry=never"}, {60, "result_expiry=60s"}} {
+		s, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "redis://x:1", ResultsExpireIn: c.in})
+		if err != nil || !strings.Contains(s.Backend, c.want) {
+			t.Errorf("results_expire_in %d -> backend %q, %v; want %s", c.in, s.Backend, err, c.want)
+		}
+	}
+}
+
+// machinery's AMQP broker URL and amqp: section map onto errand's amqp://
+// URL in machinery's format (brokers/amqp's format=machinery parameters).
+func TestMachineryAMQP(t *testing.T) {
+	m := &Machinery{Broker: "amqp://guest:pw@rabbit:5672/vh", ResultBackend: "redis://x:1", DefaultQueue: "q",
+		AMQP: &MachineryAMQP{Exchange: "ex", ExchangeType: "direct", BindingKey: "bk", PrefetchCount: 3,
+			QueueDeclareArgs: map[string]any{"x-max-priority": 10}}}
+	s, err := FromMachinery(m)
+	want := "amqp://guest:pw@rabbit:5672/vh?binding_key=bk&default_queue=q&exchange=ex&exchange_type=direct&format=machinery&prefetch=3&queue_declare_args=%7B%22x-max-priority%22%3A10%7D"
+	if err != nil || s.Broker != want {
+		t.Errorf("FromMachinery broker = %q, %v\nwant %s", s.Broker, err, want)
+	}
+	env := envOf(map[string]string{"BROKER": "amqps://u:p@h:5671/", "RESULT_BACKEND": "redis://x:1", "AMQP_EXCHANGE": "e2", "AMQP_PREFETCH_COUNT": "7"})
+	lm, err := LoadMachinery("", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = FromMachinery(lm)
+	if want := "amqps://u:p@h:5671/?default_queue=machinery_tasks&exchange=e2&format=machinery&prefetch=7"; err != nil || s.Broker != want {
+		t.Errorf("from machinery's env: broker %q, %v; want %s", s.Broker, err, want)
 	}
 }

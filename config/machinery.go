@@ -1,6 +1,7 @@
 package errandconfig
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -55,17 +56,17 @@ type MachinerySQS struct {
 	VisibilityHeartBeat bool `yaml:"visibility_hearth_beat"`     // SQS_VISIBILITY_HEARTBEAT (sic)
 }
 
-// MachineryAMQP is machinery's amqp: section, read and not used yet
-// (errand's AMQP broker is coming).
+// MachineryAMQP is machinery's amqp: section (FromMachinery maps it onto
+// the amqp:// URL's format=machinery parameters).
 type MachineryAMQP struct {
-	Exchange         string         `yaml:"exchange"`
-	ExchangeType     string         `yaml:"exchange_type"`
-	QueueDeclareArgs map[string]any `yaml:"queue_declare_args"`
-	QueueBindingArgs map[string]any `yaml:"queue_binding_args"`
-	BindingKey       string         `yaml:"binding_key"`
-	PrefetchCount    int            `yaml:"prefetch_count"`
-	AutoDelete       bool           `yaml:"auto_delete"`
-	DelayedQueue     string         `yaml:"delayed_queue"`
+	Exchange         string         `yaml:"exchange"`           // AMQP_EXCHANGE
+	ExchangeType     string         `yaml:"exchange_type"`      // AMQP_EXCHANGE_TYPE
+	QueueDeclareArgs map[string]any `yaml:"queue_declare_args"` // (file only)
+	QueueBindingArgs map[string]any `yaml:"queue_binding_args"` // (file only)
+	BindingKey       string         `yaml:"binding_key"`        // AMQP_BINDING_KEY
+	PrefetchCount    int            `yaml:"prefetch_count"`     // AMQP_PREFETCH_COUNT
+	AutoDelete       bool           `yaml:"auto_delete"`        // AMQP_AUTO_DELETE (not used)
+	DelayedQueue     string         `yaml:"delayed_queue"`      // AMQP_DELAYED_QUEUE (not used)
 }
 
 // MachineryDynamoDB is machinery's dynamodb: section, read and not used
@@ -114,10 +115,15 @@ func (m *Machinery) applyEnv(env Env) error {
 	if m.SQS == nil {
 		m.SQS = &MachinerySQS{}
 	}
+	if m.AMQP == nil {
+		m.AMQP = &MachineryAMQP{}
+	}
 	strs := map[string]*string{
 		"BROKER": &m.Broker, "LOCK": &m.Lock, "DEFAULT_QUEUE": &m.DefaultQueue, "RESULT_BACKEND": &m.ResultBackend,
 		"REDIS_DELAYED_TASKS_KEY": &m.Redis.DelayedTasksKey, "REDIS_MASTER_NAME": &m.Redis.MasterName,
 		"REDIS_CLIENT_NAME": &m.Redis.ClientName, "REDIS_SENTINEL_PASSWORD": &m.Redis.SentinelPassword,
+		"AMQP_EXCHANGE": &m.AMQP.Exchange, "AMQP_EXCHANGE_TYPE": &m.AMQP.ExchangeType, "AMQP_BINDING_KEY": &m.AMQP.BindingKey,
+		"AMQP_DELAYED_QUEUE": &m.AMQP.DelayedQueue,
 	}
 	for name, p := range strs {
 		if v, ok := env(name); ok {
@@ -129,7 +135,7 @@ func (m *Machinery) applyEnv(env Env) error {
 		"REDIS_DELAYED_TASKS_POLL_PERIOD": &m.Redis.DelayedTasksPollPeriod, "REDIS_READ_TIMEOUT": &m.Redis.ReadTimeout,
 		"REDIS_WRITE_TIMEOUT": &m.Redis.WriteTimeout, "REDIS_CONNECT_TIMEOUT": &m.Redis.ConnectTimeout,
 		"SQS_WAIT_TIME_SECONDS": &m.SQS.WaitTimeSeconds, "REDIS_MAX_IDLE": &m.Redis.MaxIdle, "REDIS_MAX_ACTIVE": &m.Redis.MaxActive,
-		"REDIS_IDLE_TIMEOUT": &m.Redis.IdleTimeout,
+		"REDIS_IDLE_TIMEOUT": &m.Redis.IdleTimeout, "AMQP_PREFETCH_COUNT": &m.AMQP.PrefetchCount,
 	}
 	for name, p := range ints {
 		if v, ok := env(name); ok {
@@ -147,6 +153,13 @@ func (m *Machinery) applyEnv(env Env) error {
 		}
 		m.SQS.VisibilityTimeout = &n
 	}
+	if v, ok := env("AMQP_AUTO_DELETE"); ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("errandconfig: AMQP_AUTO_DELETE=%q is not a boolean", v)
+		}
+		m.AMQP.AutoDelete = b
+	}
 	if v, ok := env("REDIS_CLUSTER_ENABLED"); ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
@@ -160,7 +173,8 @@ func (m *Machinery) applyEnv(env Env) error {
 // MachineryEnvNames lists the machinery environment variables
 // LoadMachinery reads.
 func MachineryEnvNames() []string {
-	return []string{"BROKER", "DEFAULT_QUEUE", "LOCK", "REDIS_CLIENT_NAME", "REDIS_CLUSTER_ENABLED", "REDIS_CONNECT_TIMEOUT",
+	return []string{"AMQP_AUTO_DELETE", "AMQP_BINDING_KEY", "AMQP_DELAYED_QUEUE", "AMQP_EXCHANGE", "AMQP_EXCHANGE_TYPE", "AMQP_PREFETCH_COUNT",
+		"BROKER", "DEFAULT_QUEUE", "LOCK", "REDIS_CLIENT_NAME", "REDIS_CLUSTER_ENABLED", "REDIS_CONNECT_TIMEOUT",
 		"REDIS_DELAYED_TASKS_KEY", "REDIS_DELAYED_TASKS_POLL_PERIOD", "REDIS_IDLE_TIMEOUT", "REDIS_MASTER_NAME", "REDIS_MAX_ACTIVE",
 		"REDIS_MAX_IDLE", "REDIS_NORMAL_TASKS_POLL_PERIOD", "REDIS_READ_TIMEOUT", "REDIS_SENTINEL_PASSWORD", "REDIS_WRITE_TIMEOUT",
 		"RESULTS_EXPIRE_IN", "RESULT_BACKEND", "SQS_VISIBILITY_TIMEOUT", "SQS_WAIT_TIME_SECONDS"}
@@ -180,6 +194,9 @@ func MachineryEnvNames() []string {
 //	  queue URLs start with (machinery sends to BROKER+"/"+queue)
 //	                                   -> sqs://?region=REGION&format=machinery, or
 //	                                      sqs://HOST:PORT?format=machinery[&insecure=1]
+//	amqp://user:pass@host:port/vhost   -> the same URL with format=machinery,
+//	                                      default_queue and machinery's amqp:
+//	                                      section (below); amqps:// over TLS
 //
 // On Redis, machinery's read_timeout, write_timeout and connect_timeout
 // (seconds), max_idle, max_active and client_name become go-redis's URL
@@ -187,12 +204,17 @@ func MachineryEnvNames() []string {
 // max_active_conns, client_name), sentinel_password goes with a
 // master_name, and normal_tasks_poll_period (ms) is the broker's
 // poll_interval; on SQS, receive_wait_time_seconds is the broker's wait
-// (at most SQS's 20).
+// (at most SQS's 20); on AMQP, exchange, exchange_type and binding_key
+// become the URL's parameters of the same names, prefetch_count its
+// prefetch, queue_declare_args and queue_binding_args JSON objects (a
+// queue must be declared with the arguments machinery gave it), and
+// auto_delete and delayed_queue are read and not used (errand delays
+// through queues of its own that dead-letter to machinery's exchange).
 //
 // Result backends: redis:// and rediss:// as above; mongodb:// and
 // mongodb+srv:// -> the same URI on the database "machinery" (machinery's;
 // a database in the URI becomes its authSource) with format=machinery.
-// AMQP brokers and backends, redis+socket://, Redis Cluster (machinery's
+// AMQP result backends, redis+socket://, Redis Cluster (machinery's
 // keys have no hash tags), and the Memcache and DynamoDB backends are
 // errors naming what is not supported.
 func FromMachinery(m *Machinery) (*Settings, error) {
@@ -208,13 +230,19 @@ func FromMachinery(m *Machinery) (*Settings, error) {
 	if queue == "" {
 		queue = machineryDefaultQueue
 	}
+	// machinery's Redis backend keeps results for good when
+	// results_expire_in < 0 and uses its default 3600 only for 0.
 	expire := m.ResultsExpireIn
-	if expire <= 0 {
+	if expire == 0 {
 		expire = machineryResultsExpire
 	}
 	s := &Settings{DefaultQueue: queue, Worker: Worker{Queues: map[string]int{queue: 1}}}
 	var err error
-	if s.Broker, err = machineryBroker(m.Broker, queue, r, sq); err != nil {
+	var a MachineryAMQP
+	if m.AMQP != nil {
+		a = *m.AMQP
+	}
+	if s.Broker, err = machineryBroker(m.Broker, queue, r, sq, a); err != nil {
 		return nil, err
 	}
 	if s.Backend, err = machineryBackend(m.ResultBackend, expire, r); err != nil {
@@ -226,7 +254,7 @@ func FromMachinery(m *Machinery) (*Settings, error) {
 	return s, nil
 }
 
-func machineryBroker(raw, queue string, r MachineryRedis, sq MachinerySQS) (string, error) {
+func machineryBroker(raw, queue string, r MachineryRedis, sq MachinerySQS, a MachineryAMQP) (string, error) {
 	if raw == "" {
 		return "", errors.New("errandconfig: machinery config has no broker (broker, BROKER)")
 	}
@@ -262,9 +290,9 @@ func machineryBroker(raw, queue string, r MachineryRedis, sq MachinerySQS) (stri
 		}
 		return (&url.URL{Scheme: "sqs", Host: host, RawQuery: q.Encode()}).String(), nil
 	case "amqp", "amqps":
-		return "", errors.New("errandconfig: machinery's AMQP broker is not supported yet (errand's AMQP broker is on its way)")
+		return machineryAMQPURL(u, queue, a)
 	}
-	return "", fmt.Errorf("errandconfig: machinery broker scheme %q is not supported (redis, rediss, or SQS's https queue URL prefix)", u.Scheme)
+	return "", fmt.Errorf("errandconfig: machinery broker scheme %q is not supported (redis, rediss, amqp, amqps, or SQS's https queue URL prefix)", u.Scheme)
 }
 
 func machineryBackend(raw string, expire int, r MachineryRedis) (string, error) {
@@ -278,6 +306,9 @@ func machineryBackend(raw string, expire int, r MachineryRedis) (string, error) 
 	switch u.Scheme {
 	case "redis", "rediss":
 		q := url.Values{"format": {"machinery"}, "result_expiry": {strconv.Itoa(expire) + "s"}}
+		if expire < 0 {
+			q.Set("result_expiry", "never")
+		}
 		return machineryRedisURL(u, q, r)
 	case "mongodb", "mongodb+srv":
 		// machinery keeps its collections in the database "machinery"
@@ -288,6 +319,11 @@ func machineryBackend(raw string, expire int, r MachineryRedis) (string, error) 
 			q.Set("authSource", db)
 		}
 		q.Set("format", "machinery")
+		if expire < 0 {
+			// machinery's Mongo backend would write a delete_at in the
+			// past (gone at the next TTL pass); errand keeps its default.
+			expire = machineryResultsExpire
+		}
 		q.Set("result_expiry", strconv.Itoa(expire)+"s")
 		out := *u
 		out.Path, out.RawQuery = "/machinery", q.Encode()
@@ -354,4 +390,34 @@ func redactErr(err error) error {
 		return ue.Err
 	}
 	return err
+}
+
+// machineryAMQPURL adds format=machinery and machinery's amqp: section to
+// machinery's amqp:// broker URL (its user, password, host and vhost are
+// amqp091's, as errand's).
+func machineryAMQPURL(u *url.URL, queue string, a MachineryAMQP) (string, error) {
+	q := u.Query()
+	q.Set("format", "machinery")
+	q.Set("default_queue", queue)
+	for k, v := range map[string]string{"exchange": a.Exchange, "exchange_type": a.ExchangeType, "binding_key": a.BindingKey} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if a.PrefetchCount > 0 {
+		q.Set("prefetch", strconv.Itoa(a.PrefetchCount))
+	}
+	for k, v := range map[string]map[string]any{"queue_declare_args": a.QueueDeclareArgs, "queue_binding_args": a.QueueBindingArgs} {
+		if len(v) == 0 {
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return "", fmt.Errorf("errandconfig: machinery amqp.%s: %w", k, err)
+		}
+		q.Set(k, string(raw))
+	}
+	out := *u
+	out.RawQuery = q.Encode()
+	return out.String(), nil
 }

@@ -22,9 +22,11 @@ type MachineryOptions struct {
 	// Database holds machinery's collections (config MongoDB.Database).
 	// Default: "machinery", machinery's.
 	Database string
-	// ResultsExpireIn is how long a state is kept after its last write
-	// (machinery's results_expire_in), as delete_at, the field machinery's
-	// TTL index expires; errand also checks it on read. Default: 1h.
+	// ResultsExpireIn is how long a final state (SUCCESS, FAILURE) is kept
+	// after it is written (machinery's results_expire_in), as delete_at,
+	// the field machinery's TTL index expires; errand also checks it on
+	// read. Other states carry no delete_at and never expire, as in
+	// machinery. Default: 1h.
 	ResultsExpireIn time.Duration
 	// CallTimeout bounds each call. Default: 10s.
 	CallTimeout time.Duration
@@ -38,8 +40,8 @@ type MachineryOptions struct {
 //
 // A task is a document of the tasks collection, as machinery writes it
 // (_id the task UUID, task_name, state, results of {type, value}, error,
-// created_at, delete_at) plus errand's attempt, error_kind, error_detail,
-// started_at and finished_at. Result values are stored as BSON values of
+// created_at, and delete_at once SUCCESS or FAILURE) plus errand's
+// attempt, error_kind, error_detail, started_at and finished_at. Result values are stored as BSON values of
 // their type, integers as 64-bit, as machinery's own results are, so its
 // AsyncResult reflects them. A group is a document of group_metas (_id,
 // task_uuids, chord_triggered, lock, created_at).
@@ -92,7 +94,7 @@ type mTaskDoc struct {
 	Results     []mResultDoc `bson:"results"`
 	Error       string       `bson:"error"`
 	CreatedAt   time.Time    `bson:"created_at"`
-	DeleteAt    time.Time    `bson:"delete_at"`
+	DeleteAt    time.Time    `bson:"delete_at,omitempty"`
 	Attempt     int          `bson:"attempt,omitempty"`
 	ErrorKind   string       `bson:"error_kind,omitempty"`
 	ErrorDetail string       `bson:"error_detail,omitempty"`
@@ -176,8 +178,14 @@ func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskStat
 	}
 	for i, st := range sts {
 		doc := mTaskDoc{ID: st.TaskUUID, TaskName: st.TaskName, State: string(st.State), Error: st.Error, CreatedAt: st.CreatedAt.UTC(),
-			DeleteAt: time.Now().Add(b.opts.ResultsExpireIn).UTC(), Attempt: st.Attempt, ErrorKind: st.ErrorKind, ErrorDetail: st.ErrorDetail,
+			Attempt: st.Attempt, ErrorKind: st.ErrorKind, ErrorDetail: st.ErrorDetail,
 			StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+		if st.State.Terminal() {
+			// Only a final state expires, as machinery's SetStateSuccess
+			// and SetStateFailure set delete_at: a long task or a retry
+			// delayed past the expiry keeps its document.
+			doc.DeleteAt = time.Now().Add(b.opts.ResultsExpireIn).UTC()
+		}
 		if st.State == driver.StateSuccess {
 			doc.Results = []mResultDoc{}
 		}

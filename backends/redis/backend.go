@@ -95,6 +95,11 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
 	opts := &Options{CloseClient: true, Prefix: own.Get("prefix")}
+	// result_expiry=never: machinery's format only (results_expire_in < 0).
+	never := own.Get("result_expiry") == "never" && own.Get("format") == "machinery"
+	if never {
+		own.Del("result_expiry")
+	}
 	if err := driver.DurationParams(own, map[string]*time.Duration{"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout}); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
@@ -107,7 +112,11 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 			rdb.Close()
 			return nil, errors.New("redis backend: format=machinery needs a single node or Sentinel (machinery's keys carry no hash tags)")
 		}
-		return NewMachinery(rdb, &MachineryOptions{ResultsExpireIn: opts.ResultExpiry, GroupExpiry: opts.GroupExpiry, CloseClient: true}), nil
+		mo := &MachineryOptions{ResultsExpireIn: opts.ResultExpiry, GroupExpiry: opts.GroupExpiry, CloseClient: true}
+		if never {
+			mo.ResultsExpireIn = -1
+		}
+		return NewMachinery(rdb, mo), nil
 	default:
 		rdb.Close()
 		return nil, fmt.Errorf("redis backend: format %q is not known (only format=machinery)", own.Get("format"))

@@ -10,7 +10,10 @@
 //	redis://host:port?addr=host2:port&addr=...    Redis Cluster
 //	redis://...?format=machinery[&result_expiry=1h] machinery v2's result keys
 //	                                              (NewMachinery;
-//	                                              docs/migrating-from-machinery.md)
+//	                                              docs/migrating-from-machinery.md);
+//	                                              result_expiry=never: states and
+//	                                              groups never expire (machinery's
+//	                                              results_expire_in < 0)
 //	redis-sentinel://[user:password@]sentinel1:port,sentinel2:port[/db]?master=NAME
 //	                                              Redis Sentinel (rediss-sentinel://
 //	                                              over TLS); docs/redis.md, Sentinel

@@ -21,12 +21,15 @@ const MachineryChordMutex = "TriggerChordMutex"
 // MachineryOptions configures a [MachineryBackend].
 type MachineryOptions struct {
 	// ResultsExpireIn is how long a task's state is kept after its last
-	// write (machinery's results_expire_in). Default: 1h, machinery's.
+	// write (machinery's results_expire_in). Negative: states and group
+	// metadata never expire, as machinery's go-redis backend does with a
+	// negative results_expire_in (ResultExpiry then reports 0). Default
+	// (0): 1h, machinery's.
 	ResultsExpireIn time.Duration
 	// GroupExpiry is how long a group's metadata is kept from InitGroup.
 	// machinery keeps it ResultsExpireIn; errand keeps it longer so a
 	// long group's chord can still fire. Default: 24h, never less than
-	// ResultsExpireIn.
+	// ResultsExpireIn; none when ResultsExpireIn is negative.
 	GroupExpiry time.Duration
 	// ClaimWait bounds how long ClaimChord waits for a machinery worker
 	// holding MachineryChordMutex (redsync holds it at most 8s).
@@ -81,13 +84,20 @@ func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *Machiner
 	if opts != nil {
 		o = *opts
 	}
-	if o.ResultsExpireIn <= 0 {
-		o.ResultsExpireIn = time.Hour
+	switch {
+	case o.ResultsExpireIn < 0:
+		// 0 below: go-redis's SET without an expiry, and mComplete's
+		// "no expiry".
+		o.ResultsExpireIn, o.GroupExpiry = 0, 0
+	default:
+		if o.ResultsExpireIn == 0 {
+			o.ResultsExpireIn = time.Hour
+		}
+		if o.GroupExpiry <= 0 {
+			o.GroupExpiry = 24 * time.Hour
+		}
+		o.GroupExpiry = max(o.GroupExpiry, o.ResultsExpireIn)
 	}
-	if o.GroupExpiry <= 0 {
-		o.GroupExpiry = 24 * time.Hour
-	}
-	o.GroupExpiry = max(o.GroupExpiry, o.ResultsExpireIn)
 	if o.ClaimWait <= 0 {
 		o.ClaimWait = 10 * time.Second
 	}
@@ -163,7 +173,7 @@ func fromMachinery(b []byte) (*driver.TaskState, error) {
 	return st, nil
 }
 
-// ResultExpiry returns ResultsExpireIn.
+// ResultExpiry returns ResultsExpireIn, 0 when states never expire.
 func (b *MachineryBackend) ResultExpiry() time.Duration { return b.opts.ResultsExpireIn }
 
 // SetStates writes each state at its task's UUID, in machinery's JSON,
@@ -252,7 +262,8 @@ var mComplete = newScript(`
 -- mcomplete
 -- KEYS[1] -> GROUP
 -- KEYS[2] -> GROUP:errand-done
--- ARGV[1] -> the completing task's UUID, ARGV[2] -> the done set's expiry (ms)
+-- ARGV[1] -> the completing task's UUID, ARGV[2] -> the done set's expiry
+-- (ms; 0: none)
 local meta_key, done_key = KEYS[1], KEYS[2]
 local task, expiry = ARGV[1], tonumber(ARGV[2])
 local raw = redis.call('GET', meta_key)
@@ -265,7 +276,10 @@ for _, id in ipairs(meta.TaskUUIDs) do
 end
 if not member then return {-2} end
 redis.call('SADD', done_key, task)
-redis.call('PEXPIRE', done_key, math.max(redis.call('PTTL', meta_key), expiry))
+local ttl = redis.call('PTTL', meta_key)
+if ttl > 0 or expiry > 0 then
+  redis.call('PEXPIRE', done_key, math.max(ttl, expiry))
+end
 local done = 0
 for _, id in ipairs(meta.TaskUUIDs) do
   if redis.call('SISMEMBER', done_key, id) == 1 then

@@ -2,6 +2,9 @@ package redisbackend_test
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/driver"
 )
 
 func machineryHarness(rdb goredis.UniversalClient) conformance.BackendHarness {
@@ -88,4 +92,37 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// TestMachineryNeverExpire: result_expiry=never (machinery's
+// results_expire_in < 0, which its go-redis backend keeps for good) keeps
+// states, group metadata and errand's done set without a TTL.
+func TestMachineryNeverExpire(t *testing.T) {
+	rdb := servers(t)["Single"]
+	ctx := context.Background()
+	b, err := errand.OpenBackend(ctx, os.Getenv("ERRAND_REDIS_URL")+"?format=machinery&result_expiry=never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if e := b.(driver.Expirer).ResultExpiry(); e != 0 {
+		t.Errorf("ResultExpiry = %v, want 0 (results do not expire)", e)
+	}
+	id := "never-" + rand.Text()
+	g := id + "-group"
+	defer rdb.Del(ctx, id, g, g+":errand-done")
+	if err := errors.Join(b.SetStates(ctx, []*errand.TaskState{{TaskUUID: id, TaskName: "x", State: errand.StateSuccess}})...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.InitGroup(ctx, g, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.CompleteGroupMember(ctx, g, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{id, g, g + ":errand-done"} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl != -1 {
+			t.Errorf("key %s: PTTL %v, want -1 (no expiry: results_expire_in < 0 keeps results for good)", k, ttl)
+		}
+	}
 }

@@ -69,6 +69,10 @@ type Options struct {
 	// Dial, when set, opens the TCP connection (tests put a proxy here).
 	// Default: net.Dialer with CallTimeout.
 	Dial func(network, addr string) (net.Conn, error)
+	// Machinery, when set, makes the broker speak machinery v2's AMQP
+	// format on machinery's exchange and queues (machinery.go; URL
+	// format=machinery). Default: nil (errand's own layout).
+	Machinery *MachineryOptions
 }
 
 // Broker is a driver.Broker on RabbitMQ (AMQP 0-9-1). It is safe for
@@ -145,6 +149,11 @@ func New(url string, opts *Options) *Broker {
 	if o.HoldBuffered <= 0 {
 		o.HoldBuffered = time.Second
 	}
+	if o.Machinery != nil {
+		m := *o.Machinery
+		m.defaults()
+		o.Machinery = &m
+	}
 	b.log = o.Logger
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -178,6 +187,9 @@ func (b *Broker) Ping(ctx context.Context) error {
 // with a hash in place of the end of names too long for AMQP's 255 bytes
 // (less room for the suffixes of delay and dead queues).
 func (b *Broker) queueName(q string) string {
+	if b.opts.Machinery != nil {
+		return b.mQueueName(q)
+	}
 	n := b.opts.QueuePrefix + q
 	if len(n) > 200 {
 		h := sha256.Sum256([]byte(n))
@@ -276,6 +288,9 @@ func (b *Broker) forget() {
 
 // ensureQueue declares an errand queue and its dead-letter queue.
 func (b *Broker) ensureQueue(ctx context.Context, name string) error {
+	if b.opts.Machinery != nil {
+		return b.mEnsureQueue(ctx, name)
+	}
 	if err := b.declare(ctx, deadName(name), b.deadArgs(), false); err != nil {
 		return err
 	}

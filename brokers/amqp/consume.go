@@ -205,7 +205,7 @@ func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 			keep = append(keep, bd)
 			continue
 		}
-		if nb := notBefore(bd.d.Headers); !nb.IsZero() && nb.After(now) {
+		if nb := p.b.deliveryNotBefore(bd.d); !nb.IsZero() && nb.After(now) {
 			p.b.wg.Add(1)
 			go p.hop(bd)
 			continue
@@ -242,6 +242,9 @@ func (p *puller) held(tag string) int {
 // this copy (x-delivery-count on quorum queues; on classic queues only
 // the redelivered flag, so at least one).
 func (b *Broker) delivery(queue string, d amqp.Delivery, l *lease) *driver.Delivery {
+	if b.opts.Machinery != nil {
+		d = b.mDecode(d)
+	}
 	attempt, _ := toInt(d.Headers[hdrAttempt])
 	if n, ok := toInt(d.Headers["x-delivery-count"]); ok {
 		attempt += n
@@ -455,6 +458,11 @@ func (p *puller) hop(bd buffered) {
 		m.Headers[hdrAttempt] = a + n
 	}
 	m.Headers = withoutServerHeaders(m.Headers)
+	if nb := p.b.deliveryNotBefore(d); !nb.IsZero() {
+		// machinery's ETA, for the next delay queue (errand's own header
+		// gives the same time back).
+		m.Headers[hdrNotBefore] = nb.Add(time.Millisecond - 1).UnixMilli()
+	}
 	ctx, cancel := p.b.lifeCtx()
 	defer cancel()
 	err := p.b.send(ctx, []outgoing{{queue: p.name, p: m}})
@@ -682,7 +690,11 @@ func (b *Broker) Release(ctx context.Context, d *driver.Delivery, notBefore time
 	}
 	m := d.Message
 	m.NotBefore = notBefore
-	if err := b.send(ctx, []outgoing{{queue: b.queueName(d.Queue), p: publishing(m, d.Attempt)}}); err != nil {
+	pb, err := b.encode(m, d.Attempt)
+	if err != nil {
+		return err
+	}
+	if err := b.send(ctx, []outgoing{{queue: b.queueName(d.Queue), p: pb}}); err != nil {
 		return err
 	}
 	return l.ack()
@@ -699,7 +711,10 @@ func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) 
 	if !l.alive() {
 		return driver.ErrLeaseLost
 	}
-	p := publishing(d.Message, d.Attempt)
+	p, err := b.encode(d.Message, d.Attempt)
+	if err != nil {
+		return err
+	}
 	delete(p.Headers, hdrNotBefore)
 	p.Headers[hdrReason] = reason
 	if err := b.sendDead(ctx, b.queueName(d.Queue), p); err != nil {

@@ -6,6 +6,10 @@
 //
 //	amqp://USER:PASS@HOST:5672/VHOST[?prefix=errand.&queue_type=quorum&max_priority=0&max_delay=298h&prefetch=0&max_payload=16777216&timeout=10s&heartbeat=5s&hold=1s]
 //	amqps://USER:PASS@HOST:5671/VHOST?...
+//	amqp://...?format=machinery[&exchange=machinery_exchange&exchange_type=direct&binding_key=machinery_task&default_queue=machinery_tasks&queue_declare_args={...}&queue_binding_args={...}]
+//	                                  machinery v2's exchange, queues and JSON
+//	                                  (Options.Machinery, MachineryOptions;
+//	                                  docs/migrating-from-machinery.md)
 //
 // Import the package for its side effect to register both schemes with
 // errand.OpenBroker, which checks that RabbitMQ accepts a connection. New

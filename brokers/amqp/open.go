@@ -50,7 +50,19 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 			*dst = n
 		}
 	}
-	for _, k := range []string{"prefix", "max_delay", "timeout", "heartbeat", "hold", "queue_type", "max_priority", "prefetch", "max_payload"} {
+	switch f := q.Get("format"); f {
+	case "":
+	case "machinery":
+		m, err := machineryParams(q)
+		if err != nil {
+			return nil, err
+		}
+		opts.Machinery = m
+	default:
+		return nil, fmt.Errorf("amqp broker: format %q is not known (only format=machinery)", f)
+	}
+	for _, k := range []string{"prefix", "max_delay", "timeout", "heartbeat", "hold", "queue_type", "max_priority", "prefetch", "max_payload",
+		"format", "exchange", "exchange_type", "binding_key", "default_queue", "queue_declare_args", "queue_binding_args"} {
 		q.Del(k)
 	}
 	amqpURL := *u

@@ -32,6 +32,9 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 	if err := b.checkClosed(); err != nil {
 		return driver.QueueStats{}, err
 	}
+	if b.opts.Machinery != nil {
+		return b.mStats(ctx, queue)
+	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	var st driver.QueueStats
@@ -68,6 +71,9 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 	if err := b.checkClosed(); err != nil {
 		return 0, err
+	}
+	if b.opts.Machinery != nil {
+		return b.mPurge(ctx, queue)
 	}
 	ctx, cancel := b.bound(ctx)
 	defer cancel()

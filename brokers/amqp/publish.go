@@ -82,7 +82,11 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 		if len(m.Body) > b.opts.MaxPayload {
 			return fmt.Errorf("amqp broker: message %q: %d bytes: %w", m.ID, len(m.Body), driver.ErrPayloadTooLarge)
 		}
-		outs[i] = outgoing{queue: b.queueName(m.Queue), p: publishing(m, 0)}
+		p, err := b.encode(m, 0)
+		if err != nil {
+			return err
+		}
+		outs[i] = outgoing{queue: b.queueName(m.Queue), p: p}
 		b.know(m.Queue)
 	}
 	return b.send(ctx, outs)
@@ -101,6 +105,10 @@ func notBefore(h amqp.Table) time.Time {
 // longer than it, the shortest when it is shorter: never early, at most
 // one shortest level late).
 func (b *Broker) target(o outgoing) (name string, args amqp.Table) {
+	if b.opts.Machinery != nil {
+		_, name, args = b.mTarget(o)
+		return name, args
+	}
 	if o.dead {
 		return deadName(o.queue), nil
 	}
@@ -153,10 +161,10 @@ func (b *Broker) send(ctx context.Context, outs []outgoing) error {
 func (b *Broker) sendOnce(ctx context.Context, outs []outgoing) (returned []outgoing, err error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	targets := make([]string, len(outs))
+	targets, exchanges := make([]string, len(outs)), make([]string, len(outs))
 	for i, o := range outs {
 		name, args := b.target(o)
-		targets[i] = name
+		targets[i], exchanges[i] = name, b.exchangeFor(o, name)
 		if err := b.ensureQueue(ctx, o.queue); err != nil {
 			return nil, err
 		}
@@ -184,7 +192,7 @@ func (b *Broker) sendOnce(ctx context.Context, outs []outgoing) (returned []outg
 				p.Headers[k] = v
 			}
 			p.Headers[hdrToken] = tokens[i]
-			dc, err := ch.PublishWithDeferredConfirm("", targets[i], true, false, p)
+			dc, err := ch.PublishWithDeferredConfirm(exchanges[i], targets[i], true, false, p)
 			if errors.Is(err, amqp.ErrClosed) {
 				return fmt.Errorf("%w: publish to %s: %w", errConnLost, targets[i], err)
 			}

@@ -109,20 +109,20 @@ func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *Machiner
 // list, and the start of each task's given-back key (count + UUID: the
 // deliveries of a body errand put back onto the list or into the delayed
 // set, read by the fetch that takes it again). delayed is machinery's
-// delayed set.
-type mKeys struct{ list, leases, bodies, seq, dead, count, delayed string }
+// delayed set, fallback its default queue's list.
+type mKeys struct{ list, leases, bodies, seq, dead, count, delayed, fallback string }
 
 func (b *MachineryBroker) keys(queue string) mKeys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}"
 	return mKeys{list: queue, leases: k + ":leases", bodies: k + ":bodies", seq: k + ":seq", dead: k + ":dead", count: k + ":n:",
-		delayed: b.opts.DelayedTasksKey}
+		delayed: b.opts.DelayedTasksKey, fallback: b.opts.DefaultQueue}
 }
 
 // The scripts' key lists, in their prologues' order (see scripts.go, "How
 // a script reads"; TestScriptPrologues checks them).
 func (k mKeys) fetchKeys() []string   { return []string{k.list, k.leases, k.bodies, k.seq} }
 func (k mKeys) dueKeys() []string     { return []string{k.delayed} }
-func (k mKeys) promoteKeys() []string { return []string{k.delayed, k.list} }
+func (k mKeys) promoteKeys() []string { return []string{k.delayed, k.list, k.fallback} }
 func (k mKeys) settleKeys() []string  { return []string{k.leases, k.bodies} }
 func (k mKeys) releaseKeys() []string { return []string{k.leases, k.bodies, k.list, k.delayed} }
 func (k mKeys) extendKeys() []string  { return []string{k.leases} }
@@ -205,30 +205,47 @@ return out
 // the task instead).
 const machineryCountTTL = 7 * 24 * time.Hour
 
-// mDue lists the due members of machinery's delayed set.
+// mDue lists the due members of machinery's delayed set, past the first
+// skip (tasks promote could not move).
 var mDue = newScript(`
 -- mdue
 -- KEYS[1] -> delayed_tasks
--- ARGV[1] -> most to list
+-- ARGV[1] -> most to list, ARGV[2] -> how many due ones to skip
 local delayed = KEYS[1]
-local most = tonumber(ARGV[1])
+local most, skip = tonumber(ARGV[1]), tonumber(ARGV[2])
 `, luaNow, luaNowNs, `
-return redis.call('ZRANGEBYSCORE', delayed, '-inf', nowns, 'LIMIT', 0, most)
+return redis.call('ZRANGEBYSCORE', delayed, '-inf', nowns, 'LIMIT', skip, most)
 `)
 
 // mPromote moves one due task from the delayed set onto its list, once.
+// A RoutingKey that names a key of another type than a list (machinery's
+// RPUSH would fail on it) sends the task to the default queue instead;
+// when that is no list either the task stays in the delayed set. The
+// types are checked before the task leaves the set, so a WRONGTYPE can
+// never lose it: 1 moved to its list, 2 moved to the default queue, 0
+// already gone (someone else promoted it), -1 left in the set.
 var mPromote = newScript(`
 -- mpromote
 -- KEYS[1] -> delayed_tasks
 -- KEYS[2] -> q
+-- KEYS[3] -> machinery_tasks
 -- ARGV[1] -> the member
-local delayed, list = KEYS[1], KEYS[2]
+local delayed, list, fallback = KEYS[1], KEYS[2], KEYS[3]
 local member = ARGV[1]
-if redis.call('ZREM', delayed, member) == 1 then
-  redis.call('RPUSH', list, member)
-  return 1
+local function islist(k)
+  local t = redis.call('TYPE', k)
+  if type(t) == 'table' then t = t.ok end
+  return t == 'list' or t == 'none'
 end
-return 0
+if not redis.call('ZSCORE', delayed, member) then return 0 end
+local to, moved = list, 1
+if not islist(list) then
+  if not islist(fallback) then return -1 end
+  to, moved = fallback, 2
+end
+redis.call('ZREM', delayed, member)
+redis.call('RPUSH', to, member)
+return moved
 `)
 
 // mSettle ends leases: 1 for each token still leased (its body and
@@ -387,10 +404,15 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 
 // promote moves the due tasks of machinery's delayed set onto their
 // queues' lists (each once, whoever else promotes: machinery's workers do
-// the same).
+// the same). A task neither its RoutingKey nor the default queue can take
+// (both name keys of another type) is kept in the set rather than lost,
+// and skipped by the next batches so it cannot hold up the tasks due after
+// it; the loop stops at a short batch or one that changed nothing, so it
+// never spins on such tasks.
 func (b *MachineryBroker) promote(ctx context.Context) error {
+	skip := 0
 	for {
-		due, err := mDue.Run(ctx, b.scr, b.keys("").dueKeys(), 100).StringSlice()
+		due, err := mDue.Run(ctx, b.scr, b.keys("").dueKeys(), 100, skip).StringSlice()
 		if err != nil {
 			return fmt.Errorf("redis machinery broker: read delayed tasks: %w", err)
 		}
@@ -398,6 +420,7 @@ func (b *MachineryBroker) promote(ctx context.Context) error {
 			return nil
 		}
 		pipe := b.rdb.Pipeline()
+		cmds := make([]*goredis.Cmd, 0, len(due))
 		for _, m := range due {
 			var s struct{ RoutingKey string }
 			_ = json.Unmarshal([]byte(m), &s) // a bad body goes to the default queue, where Fetch sets it aside
@@ -405,12 +428,22 @@ func (b *MachineryBroker) promote(ctx context.Context) error {
 			if q == "" {
 				q = b.opts.DefaultQueue
 			}
-			mPromote.Eval(ctx, redisconn.NoRetry(pipe), b.keys(q).promoteKeys(), m)
+			cmds = append(cmds, mPromote.Eval(ctx, redisconn.NoRetry(pipe), b.keys(q).promoteKeys(), m))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("redis machinery broker: promote delayed tasks: %w", err)
 		}
-		if len(due) < 100 {
+		moved, stuck := 0, 0
+		for _, c := range cmds {
+			switch n, _ := c.Int64(); {
+			case n > 0:
+				moved++
+			case n < 0:
+				stuck++
+			}
+		}
+		skip += stuck
+		if len(due) < 100 || moved+stuck == 0 {
 			return nil
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -339,5 +340,64 @@ func TestMachinerySecondCopyOfRunningTaskSetAside(t *testing.T) {
 	free()
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the task ran %d times, want once", n)
+	}
+}
+
+// TestMachineryPromoteWrongType: a due delayed task whose RoutingKey names
+// a key that is not a list (where machinery's RPUSH would fail) is never
+// lost: it goes to the default queue; when the default queue is no list
+// either it stays in the delayed set, and the tasks due after it are still
+// promoted (the promote loop neither spins on it nor stops short of them).
+func TestMachineryPromoteWrongType(t *testing.T) {
+	rdb := singleServer(t)
+	ctx := context.Background()
+	id := rand.Text()
+	hashKey, def, strDef, q, delayed := "mq-hash-"+id, "mq-def-"+id, "mq-strdef-"+id, "mq-"+id, "errand-mtest-delayed-"+id
+	defer rdb.Del(ctx, hashKey, def, strDef, q, delayed)
+	if err := rdb.HSet(ctx, hashKey, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	past := float64(time.Now().Add(-time.Minute).UnixNano())
+	body := `{"UUID":"rerouted","Name":"t","RoutingKey":"` + hashKey + `","Args":[]}`
+	if err := rdb.ZAdd(ctx, delayed, goredis.Z{Score: past, Member: body}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, DefaultQueue: def, PollInterval: 10 * time.Millisecond})
+	defer b.Close()
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ds, err := b.Fetch(fctx, def, 1, time.Minute)
+	cancel()
+	if err != nil || len(ds) != 1 || ds[0].ID != "rerouted" {
+		t.Fatalf("fetch from the default queue: %v, %v; want the task whose RoutingKey names a hash (a due task is never lost to WRONGTYPE)", ds, err)
+	}
+	if n := rdb.ZCard(ctx, delayed).Val(); n != 0 {
+		t.Errorf("delayed set holds %d after the task moved, want 0", n)
+	}
+
+	// 101 tasks neither their RoutingKey nor the default queue can take,
+	// due before one that can.
+	if err := rdb.Set(ctx, strDef, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b2 := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, DefaultQueue: strDef, PollInterval: 10 * time.Millisecond})
+	defer b2.Close()
+	for i := range 101 {
+		m := fmt.Sprintf(`{"UUID":"stuck-%d","Name":"t","RoutingKey":"%s","Args":[]}`, i, hashKey)
+		if err := rdb.ZAdd(ctx, delayed, goredis.Z{Score: past + float64(i), Member: m}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := `{"UUID":"behind","Name":"t","RoutingKey":"` + q + `","Args":[]}`
+	if err := rdb.ZAdd(ctx, delayed, goredis.Z{Score: past + 1000, Member: ok}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+	ds, err = b2.Fetch(fctx, q, 1, time.Minute)
+	cancel()
+	if err != nil || len(ds) != 1 || ds[0].ID != "behind" {
+		t.Fatalf("fetch: %v, %v; want the task due after 101 unmovable ones", ds, err)
+	}
+	if n := rdb.ZCard(ctx, delayed).Val(); n != 101 {
+		t.Errorf("delayed set holds %d, want the 101 tasks no list could take, kept rather than lost", n)
 	}
 }

@@ -21,7 +21,7 @@ var prologueKey = regexp.MustCompile(`^-- KEYS\[(\d+)\]\s+-> (\S+)$`)
 func TestScriptPrologues(t *testing.T) {
 	b := &Broker{opts: Options{Prefix: "errand"}}
 	k := b.keys("q")
-	mk := (&MachineryBroker{opts: MachineryOptions{Prefix: "errand", DelayedTasksKey: "delayed_tasks"}}).keys("q")
+	mk := (&MachineryBroker{opts: MachineryOptions{Prefix: "errand", DelayedTasksKey: "delayed_tasks", DefaultQueue: "machinery_tasks"}}).keys("q")
 	cases := []struct {
 		name   string
 		script *goredis.Script

@@ -337,12 +337,16 @@ func (b *Broker) delivery(queue, u string, m types.Message) (*driver.Delivery, b
 		due = !time.Now().Before(msg.NotBefore)
 	}
 	n, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	if b.opts.Machinery {
+	attr, fromErrand := m.MessageAttributes[attrID]
+	// What machinery sent is read as errand's; of what errand sent only a
+	// body Publish translated (its UUID is its message's ID), never one it
+	// passed on as it was.
+	if b.opts.Machinery && (!fromErrand || machinerywire.UUID(msg.Body) == aws.ToString(attr.StringValue)) {
 		// errand's body for the worker and the handle (a hop publishes it
 		// again, in machinery's JSON).
 		id, body := machinerywire.ErrandMessage(msg.Body)
 		msg.Body = body
-		if _, ok := m.MessageAttributes[attrID]; !ok {
+		if !fromErrand {
 			// Sent by machinery: its ID is the task's UUID, and its ETA is
 			// kept here (machinery truncates the delay it gives SQS to whole
 			// seconds, so the message may arrive before it).

@@ -17,8 +17,11 @@ import (
 const Opaque = "ErrandOpaque"
 
 // AttemptHeader is the key of the header MachineryBody adds to a retry
-// errand sends (Attempt a > 1): {"Attempt": a, "Left": the RetryCount
-// machinery reads}. machinery keeps a signature's Headers when it
+// errand sends (Attempt a > 1): the JSON text {"Attempt": a, "Left": the
+// RetryCount machinery reads}, as a string (machinery's AMQP broker sends
+// a signature's Headers as AMQP headers, and amqp091 refuses a nested
+// object there, so a retry machinery made of it would fail to publish;
+// ErrandMessage also reads the object form earlier versions wrote). machinery keeps a signature's Headers when it
 // republishes a task (its workers move due delayed tasks too, re-encoding
 // them through its Signature, which drops errand's Attempt) and when it
 // retries one (lowering RetryCount), so ErrandMessage can count the
@@ -92,12 +95,25 @@ func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 			if h == nil {
 				h = map[string]json.RawMessage{}
 			}
-			h[AttemptHeader], _ = json.Marshal(attemptStash{Attempt: attempt, Left: left})
+			st, _ := json.Marshal(attemptStash{Attempt: attempt, Left: left})
+			h[AttemptHeader], _ = json.Marshal(string(st))
 			m["Headers"], _ = json.Marshal(h)
 		}
 	}
 	out, err := json.Marshal(m)
 	return out, err == nil
+}
+
+// UUID returns the UUID a body names ("" for a body that is not a JSON
+// object with a string UUID). A broker that keeps message IDs beside
+// bodies tells a body Translate changed (its UUID is its message's ID)
+// from one it passed on as it was.
+func UUID(body []byte) string {
+	var s struct{ UUID string }
+	if json.Unmarshal(body, &s) != nil {
+		return ""
+	}
+	return s.UUID
 }
 
 // ErrandMessage reads a body taken from machinery's queue: it returns the
@@ -131,6 +147,10 @@ func ErrandMessage(body []byte) (id string, out []byte) {
 	raw, stashed := h[AttemptHeader]
 	if stashed {
 		var st attemptStash
+		var text string
+		if json.Unmarshal(raw, &text) == nil {
+			raw = json.RawMessage(text)
+		}
 		if attempt <= 1 && json.Unmarshal(raw, &st) == nil && st.Attempt > 1 {
 			// A machinery worker republished it (dropping Attempt), and
 			// retried it Left - RetryCount times.

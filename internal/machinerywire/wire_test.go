@@ -170,3 +170,19 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// The attempt header holds only a string: machinery's AMQP broker sends a
+// signature's Headers as AMQP headers, where a nested object cannot go
+// (amqp091 refuses it, and machinery's retry of the task would fail to
+// publish). The object form earlier versions wrote is still read.
+func TestAttemptHeaderIsAString(t *testing.T) {
+	m := must(MachineryBody("u1", []byte(`{"UUID":"u1","Name":"t","RetryCount":5,"Attempt":3}`), "q"))
+	h := field[map[string]any](t, m, "Headers")
+	if _, ok := h[AttemptHeader].(string); !ok {
+		t.Fatalf("%s header = %#v, want a string (AMQP headers carry no nested objects)", AttemptHeader, h[AttemptHeader])
+	}
+	old := []byte(`{"UUID":"u1","Name":"t","RetryCount":2,"Headers":{"` + AttemptHeader + `":{"Attempt":3,"Left":2}}}`)
+	if _, back := ErrandMessage(old); field[int](t, back, "Attempt") != 3 {
+		t.Errorf("the object form of the header read back as attempt %d, want 3", field[int](t, back, "Attempt"))
+	}
+}
