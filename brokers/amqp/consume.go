@@ -315,8 +315,25 @@ func (p *puller) consume(ctx context.Context) error {
 		go p.watch(gen, closes)
 	}
 	tag := "errand-" + strconv.FormatUint(b.token.Add(1), 36)
-	var deliveries <-chan amqp.Delivery
+	// The consumer's reader is started by the call itself, not after it
+	// returns: on this connection a call that outlives ctx goes on (see
+	// session.run), and a basic.consume RabbitMQ answers late registers a
+	// consumer all the same, which, unread, would hold up to want
+	// messages unacked for as long as the channel lives. The reader's
+	// share of wg is taken here (setup holds its own) and handed to the
+	// call, or given back here when the call never ran (claim).
+	var claim atomic.Bool
+	b.wg.Add(1)
 	err := b.con.call(ctx, ch, func() (err error) {
+		if !claim.CompareAndSwap(false, true) {
+			return errClosed // consume gave up before the call began
+		}
+		reading := false
+		defer func() {
+			if !reading {
+				b.wg.Done()
+			}
+		}()
 		if oldTag != "" {
 			// The old consumer's unacked deliveries stay on the channel.
 			if err := ch.Cancel(oldTag, false); err != nil {
@@ -326,10 +343,18 @@ func (p *puller) consume(ctx context.Context) error {
 		if err := ch.Qos(want, 0, false); err != nil {
 			return err
 		}
-		deliveries, err = ch.Consume(p.name, tag, false, false, false, false, nil)
-		return err
+		deliveries, err := ch.Consume(p.name, tag, false, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		reading = true
+		go p.read(gen, tag, deliveries)
+		return nil
 	})
 	if err != nil {
+		if claim.CompareAndSwap(false, true) {
+			b.wg.Done()
+		}
 		b.forget() // the queue may be gone (deleted): declare it again
 		return fmt.Errorf("amqp broker: consume %s: %w", p.name, err)
 	}
@@ -338,8 +363,6 @@ func (p *puller) consume(ctx context.Context) error {
 		p.tag, p.prefetch = tag, want
 	}
 	p.mu.Unlock()
-	b.wg.Add(1)
-	go p.read(gen, tag, deliveries)
 	return nil
 }
 

@@ -239,8 +239,13 @@ func (s *session) call(ctx context.Context, ch *amqp.Channel, fn func() error) e
 	case <-ctx.Done():
 		return fmt.Errorf("amqp broker: waiting for the channel: %w", ctx.Err())
 	}
-	defer func() { <-lock }()
-	return s.run(ctx, fn)
+	// The lock is released when fn ends, not when run gives up waiting
+	// for it: on the consuming connection fn goes on after ctx ends, and
+	// a second caller's method must not be sent before its reply.
+	return s.run(ctx, func() error {
+		defer func() { <-lock }()
+		return fn()
+	})
 }
 
 // run runs fn, a call on this session's connection, until ctx ends, and
