@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
@@ -198,5 +201,27 @@ func TestCarryStartUnreadableState(t *testing.T) {
 	}
 	if v, err := be.rdb.Get(ctx, be.key(notJSON)).Result(); err != nil || v != "{not json" {
 		t.Errorf("unreadable state now %q (%v); want it untouched", v, err)
+	}
+}
+
+// TestCarryOnRingRefused: a Ring spreads keys over its shards by hash, so
+// the fetch and ack scripts, run on the shard of the queue's keys, would
+// write task states where the backend (on the same Ring) never reads
+// them: a broker on a Ring carries no starts and no settles, even with
+// the one client value shared by both.
+func TestCarryOnRingRefused(t *testing.T) {
+	o, err := goredis.ParseURL(os.Getenv("ERRAND_REDIS_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": o.Addr}})
+	defer ring.Close()
+	b := redisbroker.New(ring, &redisbroker.Options{Prefix: "errand-test-ring"})
+	be := newSameServerBackend(t, ring, "errand-test-ring")
+	if b.CarryStart(be) != nil {
+		t.Error("CarryStart on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
+	}
+	if b.CarrySettle(be) != nil {
+		t.Error("CarrySettle on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
 	}
 }
