@@ -104,6 +104,7 @@ func (dv *delivery) decode() bool {
 		if dv.ext != nil {
 			dv.ext.halt() // no extend may follow the settling
 		}
+		dv.unstart()
 		w.setAside(d, reason)
 		return false
 	}

@@ -118,3 +118,25 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 	}
 	return true
 }
+
+// unstart puts back the state a carried fetch replaced with STARTED, for
+// a delivery the worker sets aside undecoded (it never ran): the previous
+// state, or RECEIVED when there was none. A STARTED left behind would make
+// the message's re-drive from the archive, a first delivery, look like a
+// second message under a running UUID (uuidConflict), set aside again. A
+// failed write is reported.
+func (dv *delivery) unstart() {
+	res, d := dv.start, dv.d
+	if res == nil || !res.Written {
+		return
+	}
+	st := res.Prev
+	if st == nil {
+		st = &TaskState{TaskUUID: d.ID, TaskName: d.Task, State: StateReceived, Attempt: d.TaskAttempt, CreatedAt: dv.startAt.UTC()}
+	}
+	ctx, cancel := dv.w.call()
+	defer cancel()
+	if err := dv.w.srv.backend.setState(ctx, st); err != nil {
+		dv.w.report(fmt.Errorf("errand: task %s (%s): put back its state %s after its start in the fetch: %w", d.Task, d.ID, st.State, err), "errand: delivery set aside")
+	}
+}

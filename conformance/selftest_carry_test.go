@@ -290,6 +290,26 @@ var brokenPairs = map[string]workerPair{
 			return out
 		}
 	}),
+	// Follows the table but takes SUCCESS alone for final: starts a task
+	// over its FAILURE.
+	"start-carrier-restarts-failure": carrierPair(func(c *memCarrier) {
+		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
+			out := make([]*driver.StartResult, len(ds))
+			for i, d := range ds {
+				if !slices.Contains(tasks, d.Task) {
+					continue
+				}
+				if prev, err := be.GetState(ctx, d.ID); err == nil && prev.State == errand.StateFailure {
+					st := &errand.TaskState{TaskUUID: d.ID, TaskName: d.Task, State: errand.StateStarted, Attempt: d.TaskAttempt, CreatedAt: prev.CreatedAt, StartedAt: at}
+					be.SetStates(ctx, []*errand.TaskState{st})
+					out[i] = &driver.StartResult{Prev: prev, Written: true}
+					continue
+				}
+				out[i] = startOne(be, ctx, d, at)
+			}
+			return out
+		}
+	}),
 	// Answers each start as written and writes nothing.
 	"start-carrier-writes-nothing": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, _ time.Time) []*driver.StartResult {
@@ -349,6 +369,7 @@ func init() {
 	extraWorkerTargets = append(extraWorkerTargets,
 		target{"Start/CarriedStart", "pair:start-carrier-starts-any-task"},
 		target{"Start/CarriedStart", "pair:start-carrier-writes-nothing"},
+		target{"Start/CarriedStart", "pair:start-carrier-restarts-failure"},
 		target{"Start/CarriedStart", "pair:carrier-carries-unknown-backend"},
 	)
 	// A carrier its harness does not declare.

@@ -18,10 +18,10 @@ import (
 // backend no driver can know gets no carrier; a pair the broker cannot
 // carry (nil) is logged and checked no further. Otherwise:
 //
-//   - one carried fetch of six messages, each a task in another state,
+//   - one carried fetch of eight messages, each a task in another state,
 //     starts exactly those driver.Starter's table allows (no state;
-//     PENDING, whose CreatedAt is kept), refuses the others (SUCCESS, a
-//     later attempt's state, another task's name, STARTED under a first
+//     PENDING, whose CreatedAt is kept), refuses the others (SUCCESS,
+//     FAILURE, a later attempt's state, another task's name, STARTED under a first
 //     delivery) leaving their states untouched and answering each with its
 //     previous state, and does not try a task outside spec.Tasks;
 //   - a worker of a server on the pair runs 10 tasks without a Start call
@@ -104,7 +104,7 @@ func carriedStart(t testing.TB, p workerPair) {
 	startThroughWorker(t, p, c.drv, carrier, be)
 }
 
-// carriedStartTable: one carried fetch of six messages, each finding its task in
+// carriedStartTable: one carried fetch of eight messages, each finding its task in
 // another state.
 func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc) {
 	created := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
@@ -122,6 +122,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 		{what: "no state", written: true, tried: true},
 		{what: "PENDING", prev: st(errand.StatePending, startTask, 1), written: true, tried: true},
 		{what: "SUCCESS", prev: st(errand.StateSuccess, startTask, 1), tried: true},
+		{what: "FAILURE", prev: st(errand.StateFailure, startTask, 1), tried: true},
 		{what: "a later attempt's RETRY", prev: st(errand.StateRetry, startTask, 3), tried: true},
 		{what: "another task's name", prev: st(errand.StatePending, "conformance.other", 1), tried: true},
 		{what: "STARTED under a first delivery", prev: st(errand.StateStarted, startTask, 1), tried: true},

@@ -109,10 +109,10 @@ type stateSource interface {
 
 // CarrySettle returns a driver.SettleFunc that writes be's final states
 // in the script of the ack, when be is errand's Redis backend on the
-// broker's own single Redis server (redisconn.SameServer, not a Redis
-// Cluster: a task's state key and the queue's keys live in different hash
-// slots there, and one script cannot touch both); nil otherwise. It does
-// no I/O.
+// broker's own single Redis server (redisconn.SameServer and oneNode, not
+// a Redis Cluster or a Ring: a task's state key and the queue's keys live
+// in different hash slots or shards there, and one script cannot touch
+// both); nil otherwise. It does no I/O.
 //
 // The function runs ackStatesScript once per call (its deliveries are of
 // one queue): per delivery, SET ... PX of the state, then the ack, exactly
@@ -123,7 +123,7 @@ func (b *Broker) CarrySettle(be driver.Backend) driver.SettleFunc {
 	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
 		return nil
 	}
-	if _, cluster := b.rdb.(*goredis.ClusterClient); cluster {
+	if !oneNode(b.rdb) {
 		return nil
 	}
 	return func(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error {
@@ -188,6 +188,16 @@ func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.De
 	return errs
 }
 
+// oneNode reports whether rdb reaches a single Redis node, where a script
+// may touch keys it builds itself: a *goredis.Client (a failover client
+// too). A Cluster or a Ring spreads keys over nodes by their hash, so a
+// script run on the queue's node would write a task's state where the
+// backend never reads it; another UniversalClient is not known.
+func oneNode(rdb goredis.UniversalClient) bool {
+	_, ok := rdb.(*goredis.Client)
+	return ok
+}
+
 var _ driver.StartCarrier = (*Broker)(nil)
 
 // startSource is what CarryStart needs of a backend: the client it writes
@@ -223,7 +233,7 @@ func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
 		return nil
 	}
-	if _, cluster := b.rdb.(*goredis.ClusterClient); cluster {
+	if !oneNode(b.rdb) {
 		return nil
 	}
 	b.carriesStarts.Store(true) // from now on publish names tasks in message IDs

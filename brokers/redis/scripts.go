@@ -287,12 +287,17 @@ local function begin(id, taskID, first)
   if not a or not startable[name] then return NOT_TRIED, false, false end
   local attempt = tonumber(a)
   local key = statePrefix .. taskID
-  local raw = redis.call('GET', key)
+  -- A state the script cannot read (a key of another type, not JSON, not
+  -- an object) is left to Start: an error here would end the script with
+  -- the messages it popped after this one on no list, lost.
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then return NOT_TRIED, false, false end
   local created = nowJSON
   if raw then
     local pname, st, patt, pcreated = peek(raw)
     if not pname then
-      local p = cjson.decode(raw)
+      local ok, p = pcall(cjson.decode, raw)
+      if not ok or type(p) ~= 'table' then return NOT_TRIED, false, false end
       pname, st, patt = p.task_name, p.state, tonumber(p.attempt) or 0
       if type(pname) ~= 'string' then pname = '' end
       if type(p.created_at) == 'string' then pcreated = cjson.encode(p.created_at) end

@@ -1,0 +1,227 @@
+package redisbroker_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/driver"
+)
+
+// carriedStartFixture is a broker and a same-server backend on the single
+// Redis under a fresh prefix, with the broker's carried fetch.
+func carriedStartFixture(t *testing.T) (*redisbroker.Broker, *sameServerBackend, driver.FetchStartFunc) {
+	t.Helper()
+	rdb, _ := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	fetch := b.CarryStart(be)
+	if fetch == nil {
+		t.Fatal("CarryStart = nil on the broker's own single server; want a carrier")
+	}
+	return b, be, fetch
+}
+
+// TestCarryStartTable: the fetch script's begin decides as
+// driver.StartRequest.Allows, row by row, for a previous state in Go's
+// layout (read with patterns) and in another (read with cjson), on a
+// first delivery and on a redelivery, for a task whose name holds ':'
+// and characters Lua patterns treat specially; a refused start leaves
+// the state as it was.
+func TestCarryStartTable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, be, fetch := carriedStartFixture(t)
+	const name, attempt = "ns:a.b-c%d+[x]", 2
+	created := time.Date(2020, 1, 2, 3, 4, 5, 678e6, time.UTC)
+	prevs := map[string]*driver.TaskState{
+		"none":           nil,
+		"pending":        {TaskName: name, State: driver.StatePending, Attempt: attempt},
+		"received":       {TaskName: name, State: driver.StateReceived, Attempt: attempt},
+		"started":        {TaskName: name, State: driver.StateStarted, Attempt: attempt},
+		"retry":          {TaskName: name, State: driver.StateRetry, Attempt: attempt - 1},
+		"success":        {TaskName: name, State: driver.StateSuccess, Attempt: attempt},
+		"failure":        {TaskName: name, State: driver.StateFailure, Attempt: attempt - 1},
+		"later attempt":  {TaskName: name, State: driver.StateStarted, Attempt: attempt + 1},
+		"earlier":        {TaskName: name, State: driver.StateStarted, Attempt: attempt - 1},
+		"no attempt":     {TaskName: name, State: driver.StatePending},
+		"other name":     {TaskName: "ns:a", State: driver.StatePending, Attempt: attempt},
+		"name prefix":    {TaskName: name + "x", State: driver.StatePending, Attempt: attempt},
+		"no name":        {State: driver.StatePending, Attempt: attempt},
+		"escaped name":   {TaskName: "<" + name, State: driver.StatePending, Attempt: attempt},
+		"unknown state":  {TaskName: name, State: "PAUSED_X", Attempt: attempt},
+		"results before": {TaskName: name, State: driver.StateRetry, Attempt: 1, Error: `boom {"created_at":"x"} [1]`},
+	}
+	for label, prev := range prevs {
+		for _, layout := range []string{"go", "other"} {
+			if prev == nil && layout == "other" {
+				continue // no state: one layout only
+			}
+			for _, first := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/%s/first=%v", label, layout, first), func(t *testing.T) {
+					id := "tab-" + rand.Text()
+					queue := "tab-" + rand.Text()[:8]
+					if err := b.Publish(ctx, driver.Message{ID: id, Queue: queue, Body: []byte("x"), Task: name, TaskAttempt: attempt}); err != nil {
+						t.Fatal(err)
+					}
+					if !first { // a redelivery: leased once without starting
+						ds, err := b.Fetch(ctx, queue, 1, time.Minute)
+						if err != nil || len(ds) != 1 {
+							t.Fatalf("fetch: %v, %v", ds, err)
+						}
+						if err := b.Release(ctx, ds[0], time.Time{}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					var raw string
+					if prev != nil {
+						p := *prev
+						p.TaskUUID, p.CreatedAt = id, created
+						v, err := json.Marshal(&p)
+						if err != nil {
+							t.Fatal(err)
+						}
+						raw = string(v)
+						if layout == "other" { // the same state, its keys in another order
+							var m map[string]any
+							if err := json.Unmarshal(v, &m); err != nil {
+								t.Fatal(err)
+							}
+							v, _ = json.Marshal(m) // sorted keys: attempt, created_at, ...
+							raw = string(v)
+						}
+						if err := be.rdb.Set(ctx, be.key(id), raw, time.Minute).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					ds, starts, at, err := fetch(ctx, queue, 1, time.Minute, driver.StartSpec{Tasks: []string{"ns:a", name}})
+					if err != nil || len(ds) != 1 || len(starts) != 1 || starts[0] == nil {
+						t.Fatalf("carried fetch: %v, starts %v, %v; want one delivery, started", ds, starts, err)
+					}
+					d, st := ds[0], starts[0]
+					if d.Task != name || d.TaskAttempt != attempt || d.ID != id || (d.Attempt == 1) != first {
+						t.Fatalf("delivery %q: task %q attempt %d, delivery %d; want %q, %d, first %v", d.ID, d.Task, d.TaskAttempt, d.Attempt, name, attempt, first)
+					}
+					if st.Err != nil {
+						t.Fatalf("start: %v", st.Err)
+					}
+					started := &driver.TaskState{TaskUUID: id, TaskName: name, State: driver.StateStarted, Attempt: attempt, CreatedAt: at, StartedAt: at}
+					req := driver.StartRequest{Received: started, Started: started, FirstDelivery: first}
+					var wantPrev *driver.TaskState
+					if prev != nil {
+						wantPrev = new(driver.TaskState)
+						if err := json.Unmarshal([]byte(raw), wantPrev); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if want := req.Allows(wantPrev); st.Written != want {
+						t.Fatalf("previous %s: written %v; driver.StartRequest.Allows says %v", raw, st.Written, want)
+					}
+					if (st.Prev == nil) != (prev == nil) {
+						t.Fatalf("Prev %+v; want the state before (%s)", st.Prev, raw)
+					}
+					now, err := be.rdb.Get(ctx, be.key(id)).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !st.Written {
+						if now != raw {
+							t.Fatalf("a refused start changed the state from %s to %s", raw, now)
+						}
+						return
+					}
+					var got driver.TaskState
+					if err := json.Unmarshal([]byte(now), &got); err != nil {
+						t.Fatalf("STARTED %s: %v", now, err)
+					}
+					wantCreated := at
+					if prev != nil {
+						wantCreated = created
+					}
+					if got.TaskUUID != id || got.TaskName != name || got.State != driver.StateStarted || got.Attempt != attempt ||
+						!got.CreatedAt.Equal(wantCreated) || !got.StartedAt.Equal(at) {
+						t.Fatalf("STARTED written as %s; want task %s %q attempt %d created %v started %v", now, id, name, attempt, wantCreated, at)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestCarryStartUnreadableState: a task state the fetch script cannot
+// read (not JSON, JSON that is no object, a key of another type) leaves
+// that delivery unstarted (for Start to answer) and costs no message: the
+// fetch leases all it popped.
+func TestCarryStartUnreadableState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, be, fetch := carriedStartFixture(t)
+	queue := "bad-" + rand.Text()[:8]
+	good1, notJSON, notObject, hash, good2 := "g1-"+rand.Text(), "nj-"+rand.Text(), "no-"+rand.Text(), "h-"+rand.Text(), "g2-"+rand.Text()
+	bad := map[string]bool{notJSON: true, notObject: true, hash: true}
+	if err := be.rdb.Set(ctx, be.key(notJSON), "{not json", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.rdb.Set(ctx, be.key(notObject), "42", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.rdb.HSet(ctx, be.key(hash), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	be.rdb.Expire(ctx, be.key(hash), time.Minute)
+	var msgs []driver.Message
+	for _, id := range []string{good1, notJSON, notObject, hash, good2} {
+		msgs = append(msgs, driver.Message{ID: id, Queue: queue, Body: []byte("x"), Task: "t", TaskAttempt: 1})
+	}
+	if err := b.Publish(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	ds, starts, _, err := fetch(ctx, queue, len(msgs), time.Minute, driver.StartSpec{Tasks: []string{"t"}})
+	if err != nil {
+		t.Fatalf("carried fetch over unreadable states: %v; want the deliveries", err)
+	}
+	if len(ds) != len(msgs) || len(starts) != len(msgs) {
+		t.Fatalf("carried fetch: %d deliveries, %d starts; want %d each", len(ds), len(starts), len(msgs))
+	}
+	for i, d := range ds {
+		switch {
+		case bad[d.ID] && starts[i] != nil:
+			t.Errorf("task %s with an unreadable state: start %+v; want none (left to Start)", d.ID, starts[i])
+		case !bad[d.ID] && (starts[i] == nil || !starts[i].Written):
+			t.Errorf("task %s: start %+v; want written", d.ID, starts[i])
+		}
+	}
+	if v, err := be.rdb.Get(ctx, be.key(notJSON)).Result(); err != nil || v != "{not json" {
+		t.Errorf("unreadable state now %q (%v); want it untouched", v, err)
+	}
+}
+
+// TestCarryOnRingRefused: a Ring spreads keys over its shards by hash, so
+// the fetch and ack scripts, run on the shard of the queue's keys, would
+// write task states where the backend (on the same Ring) never reads
+// them: a broker on a Ring carries no starts and no settles, even with
+// the one client value shared by both.
+func TestCarryOnRingRefused(t *testing.T) {
+	o, err := goredis.ParseURL(os.Getenv("ERRAND_REDIS_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": o.Addr}})
+	defer ring.Close()
+	b := redisbroker.New(ring, &redisbroker.Options{Prefix: "errand-test-ring"})
+	be := newSameServerBackend(t, ring, "errand-test-ring")
+	if b.CarryStart(be) != nil {
+		t.Error("CarryStart on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
+	}
+	if b.CarrySettle(be) != nil {
+		t.Error("CarrySettle on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
+	}
+}
