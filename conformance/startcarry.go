@@ -148,7 +148,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 	c.publish(msgs...)
 	var ds []*driver.Delivery
 	var starts []*driver.StartResult
-	var at time.Time
+	var ats []time.Time // the time of the fetch that delivered each of ds
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for len(ds) < len(rows) && time.Now().Before(deadline) {
 		ctx, cancel := context.WithDeadline(c.ctx, deadline)
@@ -164,15 +164,15 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 			c.t.Fatalf("carry promise broken: a carried fetch answered %d starts for %d deliveries; want one (or nil) each", len(s), len(got))
 		}
 		ds, starts = append(ds, got...), append(starts, s...)
-		if !a.IsZero() {
-			at = a
+		for range got {
+			ats = append(ats, a)
 		}
 	}
 	if len(ds) != len(rows) {
 		c.t.Fatalf("carried fetch delivered %d of %d messages within %v", len(ds), len(rows), c.tm.Prompt*5)
 	}
 	for i, d := range ds {
-		r, res := byID[d.ID], starts[i]
+		r, res, at := byID[d.ID], starts[i], ats[i]
 		promise := "carry promise broken: a carried fetch of a task with " + r.what
 		switch {
 		case !r.tried:
