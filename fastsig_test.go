@@ -121,3 +121,30 @@ func checkFastSignature(t *testing.T, b []byte) {
 		t.Fatalf("%s:\nfast %+v\nencoding/json %+v", b, fast, slow)
 	}
 }
+
+// FuzzFastScalar: on any valid JSON, decoding an integer or string
+// argument without encoding/json either declines or gives what
+// encoding/json gives.
+func FuzzFastScalar(f *testing.F) {
+	for _, in := range []string{`1`, ` -128 `, `128`, `1.0`, `1e2`, `"x"`, `"a\"b"`, `null`, `99999999999999999999`, `"é"`} {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		for _, typ := range []reflect.Type{reflect.TypeFor[int8](), reflect.TypeFor[int](), reflect.TypeFor[int64](), reflect.TypeFor[string](), reflect.TypeFor[time.Duration]()} {
+			v, ok := fastScalar(b, typ)
+			if !ok {
+				continue
+			}
+			p := reflect.New(typ)
+			if err := json.Unmarshal(b, p.Interface()); err != nil {
+				t.Fatalf("%s into %s: fast path took what encoding/json refuses: %v", b, typ, err)
+			}
+			if !reflect.DeepEqual(v.Interface(), p.Elem().Interface()) {
+				t.Fatalf("%s into %s: fast %v, encoding/json %v", b, typ, v, p.Elem())
+			}
+		}
+	})
+}
