@@ -276,21 +276,24 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 		dv.outcome, dv.err = release, nil
 		return nil, runErr
 	}
+	final := dv.started
+	if runErr == nil {
+		final = dv.started.Copy()
+		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
+		if w.srv.settled != nil && quiet(sig) {
+			// One round trip out: SUCCESS goes with the ack (settle),
+			// nothing called here.
+			dv.carried, dv.outcome, dv.err = final, ack, nil
+			return final, nil
+		}
+	}
 	ctx, cancel := w.call()
 	defer cancel()
 	// The steps after the run (the retry's and callbacks' sends among
 	// them) see the attempt's values, e.g. its trace span, under their own
 	// bounded lifetime.
 	ctx = withValuesOf(ctx, tctx)
-	final := dv.started
 	if runErr == nil {
-		final = dv.started.Copy()
-		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
-		if w.srv.settled != nil && quiet(sig) {
-			// One round trip out: SUCCESS goes with the ack (settle).
-			dv.carried, dv.outcome, dv.err = final, ack, nil
-			return final, nil
-		}
 		if err := w.srv.backend.setState(ctx, final); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr

@@ -115,7 +115,7 @@ func fastArg(a *Arg, b []byte) bool {
 		i++
 	} else {
 		for {
-			key, j, ok := plainString(b, i)
+			kb, j, ok := plainBytes(b, i)
 			if !ok {
 				return false
 			}
@@ -125,18 +125,19 @@ func fastArg(a *Arg, b []byte) bool {
 			}
 			j = skipSpace(b, j+1)
 			var k int
-			switch key {
-			case "name", "type":
+			switch string(kb) { // no copy: the compiler compares in place
+			case "name":
 				v, end, ok := plainString(b, j)
 				if !ok {
 					return false
 				}
-				if key == "name" {
-					k, name = 0, v
-				} else {
-					k, typ = 1, v
+				k, name, j = 0, v, end
+			case "type":
+				v, end, ok := plainBytes(b, j)
+				if !ok {
+					return false
 				}
-				j = end
+				k, typ, j = 1, knownType(v), end
 			case "value":
 				end := skipValue(b, j)
 				if end < 0 {
@@ -175,6 +176,35 @@ func fastArg(a *Arg, b []byte) bool {
 	return true
 }
 
+// knownType returns the type name t, without a copy for the common ones.
+func knownType(t []byte) string {
+	switch string(t) {
+	case "int":
+		return "int"
+	case "int64":
+		return "int64"
+	case "int32":
+		return "int32"
+	case "uint":
+		return "uint"
+	case "uint64":
+		return "uint64"
+	case "float64":
+		return "float64"
+	case "string":
+		return "string"
+	case "bool":
+		return "bool"
+	case "[]string":
+		return "[]string"
+	case "[]int":
+		return "[]int"
+	case "map[string]interface {}":
+		return "map[string]interface {}"
+	}
+	return string(t)
+}
+
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
@@ -186,24 +216,30 @@ func skipSpace(b []byte, i int) int {
 // valid UTF-8 (encoding/json would replace what is not), returning its
 // text and the index after it.
 func plainString(b []byte, i int) (string, int, bool) {
+	t, j, ok := plainBytes(b, i)
+	return string(t), j, ok
+}
+
+// plainBytes is plainString without the copy: the text is b's.
+func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
-		return "", 0, false
+		return nil, 0, false
 	}
 	ascii := true
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '\\':
-			return "", 0, false
+			return nil, 0, false
 		case c == '"':
 			if !ascii && !utf8.Valid(b[i+1:j]) {
-				return "", 0, false
+				return nil, 0, false
 			}
-			return string(b[i+1 : j]), j + 1, true
+			return b[i+1 : j], j + 1, true
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
 }
 
 // skipValue returns the index after the valid JSON value at b[i], or -1.
@@ -351,8 +387,13 @@ func EncodeSignature(s *Signature) ([]byte, error) {
 // ErrBadMessage; a message without a UUID or a task name is malformed too.
 func DecodeSignature(b []byte) (*Signature, error) {
 	var s Signature
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
+	// What EncodeSignature writes is decoded without reflection
+	// (fastsig.go); anything else, and any invalid input, by encoding/json.
+	if !json.Valid(b) || !fastSignature(&s, b) {
+		s = Signature{}
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
+		}
 	}
 	if s.UUID == "" || s.Name == "" {
 		return nil, fmt.Errorf("%w: missing UUID or Name", ErrBadMessage)

@@ -3,6 +3,7 @@ package errand
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,6 +135,9 @@ func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
 		// with "" or 0 it was never given.
 		return reflect.Value{}, fmt.Errorf("JSON null does not decode into %s", t)
 	}
+	if v, ok := fastScalar(raw, t); ok {
+		return v, nil
+	}
 	p := reflect.New(t)
 	if err := json.Unmarshal(raw, p.Interface()); err != nil {
 		var ute *json.UnmarshalTypeError
@@ -143,6 +147,48 @@ func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
 		return reflect.Value{}, err
 	}
 	return p.Elem(), nil
+}
+
+var (
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// fastScalar decodes raw (valid JSON) into a signed integer or a string
+// parameter without encoding/json when raw is a plain integer that fits,
+// or a string without escapes, and t decodes itself in no way of its own;
+// it reports false for anything else, left to encoding/json.
+func fastScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
+	k := t.Kind()
+	if k != reflect.String && (k < reflect.Int || k > reflect.Int64) {
+		return reflect.Value{}, false
+	}
+	if pt := reflect.PointerTo(t); pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) {
+		return reflect.Value{}, false
+	}
+	i := skipSpace(raw, 0)
+	v := reflect.New(t).Elem()
+	if k == reflect.String {
+		str, end, ok := plainString(raw, i)
+		if !ok || skipSpace(raw, end) != len(raw) {
+			return reflect.Value{}, false
+		}
+		v.SetString(str)
+		return v, true
+	}
+	end := i
+	for end < len(raw) && raw[end] != ' ' && raw[end] != '\t' && raw[end] != '\n' && raw[end] != '\r' {
+		end++
+	}
+	if skipSpace(raw, end) != len(raw) {
+		return reflect.Value{}, false
+	}
+	n, ok := plainInt(raw[i:end], t.Bits())
+	if !ok {
+		return reflect.Value{}, false
+	}
+	v.SetInt(n)
+	return v, true
 }
 
 // nillable reports whether nil is a value of t (a JSON null decodes to it).

@@ -2,8 +2,8 @@ package e2e_test
 
 // BenchmarkHotPath measures errand's per-task path on the Redis broker and
 // the Redis backend on one Redis, the numbers of docs/benchmarks.md's "Hot
-// path" section: throughput, Go allocations and bytes per task (the whole
-// process, producer and workers), and the Redis server's commands and CPU
+// path" section: throughput, Go allocations, bytes and CPU µs (getrusage
+// user+sys) per task (the whole process, producer and workers), and the Redis server's commands and CPU
 // µs per task by command (INFO commandstats, reset before each phase: run
 // it on a Redis of its own, ERRAND_HOTPATH_REDIS_URL, so that no other
 // client's commands are counted). Each task is checked to run once.
@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +76,7 @@ func hotServer(b *testing.B, rdb *goredis.Client) *errand.Server {
 type phase struct {
 	d              time.Duration
 	mallocs, bytes uint64
+	cpu            time.Duration         // the process's user+sys CPU (getrusage)
 	cmds           map[string][2]float64 // calls, usec
 }
 
@@ -90,15 +92,17 @@ func measure(b *testing.B, rdb *goredis.Client, f func()) phase {
 	rdb.SlowLogReset(ctx)
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
+	c0 := processCPU(b)
 	t0 := time.Now()
 	f()
 	d := time.Since(t0)
+	c1 := processCPU(b)
 	runtime.ReadMemStats(&m1)
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := phase{d: d, mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cmds: map[string][2]float64{}}
+	p := phase{d: d, mallocs: m1.Mallocs - m0.Mallocs, bytes: m1.TotalAlloc - m0.TotalAlloc, cpu: c1 - c0, cmds: map[string][2]float64{}}
 	rdb.ConfigSet(ctx, "slowlog-log-slower-than", "-1")
 	log, err := rdb.SlowLogGet(ctx, -1).Result()
 	if err != nil {
@@ -140,6 +144,15 @@ func measure(b *testing.B, rdb *goredis.Client, f func()) phase {
 	return p
 }
 
+// processCPU is the user plus system CPU time of this process so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // scriptName names a script of the Redis broker or backend by the kind of
 // its first key and its number of keys (before and after the hot-path
 // redesign).
@@ -166,6 +179,7 @@ func (p phase) report(b *testing.B, n int) {
 	b.ReportMetric(float64(n)/p.d.Seconds(), "tasks/s")
 	b.ReportMetric(float64(p.mallocs)/float64(n), "allocs/task")
 	b.ReportMetric(float64(p.bytes)/float64(n), "B/task")
+	b.ReportMetric(float64(p.cpu.Microseconds())/float64(n), "go-cpu-µs/task")
 	var names []string
 	var usec, calls float64
 	for c, v := range p.cmds {

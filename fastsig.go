@@ -1,0 +1,363 @@
+package errand
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// fastSignature decodes b into s without reflection when b is what
+// EncodeSignature writes — every key spelled as Signature's JSON names
+// them, each at most once, strings without escapes, integers without
+// fraction or exponent, ETA and Deadline as time.Time writes them, Args
+// elements objects, links objects or null — and reports whether it did;
+// anything else (another key or spelling, an escape, a null element) is
+// left to encoding/json, which then decodes all of b. b must be valid JSON
+// (json.Valid): values are found by skipping, not validating. s must be
+// zero. Headers, when not null, are decoded by encoding/json on their own.
+func fastSignature(s *Signature, b []byte) bool {
+	i := skipSpace(b, 0)
+	end, ok := fastSigObject(s, b, i, 0)
+	return ok && skipSpace(b, end) == len(b)
+}
+
+// maxFastDepth bounds the nesting of linked signatures the fast path
+// follows; deeper ones go to encoding/json.
+const maxFastDepth = 32
+
+// fastSigObject decodes the signature object at b[i] into s, returning the
+// index after it.
+func fastSigObject(s *Signature, b []byte, i, depth int) (int, bool) {
+	if depth > maxFastDepth || i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	var seen uint32
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		kb, j, ok := plainBytes(b, i)
+		if !ok {
+			return 0, false
+		}
+		j = skipSpace(b, j)
+		if j >= len(b) || b[j] != ':' {
+			return 0, false
+		}
+		j = skipSpace(b, j+1)
+		end := skipValue(b, j)
+		if end < 0 || end <= j {
+			return 0, false
+		}
+		v := b[j:end]
+		null := string(v) == "null"
+		k := sigField(kb)
+		switch k {
+		case fUUID, fName, fRoutingKey, fGroupUUID, fUniqueKey:
+			var str string
+			if !null {
+				t, e, ok := plainString(b, j)
+				if !ok || e != end {
+					return 0, false
+				}
+				str = t
+			}
+			switch k {
+			case fUUID:
+				s.UUID = str
+			case fName:
+				s.Name = str
+			case fRoutingKey:
+				s.RoutingKey = str
+			case fGroupUUID:
+				s.GroupUUID = str
+			default:
+				s.UniqueKey = str
+			}
+		case fGroupTaskCount, fRetryCount, fRetryTimeout, fAttempt:
+			var n int64
+			if !null {
+				if n, ok = plainInt(v, strconv.IntSize); !ok {
+					return 0, false
+				}
+			}
+			switch k {
+			case fGroupTaskCount:
+				s.GroupTaskCount = int(n)
+			case fRetryCount:
+				s.RetryCount = int(n)
+			case fRetryTimeout:
+				s.RetryTimeout = int(n)
+			default:
+				s.Attempt = int(n)
+			}
+		case fTimeout, fUniqueFor:
+			var n int64
+			if !null {
+				if n, ok = plainInt(v, 64); !ok {
+					return 0, false
+				}
+			}
+			if k == fTimeout {
+				s.Timeout = time.Duration(n)
+			} else {
+				s.UniqueFor = time.Duration(n)
+			}
+		case fPriority:
+			if !null {
+				if v[0] == '-' {
+					return 0, false
+				}
+				n, ok := plainInt(v, 64)
+				if !ok || n > 255 {
+					return 0, false
+				}
+				s.Priority = uint8(n)
+			}
+		case fImmutable:
+			switch string(v) {
+			case "true":
+				s.Immutable = true
+			case "false":
+				s.Immutable = false
+			case "null":
+			default:
+				return 0, false
+			}
+		case fETA, fDeadline:
+			var t *time.Time
+			if !null {
+				if v[0] != '"' {
+					return 0, false
+				}
+				t = new(time.Time)
+				if t.UnmarshalJSON(v) != nil {
+					return 0, false
+				}
+			}
+			if k == fETA {
+				s.ETA = t
+			} else {
+				s.Deadline = t
+			}
+		case fArgs:
+			if !null {
+				args, ok := fastArgs(v)
+				if !ok {
+					return 0, false
+				}
+				s.Args = args
+			}
+		case fHeaders:
+			if !null {
+				if v[0] != '{' || json.Unmarshal(v, &s.Headers) != nil {
+					return 0, false
+				}
+			}
+		case fOnSuccess, fOnError:
+			var links []*Signature
+			if !null {
+				if links, ok = fastLinks(v, depth); !ok {
+					return 0, false
+				}
+			}
+			if k == fOnSuccess {
+				s.OnSuccess = links
+			} else {
+				s.OnError = links
+			}
+		case fChordCallback:
+			if !null {
+				cb := new(Signature)
+				if e, ok := fastSigObject(cb, b, j, depth+1); !ok || e != end {
+					return 0, false
+				}
+				s.ChordCallback = cb
+			}
+		default:
+			return 0, false
+		}
+		if seen&(1<<k) != 0 {
+			return 0, false
+		}
+		seen |= 1 << k
+		j = skipSpace(b, end)
+		if j < len(b) && b[j] == ',' {
+			i = skipSpace(b, j+1)
+			continue
+		}
+		if j < len(b) && b[j] == '}' {
+			return j + 1, true
+		}
+		return 0, false
+	}
+}
+
+// The fields of Signature's JSON form, as bits of a set.
+const (
+	fUnknown uint = iota
+	fUUID
+	fName
+	fRoutingKey
+	fGroupUUID
+	fUniqueKey
+	fGroupTaskCount
+	fRetryCount
+	fRetryTimeout
+	fAttempt
+	fTimeout
+	fUniqueFor
+	fPriority
+	fImmutable
+	fETA
+	fDeadline
+	fArgs
+	fHeaders
+	fOnSuccess
+	fOnError
+	fChordCallback
+)
+
+// sigField names the Signature field under the JSON key k, spelled
+// exactly as EncodeSignature writes it; fUnknown for any other.
+func sigField(k []byte) uint {
+	switch string(k) { // no copy: the compiler compares in place
+	case "UUID":
+		return fUUID
+	case "Name":
+		return fName
+	case "RoutingKey":
+		return fRoutingKey
+	case "GroupUUID":
+		return fGroupUUID
+	case "UniqueKey":
+		return fUniqueKey
+	case "GroupTaskCount":
+		return fGroupTaskCount
+	case "RetryCount":
+		return fRetryCount
+	case "RetryTimeout":
+		return fRetryTimeout
+	case "Attempt":
+		return fAttempt
+	case "Timeout":
+		return fTimeout
+	case "UniqueFor":
+		return fUniqueFor
+	case "Priority":
+		return fPriority
+	case "Immutable":
+		return fImmutable
+	case "ETA":
+		return fETA
+	case "Deadline":
+		return fDeadline
+	case "Args":
+		return fArgs
+	case "Headers":
+		return fHeaders
+	case "OnSuccess":
+		return fOnSuccess
+	case "OnError":
+		return fOnError
+	case "ChordCallback":
+		return fChordCallback
+	}
+	return fUnknown
+}
+
+// plainInt parses v as a JSON integer (no fraction, no exponent) that
+// fits bits, as encoding/json accepts into an int field.
+func plainInt(v []byte, bits int) (int64, bool) {
+	for _, c := range v {
+		if c == '.' || c == 'e' || c == 'E' {
+			return 0, false
+		}
+	}
+	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+		return 0, false
+	}
+	neg := v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false // longer ones (rare) left to encoding/json
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	if bits < 64 && (n < -1<<(bits-1) || n > 1<<(bits-1)-1) {
+		return 0, false
+	}
+	return n, true
+}
+
+// fastArgs decodes a JSON array of Arg objects.
+func fastArgs(v []byte) ([]Arg, bool) {
+	if v[0] != '[' {
+		return nil, false
+	}
+	args := make([]Arg, 0, 4)
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == ']' {
+		return args, true
+	}
+	for {
+		end := skipValue(v, i)
+		if end < 0 || i >= len(v) || v[i] != '{' {
+			return nil, false
+		}
+		var a Arg
+		if !fastArg(&a, v[i:end]) {
+			return nil, false
+		}
+		args = append(args, a)
+		i = skipSpace(v, end)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == ']' {
+			return args, true
+		}
+		return nil, false
+	}
+}
+
+// fastLinks decodes a JSON array of signature objects.
+func fastLinks(v []byte, depth int) ([]*Signature, bool) {
+	if v[0] != '[' {
+		return nil, false
+	}
+	links := []*Signature{}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == ']' {
+		return links, true
+	}
+	for {
+		s := new(Signature)
+		end, ok := fastSigObject(s, v, i, depth+1)
+		if !ok {
+			return nil, false
+		}
+		links = append(links, s)
+		i = skipSpace(v, end)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+			continue
+		}
+		if i < len(v) && v[i] == ']' {
+			return links, true
+		}
+		return nil, false
+	}
+}
