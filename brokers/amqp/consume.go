@@ -462,7 +462,9 @@ func (p *puller) giveBack() {
 	p.buf = nil
 	p.tag, p.prefetch = "", 0
 	p.notify()
+	p.b.wg.Add(1) // Close waits for the copies (it cancels their send)
 	p.mu.Unlock()
+	defer p.b.wg.Done()
 	if ch == nil {
 		return
 	}
