@@ -538,14 +538,7 @@ func copyOf(d amqp.Delivery) amqp.Publishing {
 func (p *puller) hop(bd buffered) {
 	defer p.b.wg.Done()
 	d := bd.d
-	m := amqp.Publishing{Headers: d.Headers, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Priority: d.Priority, Timestamp: d.Timestamp, Body: d.Body}
-	if n, ok := toInt(d.Headers["x-delivery-count"]); ok && n > 0 {
-		// Keep the count of deliveries across the copy.
-		a, _ := toInt(d.Headers[hdrAttempt])
-		m.Headers = copyTable(d.Headers)
-		m.Headers[hdrAttempt] = a + n
-	}
-	m.Headers = withoutServerHeaders(m.Headers)
+	m := copyOf(d) // keeps the count of deliveries across the copy
 	if nb := p.b.deliveryNotBefore(d); !nb.IsZero() {
 		// machinery's ETA, for the next delay queue (errand's own header
 		// gives the same time back).
