@@ -432,9 +432,20 @@ func (p *puller) armIdle() {
 }
 
 // giveBack cancels the consumer when no Fetch has come for HoldBuffered
-// and gives its buffered messages back (basic.nack, requeue), so a worker
-// that stopped fetching (paused, shutting down, all slots busy) holds
-// nothing another worker could run. The next Fetch consumes again.
+// and gives its buffered messages back, so a worker that stopped fetching
+// (paused, shutting down, all slots busy) holds nothing another worker
+// could run. The next Fetch consumes again.
+//
+// A buffered message never ran, so its give-back must not count as a
+// delivery: a basic.nack with requeue would (x-delivery-count on a quorum
+// queue, and its delivery-limit policy would dead-letter a message that
+// never ran; the redelivered flag on a classic one). So each is sent again
+// as a copy carrying the count of its earlier deliveries (errand-attempt,
+// as hop does), and acked once RabbitMQ confirmed the copy: at least once,
+// and the copy goes to the tail of the queue, behind what was published
+// since, where a requeued message would keep its place. When the copy
+// cannot be sent (the connection is blocked, RabbitMQ does not confirm),
+// the message is given back with basic.nack after all.
 func (p *puller) giveBack() {
 	p.mu.Lock()
 	if p.waiting > 0 || len(p.buf) == 0 || p.stopped || time.Since(p.lastFetch) < p.b.opts.HoldBuffered*9/10 {
@@ -442,11 +453,18 @@ func (p *puller) giveBack() {
 		return
 	}
 	ch, tag, gen := p.ch, p.tag, p.gen
-	back := p.buf
+	var back []buffered
+	for _, bd := range p.buf {
+		if bd.gen == gen {
+			back = append(back, bd)
+		}
+	}
 	p.buf = nil
 	p.tag, p.prefetch = "", 0
 	p.notify()
+	p.b.wg.Add(1) // Close waits for the copies (it cancels their send)
 	p.mu.Unlock()
+	defer p.b.wg.Done()
 	if ch == nil {
 		return
 	}
@@ -458,13 +476,60 @@ func (p *puller) giveBack() {
 			p.b.log.Warn("amqp broker: cancel idle consumer", "queue", p.queue, "err", err)
 		}
 	}
-	for _, bd := range back {
-		if bd.gen == gen {
-			if err := ch.Nack(bd.d.DeliveryTag, false, true); err != nil {
+	ctx, cancel := p.b.lifeCtx()
+	defer cancel()
+	for len(back) > 0 {
+		chunk := back[:min(len(back), maxBatch)]
+		back = back[len(chunk):]
+		outs := make([]outgoing, len(chunk))
+		for i, bd := range chunk {
+			outs[i] = outgoing{queue: p.name, p: copyOf(bd.d)}
+		}
+		err := p.b.send(ctx, outs)
+		p.mu.Lock()
+		current := p.gen == gen
+		p.mu.Unlock()
+		if !current {
+			return // the channel is gone: RabbitMQ has the originals back
+		}
+		if err != nil {
+			p.b.log.Warn("amqp broker: send a buffered message back; giving it back with basic.nack", "queue", p.queue, "err", err)
+		}
+		for _, bd := range chunk {
+			if err == nil {
+				err = ch.Ack(bd.d.DeliveryTag, false)
+			} else {
+				err = ch.Nack(bd.d.DeliveryTag, false, true)
+			}
+			if err != nil {
 				p.b.log.Warn("amqp broker: give back a buffered message", "queue", p.queue, "err", err)
 			}
 		}
 	}
+}
+
+// copyOf returns a copy of d to publish again, its errand-attempt header
+// holding the count of d's earlier deliveries (errand's own, carried by an
+// earlier copy, plus RabbitMQ's returns of this one), d itself not
+// counted: what a copy of a message that never ran carries.
+func copyOf(d amqp.Delivery) amqp.Publishing {
+	m := amqp.Publishing{
+		Headers: d.Headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
+		AppId: d.AppId, Body: d.Body,
+	}
+	a, _ := toInt(d.Headers[hdrAttempt])
+	n, ok := toInt(d.Headers["x-delivery-count"])
+	if !ok && d.Redelivered {
+		n = 1 // a classic queue: at least one earlier delivery
+	}
+	if n > 0 {
+		m.Headers = copyTable(d.Headers)
+		m.Headers[hdrAttempt] = a + n
+	}
+	m.Headers = withoutServerHeaders(m.Headers)
+	return m
 }
 
 // hop sends a message that came back before its not-before time on to the
@@ -473,14 +538,7 @@ func (p *puller) giveBack() {
 func (p *puller) hop(bd buffered) {
 	defer p.b.wg.Done()
 	d := bd.d
-	m := amqp.Publishing{Headers: d.Headers, MessageId: d.MessageId, DeliveryMode: amqp.Persistent, Priority: d.Priority, Timestamp: d.Timestamp, Body: d.Body}
-	if n, ok := toInt(d.Headers["x-delivery-count"]); ok && n > 0 {
-		// Keep the count of deliveries across the copy.
-		a, _ := toInt(d.Headers[hdrAttempt])
-		m.Headers = copyTable(d.Headers)
-		m.Headers[hdrAttempt] = a + n
-	}
-	m.Headers = withoutServerHeaders(m.Headers)
+	m := copyOf(d) // keeps the count of deliveries across the copy
 	if nb := p.b.deliveryNotBefore(d); !nb.IsZero() {
 		// machinery's ETA, for the next delay queue (errand's own header
 		// gives the same time back).

@@ -11,3 +11,15 @@ import (
 func PushRaw(ctx context.Context, b *Broker, queue string, raw []byte) error {
 	return b.send(ctx, []outgoing{{queue: b.queueName(queue), p: amqp.Publishing{Body: raw, DeliveryMode: amqp.Persistent}}})
 }
+
+// Buffered reports how many messages queue's consumer holds buffered
+// (pushed, not fetched) and whether the consumer runs.
+func Buffered(b *Broker, queue string) (n int, consuming bool) {
+	p, err := b.puller(queue)
+	if err != nil {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.buf), p.tag != ""
+}

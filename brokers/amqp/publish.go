@@ -126,16 +126,19 @@ func (b *Broker) target(o outgoing) (name string, args amqp.Table) {
 
 // send publishes outs with confirms, declaring their queues first. A
 // message RabbitMQ returns as unroutable (its queue was deleted since it
-// was declared) is sent once more after declaring again.
+// was declared) is sent once more after declaring again. A batch is sent
+// in chunks of maxBatch messages, each bounded by CallTimeout on its own
+// (within ctx), so a large batch on a healthy server does not run out of
+// time part-way.
 func (b *Broker) send(ctx context.Context, outs []outgoing) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
 	for len(outs) > maxBatch {
 		if err := b.send(ctx, outs[:maxBatch]); err != nil {
 			return err
 		}
 		outs = outs[maxBatch:]
 	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	lost := 0
 	for try := 0; ; try++ {
 		returned, err := b.sendOnce(ctx, outs)

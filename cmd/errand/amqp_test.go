@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,12 +47,16 @@ func TestAMQPBroker(t *testing.T) {
 	if err != nil {
 		needServices(t, "Redis is unreachable: %v", err)
 	}
-	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend})
+	// The worker logs when its poller sees the pause: the event the pause
+	// test below waits for.
+	queue := queueName(t)
+	seen := &pauseSeen{queue: queue, ch: make(chan struct{})}
+	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend, Logger: slog.New(seen)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	d := &deployment{t: t, kind: "amqp", srv: srv, url: u.String(), queue: queueName(t),
+	d := &deployment{t: t, kind: "amqp", srv: srv, url: u.String(), queue: queue,
 		env: map[string]string{"ERRAND_BACKEND_URL": backendURL}}
 	d.send("add", 0, 1, 2)
 	d.send("add", 0, 3, 4)
@@ -118,9 +124,13 @@ func TestAMQPBroker(t *testing.T) {
 	if ps, err := srv.Paused(ctx); err != nil || !slices.Contains(ps, d.queue) {
 		t.Fatalf("after pause %s: want Paused to list it, got %v, %v", d.queue, ps, err)
 	}
-	// The worker polls every 20 ms: it sees the pause within a few polls,
-	// and a task sent then waits. Time passing is the event.
-	time.Sleep(200 * time.Millisecond)
+	// The worker polls every 20 ms: once it logged the pause, a task sent
+	// then waits.
+	select {
+	case <-seen.ch:
+	case <-ctx.Done():
+		t.Fatal("the worker did not see the pause")
+	}
 	id := d.send("add", 0, 20, 22)
 	time.Sleep(300 * time.Millisecond)
 	if st, err := backend.GetState(ctx, id); err != nil || st.State != errand.StatePending {
@@ -131,3 +141,30 @@ func TestAMQPBroker(t *testing.T) {
 		t.Errorf("task sent while paused: want 42 after resume, got %+v", st.Results)
 	}
 }
+
+// pauseSeen is a slog.Handler that closes ch when the worker logs that it
+// saw queue paused.
+type pauseSeen struct {
+	queue string
+	once  sync.Once
+	ch    chan struct{}
+}
+
+func (h *pauseSeen) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *pauseSeen) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "errand: queue paused: not fetching" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "queue" && a.Value.String() == h.queue {
+			h.once.Do(func() { close(h.ch) })
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
+func (h *pauseSeen) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *pauseSeen) WithGroup(string) slog.Handler      { return h }
