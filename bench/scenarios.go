@@ -391,149 +391,94 @@ const analysis = `
 
 ## Reading the numbers
 
-The notes below (issue 10) were written before the peer table: the drain,
-enqueue, latency and chord-of-1000 rows they name are now that table's
-errand and raw columns (same floors: BLMOVE + LREM, LPUSH, the DECR chord).
+On this 2-core machine Redis, memcached, FerretDB, fauxqs, RabbitMQ, the
+workers and the producer share the cores, and repeated runs vary (the
+ranges in brackets): compare ratios within one report, not across
+reports. The peer table's ratios are same-run ratios of medians over
+interleaved rounds, so a loaded machine biases every subject alike.
 
-Targets are those of the hot-path issue (issue 10). Met in issue 10's run: batch
-enqueue (≥ 5× raw single LPUSH), latency p99 (≤ 2 ms), delayed-task lateness
-p99 (≤ 10 ms) with none early, and chord scaling (the 10 000 chord takes
-about 9–10× the 1 000 chord). Every drain, latency, delay and chord scenario
-ran every task exactly once; every enqueue scenario checked that the queue
-then held each task once.
-Missed: single-producer enqueue, the Redis drain, the chord of 1 000, latency
-p50 (≤ 0.5 ms), the SQS drain and the memory drain — below, for each, what the
-profile and the round-trip counts say and what would close it.
+### The per-task path (issue 23)
 
-On this 2-core machine Redis, memcached, FerretDB, the fauxqs Node process,
-the workers and the producer share the cores, and repeated runs vary (the
-10-worker drain ratio 0.14×–0.26×, latency p50 0.57–1.30 ms): compare ratios
-within one report, not across reports. The floors move too: the raw
-single LPUSH ran at 14–32 k/s and the reliable raw drain at 43–70 k/s in
-runs on the same day.
+What changed, each step measured before and after in docs/redis.md
+("Broker and backend on one Redis: one round trip in, one out" and its
+"Measured" section, rounds 1 to 3):
 
-### What the hot-path work changed
+- **One round trip in** (driver.StartCarrier): on one Redis node shared by
+  the Redis broker and backend, the fetch script begins the attempts it
+  leases (driver.Starter's table, in Lua) and the handler runs with no
+  Start call. Script calls per task in the 10-worker drain: 2.17 → 0.83.
+- **One round trip out** (driver.SettleCarrier): a quiet success's
+  SUCCESS, its ack and its completed-list entry go in one script, joined
+  across slots as acks are.
+- **Leaner Lua**: the fetch and ack scripts do one command per key per
+  batch; Redis commands per task 22.7 → 14 (10 workers), 19.9 → 6 (50).
+- **Leaner Go**: one lease extender per worker instead of a goroutine per
+  task, the signature and its arguments decoded without reflection for
+  errand's own encoding, no timer context after a quiet success.
+  Allocations per task in the drain: 289 → 136 (profile above); Go CPU
+  per task 124 → 72 µs, now below asynq's 88.
 
-- **Settling beside the slots**: a worker slot bounds running functions; a
-  delivery whose function returned frees its slot and settles beside them.
-- **One call to begin an attempt** (driver.Starter, memory and Redis
-  backends): the redelivery check and RECEIVED+STARTED are one conditional
-  script, so a task costs the backend two calls (Start, SUCCESS), not three.
-- **Settlement batching** in the portable layer: concurrent acks (the Redis
-  ack script now takes a batch), Starts and state writes of many worker slots
-  share one call, with no waiting window (a call goes at once while a flight
-  is free). The rows above: about 1.5 backend calls per task with 10 slots; the
-  kit's BenchmarkWorker counts 1.05 broker calls and 1.08 backend calls per
-  task on Redis (docs/conformance.md); with 50 slots Redis serves about one
-  request per task in all.
-- **PENDING in the publish's round trip**: SendTask under a UUID errand made
-  writes PENDING only where absent. With the Redis broker and the Redis
-  backend on one Redis (driver.PendingCarrier) the SET NX of the state and
-  the publish go in one pipeline, one round trip (was two, side by side);
-  with other pairs the two calls go side by side. Concurrent SendTask calls
-  join calls (no window: a send goes at once while fewer than four are in
-  flight): in the 10-producer rows, 20 000 sends took about 11 000
-  pipelines. Against the commit before this change, run alternately on
-  the same machine: one producer 9.1–9.2 k → 10.7–10.9 k tasks/s, ten
-  producers 31 k → 37–41 k tasks/s, latency p50 unchanged (0.56–0.58 ms
-  both).
-- **SQS**: one shared poller per queue feeding every Fetch, and a fix for an
-  SDK bug that lost a receive for a whole lease (docs/sqs.md, Known issues).
-- **Memory drivers**: per-task waiters, cheaper expiry and lease scans
-  (+15–20 %).
+Against the run before this work (the same harness, 3 interleaved rounds
+each, on a machine about as loaded): errand ÷ asynq went 0.55× → 0.61×
+(drain, 10 workers), 0.53× → 1.03× (drain, 50 workers), 0.39× → 0.60×
+(enqueue, 1 producer), 0.48× → 0.57× (10 producers); the chord of 1000
+312 → 216 ms. errand drains faster than machinery at 10 and 50 workers
+(1.37×, 1.66×) and runs a chord of 1000 21× faster than machinery.
 
-### Missed, and why
+### Targets still missed, and where the difference goes
 
-- **Redis drain with states recorded (target ≥ 1.0× BLMOVE+LREM).** Two
-  limits, measured on the 10-worker drain. (1) Each delivery runs a chain of
-  dependent round trips — fetch (amortised), Start, the function, SUCCESS,
-  ack — and must: STARTED before the run, SUCCESS before the ack (an ack
-  before SUCCESS could lose the result on a crash). A slot is now freed as
-  soon as the function returns, and the settlement (SUCCESS, callbacks, ack)
-  finishes beside the slots (up to Concurrency more deliveries settling), so
-  a slot's chain is fetch + Start + function: +15–25 % here. Batching cut how
-  many requests reach Redis, not the length of the chains; the floor's chain
-  is two plain commands with nothing recorded. The Go CPU profile is about
-  40 % syscalls and over half inside go-redis's call path. (2) Redis itself:
-  errand's commands take about 60 µs of Redis CPU per task against about 2
-  µs for BLMOVE+LREM (SLOWLOG of every command over a 5 000-task drain: the
-  ack script 21 µs a call at 1.2 deliveries a call, 18 µs a task; the fetch
-  script 45 µs a call at 3 tasks a call, 15 µs a task; the Start script
-  12 µs a task; SETs and the rest about 10 µs), and the Go process about
-  80–90 µs of CPU per task (a 40 000-task run of this scenario, floors
-  included: 4.8 s of process CPU and 3.5 s of Redis CPU in 7.1 s; errand's
-  part took 3.7 s of it; sampled during that part, the process used about
-  one core and Redis about two thirds of the other), so the two cores are
-  nearly full at 11 k tasks/s. Experiments that each changed one thing,
-  the 10- and 50-worker drains run twice each, found no other limit: one
-  ack flight instead of four (bigger ack batches), two to four fetches in
-  flight instead of one, three times the settling places, all gave the
-  same 10.4–11.3 k and 16–17.3 k tasks/s; not writing SUCCESS at all (a
-  measurement only) gave 11.9 k. With 50 workers Redis is the one that
-  saturates (17 k tasks/s × 60 µs). So a combined settle script (SUCCESS
-  and ack in one round trip) would gain little here; what would close it
-  is less work per task on both sides: leaner scripts (Start without
-  cjson, the fetch script's per-message HSET and HINCRBY, the ack's copy
-  of the envelope into the completed list: about 35 µs of the 60 are the
-  ack and fetch scripts), and on the Go side fewer per-call contexts and
-  timers, a goroutine less per Ack call (honourCancel) and JSON without
-  reflection (decode, encode and go-redis's call path are most of the 80–90
-  µs). The floor records nothing, keeps no lease or delivery count and
-  lists no completed task; errand does all of these per task.
-- **Single-producer enqueue (target ≥ 1.0× raw LPUSH).** A SendTask is now
-  one round trip, like an LPUSH (0.46–0.71× in 20 000-send runs here, from
-  0.31–0.54× with two round trips), and does more in it. Measured on 20 000
-  sends: Redis spends 12.5 µs per send (INFO commandstats: the publish
-  script 9.3 µs — TIME, HSET of the envelope, RPUSH, the wake-up LPUSH and
-  LTRIM —, the SET NX of the state 3.0 µs, the SADD of the queue set 0.2
-  µs) against 0.3 µs per LPUSH; the producer spends about 31 µs of CPU per
-  send (CPU profile: the write syscall and go-redis's pipeline path, JSON
-  encoding of the signature and of the state about a fifth) against 18 µs
-  per LPUSH; about 99 µs per send in all against 51 µs. Closing it: a
-  publish without Lua for a message due now at priority 0 (HSET, RPUSH and
-  the wake-up in a MULTI), no SADD for a queue already in the set, and a
-  state encoder without reflection. A producer that sends many tasks at
-  once should use SendGroup (5.3–7.7× the floor in these runs) or concurrent SendTask.
-- **Concurrent enqueue (10 producers; no target, for reference).** Joined
-  sends (about 1.8 a pipeline) reach 32–39 k tasks/s against 98–158 k
-  LPUSH/s. Here Redis is the limit: it used about 1.5 s of CPU for 40 000
-  sends in 1.1 s (its per-pipeline reads and replies on top of the 12.5
-  µs of commands per send). Four, eight or sixteen flights (bigger or
-  smaller pipelines) all gave 37–40 k/s; one flight (five sends a
-  pipeline) gave 29 k/s. The leaner publish above would lower Redis's cost
-  per send.
-- **Latency p50 (target ≤ 0.5 ms; p99 ≤ 2 ms met).** Before the handler
-  starts: the wake-up, the fetch script and the Start script, three round
-  trips at about 0.15–0.2 ms each here. A combined fetch-and-start (same
-  Redis) would take one out.
-- **Chord of 1 000 (target ≤ 2× a raw DECR-counter chord).** Each member pays
-  the per-task chain above plus the group-completion script; the raw chord
-  pays one BRPOP and one DECR. The same per-task savings apply.
-- **Memory drain (target ≥ 0.15× a Go channel pool).** The floor does nothing
-  per task (~0.15 µs); 0.15× would be about 1 µs per task, less than one JSON
-  decode of a signature. The profile: the memory drivers are about 13 % of
-  CPU; the rest is errand's own per-task work — per-call contexts with
-  deadlines (about 20 % of CPU, 24 % of allocations), the coalescer's
-  bookkeeping, the signature decode (14 %), a lease-extension timer per task,
-  malloc and GC. Closing it would need an in-process path that skips
-  encoding (against the rule that the memory broker behaves like the network
-  ones) and no per-call contexts on drivers that cannot block.
-- **SQS drain (target ≥ 0.7× a raw ReceiveMessage(10)+DeleteMessageBatch
-  loop).** The machine is saturated during the drain (Go about 1.2 cores,
-  fauxqs 0.4, Redis 0.3); errand's process spends about 97 µs of CPU per
-  task, a third of it in the AWS SDK's per-call cost, against the floor's
-  handful of calls per ten messages and no states. Per task: 0.1 receives,
-  0.3–0.8 DeleteMessageBatch calls, 2 backend calls on Redis. Closing it:
-  fewer, larger delete batches (a short window when many acks are queued)
-  and the Redis-side savings above.
+The side-by-side profile above ("Where the time goes", the same run)
+answers it:
 
-Result backends (rows "by result backend"): Redis implements Starter and
-writes a SetStates batch in one pipeline (about 1.5 calls per task with 10
-slots); memcached and Mongo, without Starter, take the two-call path (about
-2.7–2.9). The Mongo row runs on FerretDB over SQLite
-with one connection (maxPoolSize=1, which FerretDB v1 needs for atomic
-updates), on a hundredth of the tasks, and measures that stand-in, not
-MongoDB.
+- **Drain (target ≥ 1.5× asynq).** Per task errand now spends less Go CPU
+  than asynq (72 against 88 µs) but twice its Redis time in its own
+  commands (79 against 42 µs). The commands inside errand's scripts add
+  up to about 14 µs a task (the "in scripts" rows); the rest, about 65 µs,
+  is the Lua interpreter: each call of the fetch script costs about
+  180 µs and each ack-and-settle call about 66 µs whatever its batch, for
+  defining the shared snippets' functions on every call, building each
+  state's JSON and RFC 3339 times in Lua and reading the previous state
+  with patterns. asynq's two scripts do plain commands on one hash and
+  two lists. On 2 cores Redis's ~100 µs of CPU per task is the bound.
+  What would close it: load the scripts once as a Redis Functions library
+  (FUNCTION LOAD, Redis 7) instead of EVALSHA of long scripts, pass the
+  states' JSON built in Go instead of building it in Lua, and keep lease
+  token and delivery count in one field. Not done in this issue's time.
+- **Enqueue (targets ≥ 1.2× asynq from 1 producer, ≥ 1.0× from 10).** The
+  publish script costs 33 µs of Redis per send (TIME, the envelope's HSET,
+  RPUSH, the wake-up LPUSH and LTRIM, the task-ID index) against asynq's
+  16, and the producer 51 µs of Go CPU and 82 allocations per send against
+  28 and 26: the signature and the PENDING state are still encoded with
+  encoding/json. What would close it: a publish without Lua for a
+  message due now at priority 0, and encoders without reflection.
+- **Enqueue while consuming (no target).** Each send wakes an idle worker
+  that runs a whole fetch script for one message, so the fetch's fixed
+  cost (above) is paid per task: 255 µs of Redis per task against asynq's
+  47 (asynq's idle workers sleep up to a second instead of waking).
+- **Latency p50 (target ≤ machinery's and ≤ 0.5 ms; p99 ≤ 2 ms met).**
+  An idle worker needs the wake-up (BLPOP) and then the fetch script that
+  leases and starts the message: two round trips and the fetch's fixed
+  cost, against machinery's BLPOP that returns the message itself.
+  Handing the message over in the wake-up's round trip would lease it
+  during a shutdown with no one to run it; not done.
+- **Chord of 1 000 (target ≤ 2× the raw DECR chord).** Each member pays
+  the per-task path above plus the group-completion script; the raw chord
+  pays one BRPOP and one DECR. The same savings apply.
+
+Every drain, latency, delay and chord scenario ran every task exactly
+once; every enqueue scenario checked that the queue then held each task
+once.
+
+### Other rows
+
+- **AMQP drain (target ≥ 0.7× the raw consume + ack).** A worker slot
+  waits for the task's Redis states (the carriers are Redis-only) and a
+  confirmed ack before RabbitMQ, with prefetch equal to the free slots,
+  sends the next message; the floor acks at once and records nothing.
+  The process used about a fifth of a core: the limit is waiting, not
+  CPU (docs/amqp.md, "Performance").
+- **SQS and memory drains, batch enqueue**: unchanged by this work; the
+  generic path (other backends, SQS) keeps its numbers within the noise.
 
 Reproduce (flags: -quick for small sizes, -n tasks, -only NAME of a
 scenario group (peers, profile, ...), -rounds, -latn, -subjects
