@@ -273,7 +273,7 @@ local function rfc3339(ms)
   return string.format('"%%04d-%%02d-%%02dT%%02d:%%02d:%%02d.%%03dZ"', y, m, d, math.floor(secs / 3600),
     math.floor(secs %% 3600 / 60), secs %% 60, ms %% 1000)
 end
-local nowJSON = rfc3339(now)
+local nowJSON -- rfc3339(now), made by the first begin that needs it
 local function peek(raw)
   local _, e, name = string.find(raw, '^{"task_uuid":"[^"\\]*","task_name":"([^"\\]*)"')
   if not e then return nil end
@@ -292,6 +292,7 @@ local function begin(id, taskID, first)
   -- the messages it popped after this one on no list, lost.
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then return NOT_TRIED, false, false end
+  nowJSON = nowJSON or rfc3339(now)
   local created = nowJSON
   if raw then
     local pname, st, patt, pcreated = peek(raw)
@@ -363,17 +364,29 @@ local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
 local startable = {}
 for i = 10, #ARGV do startable[ARGV[i]] = true end
 `, luaNow, luaMany, luaPush, luaForget, luaArchive, luaStart, `
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
-for _, id in ipairs(due) do
-  redis.call('ZREM', delayed, id)
-  push(id, false)
+-- The earliest delayed message and lease deadline (ZRANGE ... WITHSCORES;
+-- nil once the zset has changed): a scan runs only when its zset has
+-- something due, and a fetch that finds nothing answers the next wake
+-- from them without asking again.
+local dhead = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+if #dhead > 0 and tonumber(dhead[2]) <= now then
+  dhead = nil
+  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, batch)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', delayed, id)
+    push(id, false)
+  end
 end
-local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, batch)
-for i = #expired, 1, -1 do
-  local id = expired[i]
-  redis.call('ZREM', inflight, id)
-  redis.call('HDEL', tokens, id)
-  push(id, true)
+local lhead = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
+if #lhead > 0 and tonumber(lhead[2]) <= now then
+  lhead = nil
+  local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, batch)
+  for i = #expired, 1, -1 do
+    local id = expired[i]
+    redis.call('ZREM', inflight, id)
+    redis.call('HDEL', tokens, id)
+    push(id, true)
+  end
 end
 -- setAside archives message id (envelope env, body of size bytes,
 -- priority p) instead of leasing it.
@@ -483,10 +496,12 @@ if #out > 0 then
   return out
 end
 if aside >= batch then return {'wait', now, now} end
+-- Setting aside (forget) may have taken a lease off K:inflight.
+if aside > 0 then lhead = nil end
 local nextAt = -1
-local d = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+local d = dhead or redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
 if #d > 0 then nextAt = tonumber(d[2]) end
-local l = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
+local l = lhead or redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
 if #l > 0 and (nextAt < 0 or tonumber(l[2]) < nextAt) then nextAt = tonumber(l[2]) end
 return {'wait', nextAt, now}
 `)
