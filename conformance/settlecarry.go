@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -200,12 +201,42 @@ func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 // that nothing follows: each ends SUCCESS, runs once, and is settled by
 // carried calls, with no Ack call and no SetStates of SUCCESS.
 func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.SettleCarrier, be errand.Backend) {
+	const n = 10
+	var sb *settlingBroker
+	w, results, runs := runThroughCarrier(t, p, drv, be, settleTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
+		sb = &settlingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
+		return sb
+	})
+	rec, tm := w.rec, w.tm
+	calls, carried, acks := sb.counts()
+	if carried != n || acks != 0 {
+		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one carried (CarrySettle offered a carrier), no Ack", n, calls, carried, acks)
+	}
+	for i, r := range results {
+		id := r.Signature.UUID
+		if runs[id] != 1 {
+			t.Errorf("carry promise broken: task %d (%s) ran %d times; want once", i, id, runs[id])
+		}
+		if p := rec.path(id); slices.Contains(p, errand.StateSuccess) && slices.Index(p, errand.StateSuccess) != len(p)-1 {
+			t.Errorf("states promise broken: task %s went through %v; SUCCESS must be last", id, p)
+		}
+	}
+	if left := (&carryCase{wcase: w, drv: drv}).fetchDirect(w.queue, n, tm.Prompt/2); len(left) != 0 {
+		t.Errorf("carry promise broken: after every task was settled, the queue still delivered %v; want nothing (each carried settle acks)", left)
+	}
+}
+
+// runThroughCarrier runs n tasks named task (each returns its argument)
+// through a worker on a server of the pair whose broker is what wrap
+// makes of the recording backend (the pair's driver with a carrier in
+// front), checks each result, and shuts the worker down. It returns the
+// case, the tasks' results in order, and how often each task UUID ran.
+func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.Backend, task string, n int, wrap func(rec *recorder, held errand.Backend) errand.Broker) (*wcase, []*errand.AsyncResult, map[string]int) {
 	tm := p.broker.Timing
 	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
 	held := rec.backend()
-	sb := &settlingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
 	w := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: drv, rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
-	srv, err := errand.NewServer(errand.Config{Broker: sb, Backend: held, DefaultQueue: w.queue})
+	srv, err := errand.NewServer(errand.Config{Broker: wrap(rec, held), Backend: held, DefaultQueue: w.queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,17 +244,16 @@ func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier 
 	rec.checkPaths(t)
 	var mu sync.Mutex
 	runs := map[string]int{}
-	w.register(settleTask, func(ctx context.Context, i int) (int, error) {
+	w.register(task, func(ctx context.Context, i int) (int, error) {
 		ti, _ := errand.TaskInfoFrom(ctx)
 		mu.Lock()
 		runs[ti.UUID]++
 		mu.Unlock()
 		return i, nil
 	})
-	const n = 10
 	results := make([]*errand.AsyncResult, n)
 	for i := range n {
-		results[i] = w.send(errand.NewSignature(settleTask, i))
+		results[i] = w.send(errand.NewSignature(task, i))
 	}
 	wk := w.start(errand.WorkerConfig{})
 	for i, r := range results {
@@ -237,22 +267,7 @@ func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier 
 	if err := wk.Shutdown(sctx); err != nil {
 		t.Fatalf("worker shutdown: %v", err)
 	}
-	calls, carried, acks := sb.counts()
-	if carried != n || acks != 0 {
-		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one carried (CarrySettle offered a carrier), no Ack", n, calls, carried, acks)
-	}
 	mu.Lock()
 	defer mu.Unlock()
-	for i, r := range results {
-		id := r.Signature.UUID
-		if runs[id] != 1 {
-			t.Errorf("carry promise broken: task %d (%s) ran %d times; want once", i, id, runs[id])
-		}
-		if p := rec.path(id); slices.Contains(p, errand.StateSuccess) && slices.Index(p, errand.StateSuccess) != len(p)-1 {
-			t.Errorf("states promise broken: task %s went through %v; SUCCESS must be last", id, p)
-		}
-	}
-	if left := (&carryCase{wcase: w, drv: drv}).fetchDirect(w.queue, n, tm.Prompt/2); len(left) != 0 {
-		t.Errorf("carry promise broken: after every task was settled, the queue still delivered %v; want nothing (each carried settle acks)", left)
-	}
+	return w, results, maps.Clone(runs)
 }

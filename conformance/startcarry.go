@@ -214,49 +214,17 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 // startThroughWorker: a worker of a server on the pair runs 10 tasks, each
 // once, with their attempts started by its fetches, never by a Start call.
 func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.StartCarrier, be errand.Backend) {
-	tm := p.broker.Timing
-	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
-	held := rec.backend()
-	sb := &startingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
-	w := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: drv, rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
-	srv, err := errand.NewServer(errand.Config{Broker: sb, Backend: held, DefaultQueue: w.queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.srv = srv
-	rec.checkPaths(t)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	w.register(startTask, func(ctx context.Context, i int) (int, error) {
-		ti, _ := errand.TaskInfoFrom(ctx)
-		mu.Lock()
-		runs[ti.UUID]++
-		mu.Unlock()
-		return i, nil
-	})
 	const n = 10
-	results := make([]*errand.AsyncResult, n)
-	for i := range n {
-		results[i] = w.send(errand.NewSignature(startTask, i))
-	}
-	wk := w.start(errand.WorkerConfig{})
-	for i, r := range results {
-		var got int
-		if err := r.GetInto(w.ctx, &got); err != nil || got != i {
-			t.Fatalf("carry promise broken: task %d ended %d, %v; want %d", i, got, err, i)
-		}
-	}
-	sctx, cancel := context.WithTimeout(w.ctx, tm.Prompt*10)
-	defer cancel()
-	if err := wk.Shutdown(sctx); err != nil {
-		t.Fatalf("worker shutdown: %v", err)
-	}
+	var sb *startingBroker
+	w, results, runs := runThroughCarrier(t, p, drv, be, startTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
+		sb = &startingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
+		return sb
+	})
+	rec := w.rec
 	fetches, started := sb.counts()
 	if starts := rec.writeCalls()["Start"]; started != n || starts != 0 {
 		t.Errorf("carry promise broken: %d tasks were started by %d carried fetches (%d starts) and %d Start calls of the backend; want every one started by the fetches (CarryStart offered a carrier), no Start call", n, fetches, started, starts)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for i, r := range results {
 		if id := r.Signature.UUID; runs[id] != 1 {
 			t.Errorf("carry promise broken: task %d (%s) ran %d times; want once", i, id, runs[id])
