@@ -98,7 +98,7 @@ func (b *Broker) mEnsureQueue(ctx context.Context, name string) error {
 		if err := ch.ExchangeDeclare(m.Exchange, m.ExchangeType, true, false, false, false, nil); err != nil {
 			return err
 		}
-		if _, err := ch.QueueDeclare(deadName(name), true, false, false, false, nil); err != nil {
+		if _, err := ch.QueueDeclare(deadName(name), true, false, false, false, b.deadArgs()); err != nil {
 			return err
 		}
 		if _, err := ch.QueueDeclare(name, true, false, false, false, m.QueueDeclareArgs); err != nil {
@@ -257,7 +257,7 @@ func (b *Broker) mStats(ctx context.Context, queue string) (driver.QueueStats, e
 		return st, err
 	}
 	var err error
-	if st.Dead, err = b.declareCount(ctx, deadName(name), nil); err != nil {
+	if st.Dead, err = b.declareCount(ctx, deadName(name), b.deadArgs()); err != nil {
 		return st, err
 	}
 	if st.Pending, err = b.declareCount(ctx, name, b.opts.Machinery.QueueDeclareArgs); err != nil {
@@ -270,14 +270,7 @@ func (b *Broker) mStats(ctx context.Context, queue string) (driver.QueueStats, e
 		}
 		st.Delayed += c
 	}
-	b.cmu.Lock()
-	p := b.pullers[queue]
-	b.cmu.Unlock()
-	if p != nil {
-		p.mu.Lock()
-		st.InFlight = len(p.leases) + len(p.buf)
-		p.mu.Unlock()
-	}
+	st.InFlight = b.held(queue)
 	return st, nil
 }
 

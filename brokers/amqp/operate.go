@@ -54,14 +54,7 @@ func (b *Broker) Stats(ctx context.Context, queue string) (driver.QueueStats, er
 		}
 		st.Delayed += n
 	}
-	b.cmu.Lock()
-	p := b.pullers[queue]
-	b.cmu.Unlock()
-	if p != nil {
-		p.mu.Lock()
-		st.InFlight = len(p.leases) + len(p.buf)
-		p.mu.Unlock()
-	}
+	st.InFlight = b.held(queue)
 	return st, nil
 }
 
@@ -102,4 +95,18 @@ func (b *Broker) Purge(ctx context.Context, queue string) (int, error) {
 		total += got
 	}
 	return total, nil
+}
+
+// held counts the messages of queue this process holds: leased to its
+// worker slots, or buffered by its consumer and not yet fetched.
+func (b *Broker) held(queue string) int {
+	b.cmu.Lock()
+	p := b.pullers[queue]
+	b.cmu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.leases) + len(p.buf)
 }
