@@ -35,7 +35,7 @@ type sameServerBackend struct {
 	queue func(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error
 }
 
-func newSameServerBackend(t *testing.T, rdb goredis.UniversalClient, prefix string) *sameServerBackend {
+func newSameServerBackend(t testing.TB, rdb goredis.UniversalClient, prefix string) *sameServerBackend {
 	mem := memorybackend.New(nil)
 	t.Cleanup(func() { mem.Close() })
 	return &sameServerBackend{Backend: mem, rdb: rdb, prefix: prefix}

@@ -220,12 +220,20 @@ const (
 // luaMany defines many(cmd, key, list, step): run cmd on key with the
 // arguments of list, MANY_ARGS of them (a multiple of step, 1 if nil) to
 // a command, so that no call unpacks more than Lua's stack holds; returns
-// the replies' elements joined (HMGET: one per field, false for none).
+// the replies' elements joined (HMGET: one per field, false for none),
+// not to be modified: a list that fits one command gets that command's
+// reply as it is (or a shared empty table), not a copy.
 const luaMany = `
-local MANY_ARGS = 1000
+local MANY_ARGS, NO_REPLY = 1000, {}
 local function many(cmd, key, list, step)
   local out, n = {}, #list
   local chunk = MANY_ARGS * (step or 1)
+  if n == 0 then return NO_REPLY end
+  if n <= chunk then
+    local r = redis.call(cmd, key, unpack(list))
+    if type(r) == 'table' then return r end
+    return NO_REPLY
+  end
   for i = 1, n, chunk do
     local r = redis.call(cmd, key, unpack(list, i, math.min(i + chunk - 1, n)))
     if type(r) == 'table' then
@@ -280,7 +288,18 @@ local function peek(raw)
   local st, after = string.match(raw, '^,"state":"(%%u*)"()', e + 1)
   if not st then return nil end
   local att = tonumber(string.match(raw, '^,"attempt":(%%d+)', after) or '0')
-  return name, st, att, string.match(raw, '"created_at":("[^"]*")[^{}%%[%%]]*}$')
+  -- The first "created_at": followed by a string and then no object or
+  -- array up to the closing brace (the times alone), found by plain
+  -- searches rather than a pattern tried at every position.
+  local from = after
+  while true do
+    local _, ce = string.find(raw, '"created_at":"', from, true)
+    if not ce then return name, st, att, nil end
+    local q = string.find(raw, '"', ce + 1, true)
+    if not q then return name, st, att, nil end
+    if string.find(raw, '^[^{}%%[%%]]*}$', q + 1) then return name, st, att, string.sub(raw, ce, q) end
+    from = ce
+  end
 end
 local function begin(id, taskID, first)
   local a, name = string.match(id, '^%%x+:(%%d+):(.+)$')
@@ -310,7 +329,7 @@ local function begin(id, taskID, first)
   end
   local v = '{"task_uuid":"' .. taskID .. '","task_name":"' .. name .. '","state":"STARTED","attempt":' .. a ..
     ',"created_at":' .. created .. ',"started_at":' .. nowJSON .. '}'
-  if expiry > 0 then redis.call('SET', key, v, 'PX', expiry) else redis.call('SET', key, v) end
+  if expiry > 0 then redis.call('SET', key, v, 'PX', expiryArg) else redis.call('SET', key, v) end
   return START_WRITTEN, raw or false, a .. '\n' .. name
 end
 `, notTried, startWritten, startRefused)
@@ -360,7 +379,7 @@ local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEY
 local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local statePrefix, expiry = ARGV[8], tonumber(ARGV[9])
+local statePrefix, expiry, expiryArg = ARGV[8], tonumber(ARGV[9]), ARGV[9]
 local startable = {}
 for i = 10, #ARGV do startable[ARGV[i]] = true end
 `, luaNow, luaMany, luaPush, luaForget, luaArchive, luaStart, `
@@ -402,7 +421,7 @@ local function setAside(id, env, size, p)
   keepArchived(taskID, now, meta .. '}\n' .. env, maxCount, maxAge)
 end
 local out, leased, aside, foreign, seen = {}, 0, 0, 0, {}
-local deadline = now + lease
+local deadline = string.format('%d', now + lease) -- once, not per ZADD argument
 while leased < want and aside < batch do
   local got, prios = {}, {}
   local z = redis.call('ZPOPMIN', ppending, want - leased)
@@ -474,7 +493,8 @@ while leased < want and aside < batch do
       cargs[2 * i - 1], cargs[2 * i] = id, n
       local began, prev, as = NOT_TRIED, false, false
       if statePrefix ~= '' then
-        began, prev, as = begin(id, string.match(env, '^([^\n]*)\n'), n == 1)
+        local nl = string.find(env, '\n', 1, true)
+        if nl then began, prev, as = begin(id, string.sub(env, 1, nl - 1), n == 1) end
       end
       out[#out + 1] = id
       out[#out + 1] = env
@@ -579,15 +599,16 @@ local function ackAll(list, toks)
   if #owned == 0 then return out end
   local envs = many('HMGET', msgs, owned)
   local tids, tmsg, kept = {}, {}, {}
+  local stamp = now .. '\n' -- formatted once, not per message
   for i, id in ipairs(owned) do
     local env = envs[i]
     if env then
-      local tid = string.match(env, '^([^\n]*)\n')
-      if tid then
-        tids[#tids + 1] = tid
+      local nl = string.find(env, '\n', 1, true)
+      if nl then
+        tids[#tids + 1] = string.sub(env, 1, nl - 1)
         tmsg[#tids] = id
       end
-      if keep > 0 then kept[#kept + 1] = now .. '\n' .. env end
+      if keep > 0 then kept[#kept + 1] = stamp .. env end
     end
   end
   if #tids > 0 then
@@ -672,7 +693,7 @@ local list, toks = {}, {}
 for i, state in ipairs(states) do
   local a = 3 * i
   if expiry > 0 then
-    redis.call('SET', state, ARGV[a + 2], 'PX', expiry)
+    redis.call('SET', state, ARGV[a + 2], 'PX', ARGV[2])
   else
     redis.call('SET', state, ARGV[a + 2])
   end
