@@ -145,7 +145,8 @@ func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.De
 		queue  string
 		expiry time.Duration
 	)
-	args := make([]any, 2, 2+3*len(ds))
+	args := make([]any, 3, 3+3*len(ds))
+	prioritized := 0 // '1' when a delivery came with a priority: its K:prio entry goes too
 	for i, d := range ds {
 		h, ok := d.Handle.(handle)
 		if !ok {
@@ -165,11 +166,14 @@ func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.De
 		idx = append(idx, i)
 		states = append(states, key)
 		args = append(args, h.mid, h.token, v)
+		if d.Priority > 0 {
+			prioritized = 1
+		}
 	}
 	if len(idx) == 0 {
 		return errs
 	}
-	args[0], args[1] = b.opts.CompletedMax, expiry.Milliseconds()
+	args[0], args[1], args[2] = b.opts.CompletedMax, expiry.Milliseconds(), prioritized
 	k := b.keys(queue)
 	acked, err := honourCancel(ctx, func() ([]int64, error) {
 		return ackStatesScript.Run(ctx, b.scripts, k.ackStatesKeys(states), args...).Int64Slice()

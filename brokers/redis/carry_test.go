@@ -701,3 +701,54 @@ func TestCarryStart(t *testing.T) {
 		t.Fatalf("redelivery: %v, starts %v, %v; want delivered again (attempt 2) and started over its STARTED", again, starts, err)
 	}
 }
+
+// TestCarrySettlePriority: a carried settle forgets a message's priority
+// (K:prio) with the rest of it when the delivery has one, and a batch of
+// deliveries without priorities leaves the priorities of others alone.
+func TestCarrySettlePriority(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, _ := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	settle := b.CarrySettle(be)
+	if settle == nil {
+		t.Fatal("CarrySettle = nil for a backend on the broker's own single server")
+	}
+	prio := "{" + prefix + ":s}:prio"
+	for i, p := range []uint8{0, 7, 0} {
+		if err := b.Publish(ctx, driver.Message{ID: "t" + strconv.Itoa(i), Queue: "s", Body: []byte("x"), Priority: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := rdb.HLen(ctx, prio).Result(); err != nil || n != 1 {
+		t.Fatalf("K:prio holds %d, %v after publishing one message of priority 7; want 1", n, err)
+	}
+	ds, err := b.Fetch(ctx, "s", 3, time.Minute)
+	if err != nil || len(ds) != 3 || ds[0].Priority != 7 {
+		t.Fatalf("fetch: %v, %v; want 3 deliveries, the one of priority 7 first", ds, err)
+	}
+	sts := func(ds ...*driver.Delivery) []*driver.TaskState {
+		out := make([]*driver.TaskState, len(ds))
+		for i, d := range ds {
+			out[i] = &driver.TaskState{TaskUUID: d.ID, TaskName: "t", State: driver.StateSuccess, CreatedAt: time.Now().UTC()}
+		}
+		return out
+	}
+	if errs := settle(ctx, ds[1:2], sts(ds[1])); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	if n, err := rdb.HLen(ctx, prio).Result(); err != nil || n != 1 {
+		t.Fatalf("K:prio holds %d, %v after settling a delivery of priority 0; want 1 (the other's priority kept)", n, err)
+	}
+	if errs := settle(ctx, []*driver.Delivery{ds[0], ds[2]}, sts(ds[0], ds[2])); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	if n, err := rdb.HLen(ctx, prio).Result(); err != nil || n != 0 {
+		t.Fatalf("K:prio holds %d, %v after settling the delivery of priority 7; want 0", n, err)
+	}
+	if st, err := b.Stats(ctx, "s"); err != nil || st.InFlight != 0 || st.Pending != 0 || st.Completed != 3 {
+		t.Fatalf("queue after the settles: %+v, %v; want 3 completed, nothing left", st, err)
+	}
+}

@@ -378,7 +378,7 @@ local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS
 local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), ARGV[6], ARGV[7] -- the bounds: numbers in setAside
 local statePrefix, expiry, expiryArg = ARGV[8], tonumber(ARGV[9]), ARGV[9]
 local startable = {}
 for i = 10, #ARGV do startable[ARGV[i]] = true end
@@ -418,7 +418,7 @@ local function setAside(id, env, size, p)
     ',"attempts":' .. n .. ',"at":' .. string.format('%d', now)
   if p > 0 then meta = meta .. ',"priority":' .. p end
   forget(id, taskID)
-  keepArchived(taskID, now, meta .. '}\n' .. env, maxCount, maxAge)
+  keepArchived(taskID, now, meta .. '}\n' .. env, tonumber(maxCount), tonumber(maxAge))
 end
 local out, leased, aside, foreign, seen = {}, 0, 0, 0, {}
 local deadline = string.format('%d', now + lease) -- once, not per ZADD argument
@@ -570,21 +570,26 @@ local function forget(id, taskID)
 end
 `
 
-// luaAck defines, after luaNow, luaSettled and luaMany and over the
-// locals inflight, tokens, msgs, count, prio, ids, done, acked and keep
-// of the script's prologue:
+// luaAck defines, after luaSettled and luaMany and over the locals
+// inflight, tokens, msgs, count, prio, ids, done, acked and keep of the
+// script's prologue:
 //
-//	ackAll(list, tokens): ack each message list[i] whose current lease
-//	  token is tokens[i] (forget it, keep its envelope on K:done), with
-//	  one command per key for the whole batch; count the acks in K:acked
-//	  and trim K:done. Returns SETTLED or LEASE_LOST per delivery (a
-//	  message named twice is acked once: LEASE_LOST the second time)
+//	ackAll(list, tokens, prioritized): ack each message list[i] whose
+//	  current lease token is tokens[i] (forget it, keep its envelope on
+//	  K:done), with one command per key for the whole batch; count the
+//	  acks in K:acked and trim K:done. Returns SETTLED or LEASE_LOST per
+//	  delivery (a message named twice is acked once: LEASE_LOST the
+//	  second time)
 //
-// It forgets as luaForget does, batched: the message's priority, lease,
+// It forgets as luaForget does, batched: the message's priority (unless
+// prioritized is false: the caller knows none of them has one), lease,
 // token, envelope and count of deliveries, and its entry in Find's index
-// when the entry names it.
+// when the entry names it. K:done's entries start with the server's clock
+// (TIME) in whole ms, read only when it keeps any, and written from
+// TIME's strings (seconds, then the microseconds' first three of six
+// digits), not through a number.
 const luaAck = `
-local function ackAll(list, toks)
+local function ackAll(list, toks, prioritized)
   local out, owned, seen = {}, {}, {}
   local cur = many('HMGET', tokens, list)
   for i, id in ipairs(list) do
@@ -599,7 +604,11 @@ local function ackAll(list, toks)
   if #owned == 0 then return out end
   local envs = many('HMGET', msgs, owned)
   local tids, tmsg, kept = {}, {}, {}
-  local stamp = now .. '\n' -- formatted once, not per message
+  local stamp
+  if keep > 0 then
+    local t = redis.call('TIME')
+    stamp = t[1] .. string.sub('00000' .. t[2], -6, -4) .. '\n'
+  end
   for i, id in ipairs(owned) do
     local env = envs[i]
     if env then
@@ -619,7 +628,7 @@ local function ackAll(list, toks)
     end
     if #drop > 0 then many('HDEL', ids, drop) end
   end
-  many('HDEL', prio, owned)
+  if prioritized then many('HDEL', prio, owned) end
   many('ZREM', inflight, owned)
   many('HDEL', tokens, owned)
   many('HDEL', msgs, owned)
@@ -653,13 +662,13 @@ var ackScript = newScript(`
 local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local ids = KEYS[8]
 local keep = tonumber(ARGV[1])
-`, luaNow, luaSettled, luaMany, luaAck, `
+`, luaSettled, luaMany, luaAck, `
 local list, toks = {}, {}
 for i = 2, #ARGV - 1, 2 do
   list[#list + 1] = ARGV[i]
   toks[#toks + 1] = ARGV[i + 1]
 end
-return ackAll(list, toks)
+return ackAll(list, toks, true)
 `)
 
 // ackStatesScript is ackScript that first writes each delivery's task
@@ -681,25 +690,26 @@ var ackStatesScript = newScript(`
 -- KEYS[8+i]  -> the backend's state key of delivery i (i = 1, 2, ...)
 -- ARGV[1]    -> how many acked messages K:done keeps (0: none)
 -- ARGV[2]    -> the states' expiry (ms; 0: none)
--- ARGV[3i]   -> message ID of delivery i (i = 1, 2, ...)
--- ARGV[3i+1] -> its lease token
--- ARGV[3i+2] -> its task's state, as the backend encodes it
+-- ARGV[3]    -> '0' when no delivery has a priority (nothing in K:prio), else '1'
+-- ARGV[3i+1] -> message ID of delivery i (i = 1, 2, ...)
+-- ARGV[3i+2] -> its lease token
+-- ARGV[3i+3] -> its task's state, as the backend encodes it
 local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local ids = KEYS[8]
 local states = {unpack(KEYS, 9)}
-local keep, expiry = tonumber(ARGV[1]), tonumber(ARGV[2])
-`, luaNow, luaSettled, luaMany, luaAck, `
+local keep, expiry, prioritized = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] ~= '0'
+`, luaSettled, luaMany, luaAck, `
 local list, toks = {}, {}
 for i, state in ipairs(states) do
   local a = 3 * i
   if expiry > 0 then
-    redis.call('SET', state, ARGV[a + 2], 'PX', ARGV[2])
+    redis.call('SET', state, ARGV[a + 3], 'PX', ARGV[2])
   else
-    redis.call('SET', state, ARGV[a + 2])
+    redis.call('SET', state, ARGV[a + 3])
   end
-  list[i], toks[i] = ARGV[a], ARGV[a + 1]
+  list[i], toks[i] = ARGV[a + 1], ARGV[a + 2]
 end
-return ackAll(list, toks)
+return ackAll(list, toks, prioritized)
 `)
 
 // ackStatesKeys are ackStatesScript's KEYS: the queue's, then states.
