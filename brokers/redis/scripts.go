@@ -244,8 +244,8 @@ local function many(cmd, key, list, step)
 end
 `
 
-// luaStart defines, after luaNow and over the locals statePrefix, expiry
-// and startable of fetchScript's prologue:
+// luaStart defines, after luaNow and over the locals statePrefix, expiry,
+// expiryArg (expiry as given) and startable of fetchScript's prologue:
 //
 //	begin(id, taskID, first): begin the attempt of task taskID, whose
 //	  message id names its attempt and task (messageID; first: its first
@@ -256,8 +256,9 @@ end
 //
 // The backend's state is Go's encoding of driver.TaskState, whose first
 // fields are task_uuid, task_name, state and attempt in that order, with
-// created_at followed only by the times: peek reads them with patterns,
-// not cjson; a state of another layout (a name with escapes, another
+// created_at followed only by the times: peek reads them with anchored
+// patterns and plain searches, not cjson (and compares attempts as
+// digits, not numbers: tonumber costs more than the rest of a start); a state of another layout (a name with escapes, another
 // writer) is decoded with cjson. STARTED is written from the task's UUID,
 // name (both in a message ID only when JSON keeps them as they are:
 // messageID), state and attempt, with prev's created_at (else now) and
@@ -287,7 +288,7 @@ local function peek(raw)
   if not e then return nil end
   local st, after = string.match(raw, '^,"state":"(%%u*)"()', e + 1)
   if not st then return nil end
-  local att = tonumber(string.match(raw, '^,"attempt":(%%d+)', after) or '0')
+  local att = string.match(raw, '^,"attempt":0*(%%d+)', after) or '0'
   -- The first "created_at": followed by a string and then no object or
   -- array up to the closing brace (the times alone), found by plain
   -- searches rather than a pattern tried at every position.
@@ -304,7 +305,6 @@ end
 local function begin(id, taskID, first)
   local a, name = string.match(id, '^%%x+:(%%d+):(.+)$')
   if not a or not startable[name] then return NOT_TRIED, false, false end
-  local attempt = tonumber(a)
   local key = statePrefix .. taskID
   -- A state the script cannot read (a key of another type, not JSON, not
   -- an object) is left to Start: an error here would end the script with
@@ -315,14 +315,19 @@ local function begin(id, taskID, first)
   local created = nowJSON
   if raw then
     local pname, st, patt, pcreated = peek(raw)
-    if not pname then
+    local later -- the state's attempt is later than a
+    if pname then
+      -- Both digits with no leading zero: compared as strings, not
+      -- through tonumber.
+      later = #patt > #a or (#patt == #a and patt > a)
+    else
       local ok, p = pcall(cjson.decode, raw)
       if not ok or type(p) ~= 'table' then return NOT_TRIED, false, false end
-      pname, st, patt = p.task_name, p.state, tonumber(p.attempt) or 0
+      pname, st, later = p.task_name, p.state, (tonumber(p.attempt) or 0) > tonumber(a)
       if type(pname) ~= 'string' then pname = '' end
       if type(p.created_at) == 'string' then pcreated = cjson.encode(p.created_at) end
     end
-    local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or patt > attempt or
+    local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or later or
       (st == 'STARTED' and first)
     if refused then return START_REFUSED, raw, a .. '\n' .. name end
     if pcreated then created = pcreated end
