@@ -18,14 +18,24 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// BenchmarkScriptCost measures the Redis server's CPU per task of the
-// carried hot path's scripts on a Redis of the benchmark's own
+// BenchmarkScriptCost measures the Redis server's work per task in the
+// carried hot path's scripts, on a Redis of the benchmark's own
 // (ERRAND_HOTPATH_REDIS_URL: INFO commandstats counts every client's
-// commands): it publishes n tasks with their PENDING states (CarryPending),
-// then fetches and starts them five at a time (CarryStart), then settles
-// them two at a time with SUCCESS (CarrySettle), one client, no
-// concurrency, and reports µs of Redis per task for each phase by command
-// (the scripts' own commands included in theirs).
+// commands). It publishes ERRAND_COST_TASKS tasks (default 10 000) with
+// their PENDING states (CarryPending), then drains them as a worker of
+// ten slots does in BenchmarkHotPath, from one client: fetch and start
+// five (CarryStart), settle one or two with SUCCESS (CarrySettle) until
+// five are left in flight, again. It reports, per task, the scripts'
+// µs (commandstats, their commands included), the server's CPU µs (INFO
+// cpu) and each command's calls and µs.
+//
+// On a busy machine the clocks move by a third between runs; instructions
+// do not. ERRAND_COST_HOOK, a shell command run with "start drain" and
+// "end drain" around the drain, can count them with the server under
+// callgrind (valgrind --tool=callgrind --instr-atstart=no redis-server
+// ...; the hook runs callgrind_control -z and -i on, then -i off and -d,
+// and reads the dump's totals): the same code gives the same count within
+// 1%.
 //
 //	ERRAND_HOTPATH_REDIS_URL=redis://127.0.0.1:16999/0 go test -run '^$' -bench ScriptCost -benchtime 1x .
 func BenchmarkScriptCost(b *testing.B) {
