@@ -54,11 +54,13 @@ func quiet(sig *Signature) bool {
 	return len(sig.OnSuccess) == 0 && sig.UniqueKey == "" && (sig.GroupUUID == "" || sig.ChordCallback == nil)
 }
 
-// settleCarried records st and acks d in one carried call. A lost lease
+// settleCarried records dv.carried, the task's final state st, and acks
+// its delivery d in one carried call. A lost lease
 // is reported (st was written: the redelivery finds it); any other error
 // leaves d unacked, its state perhaps unwritten, and gives it back after
 // ErrorBackoff, as a failed SUCCESS write does on the two-call path.
-func (w *Worker) settleCarried(ctx context.Context, d *driver.Delivery, st *TaskState, attrs func() []any) {
+func (dv *delivery) settleCarried(ctx context.Context) {
+	w, d, st, attrs := dv.w, dv.d, dv.carried, dv.attrs
 	s := w.srv
 	err := s.broker.before(ctx)
 	if err == nil {

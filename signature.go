@@ -75,7 +75,7 @@ type Arg struct {
 // UnmarshalJSON keeps Value as raw JSON so it can later be decoded straight
 // into the registered function's parameter type, whatever that type is.
 func (a *Arg) UnmarshalJSON(b []byte) error {
-	if fastArg(a, b) {
+	if fastArg(a, b, false) {
 		return nil
 	}
 	var w struct {
@@ -101,8 +101,10 @@ func (a *Arg) UnmarshalJSON(b []byte) error {
 // anything else (another key or spelling, an escape) is left to
 // encoding/json. b is valid JSON (the decoder calling UnmarshalJSON has
 // checked it), so the value's end is found by skipping, not validating.
-// Value is a copy: b belongs to the caller.
-func fastArg(a *Arg, b []byte) bool {
+// Value is a copy, b belonging to the caller, unless owned: then b is a
+// copy made for a (and its neighbours: fastArgs), and Value is b's bytes,
+// capped so that an append to it cannot reach them.
+func fastArg(a *Arg, b []byte, owned bool) bool {
 	var name, typ string
 	var value []byte
 	var seen [3]bool
@@ -168,9 +170,12 @@ func fastArg(a *Arg, b []byte) bool {
 		return false
 	}
 	a.Name, a.Type = name, typ
-	if value == nil {
+	switch {
+	case value == nil:
 		a.Value = json.RawMessage("null")
-	} else {
+	case owned:
+		a.Value = json.RawMessage(value[:len(value):len(value)])
+	default:
 		a.Value = json.RawMessage(bytes.Clone(value))
 	}
 	return true

@@ -23,6 +23,7 @@ type task struct {
 	takesCtx bool
 	variadic bool           // the last param is ...T: any number of trailing args of type T
 	params   []reflect.Type // excluding the leading context
+	scalar   []bool         // params[i] may be decoded by plainScalar (scalarType)
 	results  []reflect.Type // excluding the trailing error
 	policy   RetryPolicy    // nil: the worker's
 	limit    *rateLimit     // nil: none (WithRateLimit)
@@ -52,6 +53,10 @@ func newTask(name string, fn any) (*task, error) {
 			return nil, fmt.Errorf("errand: register %q: parameter %d (%s): %w", name, i, p, err)
 		}
 		tk.params = append(tk.params, p)
+		if tk.variadic && i == t.NumIn()-1 {
+			p = p.Elem()
+		}
+		tk.scalar = append(tk.scalar, scalarType(p))
 	}
 	if t.NumOut() == 0 || t.Out(t.NumOut()-1) != errorType {
 		return nil, fmt.Errorf("errand: register %q: the last result must be error (%s)", name, t)
@@ -80,7 +85,8 @@ func checkJSONType(t reflect.Type) error {
 
 // decodeArgs converts a signature's arguments to the function's parameter
 // types. Any mismatch is an *ArgumentError naming the task, the argument
-// index and both types.
+// index and both types. When the function takes a ctx, the values come
+// after a first element left for it (call sets it).
 func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
 	fixed := len(tk.params)
 	if tk.variadic {
@@ -93,13 +99,15 @@ func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
 		}
 		return nil, &ArgumentError{TaskName: tk.name, Index: -1, Got: strconv.Itoa(len(args)), Want: want}
 	}
-	out := make([]reflect.Value, len(args))
+	in := make([]reflect.Value, tk.ctxSlots()+len(args))
+	out := in[tk.ctxSlots():]
 	for i, a := range args {
-		pt := tk.params[min(i, len(tk.params)-1)]
+		p := min(i, len(tk.params)-1)
+		pt := tk.params[p]
 		if tk.variadic && i >= fixed {
 			pt = pt.Elem()
 		}
-		v, err := convertArg(a, pt)
+		v, err := convertArg(a, pt, tk.scalar[p])
 		if err != nil {
 			got := a.Type
 			if got == "" {
@@ -109,13 +117,22 @@ func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
 		}
 		out[i] = v
 	}
-	return out, nil
+	return in, nil
+}
+
+// ctxSlots is how many values of the function's arguments come before the
+// task's: 1 for a function taking a ctx.
+func (tk *task) ctxSlots() int {
+	if tk.takesCtx {
+		return 1
+	}
+	return 0
 }
 
 // convertArg turns one argument into a value of type t. A value still in Go
 // form is used directly when its type fits; anything else goes through its
-// JSON encoding, as it would on the wire.
-func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
+// JSON encoding, as it would on the wire. scalar is scalarType(t).
+func convertArg(a Arg, t reflect.Type, scalar bool) (reflect.Value, error) {
 	var raw []byte
 	switch v := a.Value.(type) {
 	case json.RawMessage:
@@ -135,8 +152,10 @@ func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
 		// with "" or 0 it was never given.
 		return reflect.Value{}, fmt.Errorf("JSON null does not decode into %s", t)
 	}
-	if v, ok := fastScalar(raw, t); ok {
-		return v, nil
+	if scalar {
+		if v, ok := plainScalar(raw, t); ok {
+			return v, nil
+		}
 	}
 	p := reflect.New(t)
 	if err := json.Unmarshal(raw, p.Interface()); err != nil {
@@ -159,20 +178,41 @@ var (
 // or a string without escapes, and t decodes itself in no way of its own;
 // it reports false for anything else, left to encoding/json.
 func fastScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
+	if !scalarType(t) {
+		return reflect.Value{}, false
+	}
+	return plainScalar(raw, t)
+}
+
+// scalarType reports whether values of t may be decoded by plainScalar: a
+// signed integer or a string that decodes itself in no way of its own.
+func scalarType(t reflect.Type) bool {
 	k := t.Kind()
 	if k != reflect.String && (k < reflect.Int || k > reflect.Int64) {
-		return reflect.Value{}, false
+		return false
 	}
-	if pt := reflect.PointerTo(t); pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) {
-		return reflect.Value{}, false
-	}
+	pt := reflect.PointerTo(t)
+	return !pt.Implements(jsonUnmarshalerType) && !pt.Implements(textUnmarshalerType)
+}
+
+var (
+	intType    = reflect.TypeFor[int]()
+	int64Type  = reflect.TypeFor[int64]()
+	stringType = reflect.TypeFor[string]()
+)
+
+// plainScalar is fastScalar for a t of scalarType.
+func plainScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
 	i := skipSpace(raw, 0)
-	v := reflect.New(t).Elem()
-	if k == reflect.String {
+	if t.Kind() == reflect.String {
 		str, end, ok := plainString(raw, i)
 		if !ok || skipSpace(raw, end) != len(raw) {
 			return reflect.Value{}, false
 		}
+		if t == stringType {
+			return reflect.ValueOf(str), true
+		}
+		v := reflect.New(t).Elem()
 		v.SetString(str)
 		return v, true
 	}
@@ -187,6 +227,15 @@ func fastScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
 	if !ok {
 		return reflect.Value{}, false
 	}
+	// int and int64 without reflect.New: a small one is not even
+	// allocated (the runtime's boxes of 0-255).
+	switch t {
+	case int64Type:
+		return reflect.ValueOf(n), true
+	case intType:
+		return reflect.ValueOf(int(n)), true
+	}
+	v := reflect.New(t).Elem()
 	v.SetInt(n)
 	return v, true
 }
@@ -200,11 +249,12 @@ func nillable(t reflect.Type) bool {
 	return false
 }
 
-// call runs the function and encodes its results.
+// call runs the function with args, as decodeArgs returns them, and
+// encodes its results.
 func (tk *task) call(ctx context.Context, args []reflect.Value) ([]Result, error) {
-	in := args
+	in := args // decodeArgs left the first for the ctx
 	if tk.takesCtx {
-		in = append([]reflect.Value{reflect.ValueOf(ctx)}, args...)
+		in[0] = reflect.ValueOf(ctx)
 	}
 	out := tk.fn.Call(in)
 	if errV := out[len(out)-1]; !errV.IsNil() {

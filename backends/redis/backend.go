@@ -15,6 +15,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
+	"github.com/errand-go/errand/internal/statejson"
 )
 
 // Options configures a Backend.
@@ -195,7 +196,7 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 		errs[i] = err
 	}
 	if len(sts) == 1 && !nx {
-		v, err := json.Marshal(sts[0])
+		v, err := statejson.Marshal(sts[0])
 		if err != nil {
 			return []error{fmt.Errorf("redis backend: encode state of %s: %w", sts[0].TaskUUID, err)}
 		}
@@ -248,7 +249,7 @@ func setReplied(c goredis.Cmder) bool {
 func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState, nx bool) error {
 	vs := make([][]byte, len(sts))
 	for i, st := range sts {
-		v, err := json.Marshal(st)
+		v, err := statejson.Marshal(st)
 		if err != nil {
 			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 		}

@@ -183,9 +183,28 @@ func (c *Coalescer[Req, Res]) withdraw(g *flights[Req, Res], w *waiter[Req, Res]
 
 // one makes a call of req alone, under its caller's ctx.
 func (c *Coalescer[Req, Res]) one(ctx context.Context, key string, req Req) (Res, error) {
-	reqs, res, errs := []Req{req}, make([]Res, 1), make([]error, 1)
-	c.cfg.Run(ctx, key, reqs, res, errs)
-	return res[0], errs[0]
+	call := &lone[Req, Res]{reqs: [1]Req{req}} // the three slices in one allocation
+	c.cfg.Run(ctx, key, call.reqs[:], call.res[:], call.errs[:])
+	return call.res[0], call.errs[0]
+}
+
+// lone holds the slices of a call of one request.
+type lone[Req, Res any] struct {
+	reqs [1]Req
+	res  [1]Res
+	errs [1]error
+}
+
+// gate ends a batch call (cancel) once every waiter in it gave up.
+type gate struct {
+	waiting atomic.Int64
+	cancel  context.CancelFunc
+}
+
+func (g *gate) leave() {
+	if g.waiting.Add(-1) == 0 {
+		g.cancel()
+	}
 }
 
 // take removes g's next batch after one of its calls came back or, when
@@ -252,18 +271,20 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 		ctx, cancelD = context.WithDeadline(ctx, latest)
 		defer cancelD()
 	}
-	var waiting atomic.Int64
-	waiting.Store(int64(len(live)))
+	g := &gate{cancel: cancel}
+	g.waiting.Store(int64(len(live)))
+	leave := g.leave
 	reqs := make([]Req, len(live))
+	stops := make([]func() bool, len(live))
 	for i, w := range live {
 		reqs[i] = w.req
-		stop := context.AfterFunc(w.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+		stops[i] = context.AfterFunc(w.ctx, leave)
 	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
 	res := make([]Res, len(live))
 	errs := make([]error, len(live))
 	c.cfg.Run(ctx, key, reqs, res, errs)
