@@ -14,9 +14,11 @@ import (
 // fraction or exponent, ETA and Deadline as time.Time writes them, Args
 // elements objects, links objects or null — and reports whether it did;
 // anything else (another key or spelling, an escape, a null element) is
-// left to encoding/json, which then decodes all of b. b must be valid JSON
-// (json.Valid): values are found by skipping, not validating. s must be
-// zero. Headers, when not null, are decoded by encoding/json on their own.
+// left to encoding/json, which then decodes all of b. b need not be valid
+// JSON: what the fast path takes it has checked (each value it skips is
+// checked on its own), so it declines what encoding/json would refuse. s
+// must be zero. Headers, when not null, are decoded by encoding/json on
+// their own.
 func fastSignature(s *Signature, b []byte) bool {
 	i := skipSpace(b, 0)
 	// The strings are taken from one copy of b (a signature's UUID, name
@@ -288,6 +290,9 @@ func plainInt(v []byte, bits int) (int64, bool) {
 	}
 	if len(v) == 0 || len(v) > 18 {
 		return 0, false // longer ones (rare) left to encoding/json
+	}
+	if len(v) > 1 && v[0] == '0' {
+		return 0, false // not JSON
 	}
 	var n int64
 	for _, c := range v {

@@ -142,7 +142,7 @@ func fastArg(a *Arg, b []byte, owned bool) bool {
 				k, typ, j = 1, knownType(v), end
 			case "value":
 				end := skipValue(b, j)
-				if end < 0 {
+				if end < 0 || !json.Valid(b[j:end]) { // skipped, not checked: b may be invalid (fastArgs)
 					return false
 				}
 				k, value = 2, b[j:end]
@@ -233,7 +233,7 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	ascii := true
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
-		case c == '\\':
+		case c == '\\' || c < 0x20: // an escape, or a control character JSON refuses
 			return nil, 0, false
 		case c == '"':
 			if !ascii && !utf8.Valid(b[i+1:j]) {
@@ -393,8 +393,9 @@ func EncodeSignature(s *Signature) ([]byte, error) {
 func DecodeSignature(b []byte) (*Signature, error) {
 	var s Signature
 	// What EncodeSignature writes is decoded without reflection
-	// (fastsig.go); anything else, and any invalid input, by encoding/json.
-	if !json.Valid(b) || !fastSignature(&s, b) {
+	// (fastsig.go), which takes valid JSON only; anything else, and any
+	// invalid input, by encoding/json.
+	if !fastSignature(&s, b) {
 		s = Signature{}
 		if err := json.Unmarshal(b, &s); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)

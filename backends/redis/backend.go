@@ -2,7 +2,6 @@ package redisbackend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -267,7 +266,7 @@ func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts [
 
 func decodeState(id string, v string) (*driver.TaskState, error) {
 	var st driver.TaskState
-	if err := json.Unmarshal([]byte(v), &st); err != nil {
+	if err := statejson.Unmarshal(v, &st); err != nil {
 		return nil, fmt.Errorf("redis backend: decode state of %s: %w", id, err)
 	}
 	return &st, nil

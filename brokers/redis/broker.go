@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
+	"github.com/errand-go/errand/internal/statejson"
 )
 
 // Options configures a Broker.
@@ -563,7 +563,7 @@ func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartRes
 			st = &driver.StartResult{Written: began == startWritten}
 			if raw, ok := res[i+6].(string); ok {
 				st.Prev = new(driver.TaskState)
-				if err := json.Unmarshal([]byte(raw), st.Prev); err != nil {
+				if err := statejson.Unmarshal(raw, st.Prev); err != nil {
 					st.Prev, st.Err = nil, fmt.Errorf("redis broker: task %s: decode the state before its start: %w", id, err)
 				}
 			}
