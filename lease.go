@@ -125,11 +125,13 @@ func (e *extension) stop() {
 		close(e.quit)
 	}
 	if e.index >= 0 {
-		first := e.index == 0
 		heap.Remove(&x.due, e.index)
-		if first {
-			x.poke() // the loop may sleep until e's time, or end
+		if len(x.due) == 0 {
+			x.poke() // the loop may end
 		}
+		// Otherwise the loop is left asleep: it wakes by e's time at the
+		// latest, never later than the earliest left, and looks again (a
+		// wake per settled task would cost more).
 	}
 }
 

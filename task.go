@@ -25,8 +25,12 @@ type task struct {
 	params   []reflect.Type // excluding the leading context
 	scalar   []bool         // params[i] may be decoded by plainScalar (scalarType)
 	results  []reflect.Type // excluding the trailing error
-	policy   RetryPolicy    // nil: the worker's
-	limit    *rateLimit     // nil: none (WithRateLimit)
+	// resultTypes[i] is results[i].String(); plain[i]: results[i] is
+	// encoded by appendPlain.
+	resultTypes []string
+	plain       []bool
+	policy      RetryPolicy // nil: the worker's
+	limit       *rateLimit  // nil: none (WithRateLimit)
 }
 
 // newTask validates fn: a function whose parameters are an optional leading
@@ -67,6 +71,8 @@ func newTask(name string, fn any) (*task, error) {
 			return nil, fmt.Errorf("errand: register %q: result %d (%s): %w", name, i, r, err)
 		}
 		tk.results = append(tk.results, r)
+		tk.resultTypes = append(tk.resultTypes, r.String())
+		tk.plain = append(tk.plain, plainKind(r))
 	}
 	return tk, nil
 }
@@ -262,13 +268,63 @@ func (tk *task) call(ctx context.Context, args []reflect.Value) ([]Result, error
 	}
 	results := make([]Result, 0, len(out)-1)
 	for i, v := range out[:len(out)-1] {
-		b, err := json.Marshal(v.Interface())
-		if err != nil {
-			return nil, Permanent(fmt.Errorf("errand: task %q: encode result %d (%s): %w", tk.name, i, tk.results[i], err))
+		var b []byte
+		if tk.plain[i] {
+			b = appendPlain(nil, v)
+		} else {
+			var err error
+			if b, err = json.Marshal(v.Interface()); err != nil {
+				return nil, Permanent(fmt.Errorf("errand: task %q: encode result %d (%s): %w", tk.name, i, tk.results[i], err))
+			}
 		}
-		results = append(results, Result{Type: tk.results[i].String(), Value: b})
+		results = append(results, Result{Type: tk.resultTypes[i], Value: b})
 	}
 	return results, nil
+}
+
+var (
+	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// plainKind reports whether encoding/json writes values of t as plain
+// JSON: an integer, a bool or a string, of a type with no encoding of its
+// own (appendPlain writes those).
+func plainKind(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Bool, reflect.String:
+	default:
+		return false
+	}
+	pt := reflect.PointerTo(t)
+	return !t.Implements(jsonMarshalerType) && !t.Implements(textMarshalerType) &&
+		!pt.Implements(jsonMarshalerType) && !pt.Implements(textMarshalerType)
+}
+
+// appendPlain appends json.Marshal(v.Interface()) to b, for a v of a
+// plainKind type.
+func appendPlain(b []byte, v reflect.Value) []byte {
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, v.Int(), 10)
+	case reflect.Bool:
+		return strconv.AppendBool(b, v.Bool())
+	case reflect.String:
+		s := v.String()
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				q, _ := json.Marshal(s) // an escape (encoding/json's, HTML-safe): a string always encodes
+				return append(b, q...)
+			}
+		}
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	default: // unsigned
+		return strconv.AppendUint(b, v.Uint(), 10)
+	}
 }
 
 // resultArgs turns results into arguments for the next task of a workflow.
