@@ -30,7 +30,8 @@ type delivery struct {
 	tk          *task
 	args        []reflect.Value
 	st, started *TaskState
-	carried     *TaskState // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
+	states      [3]TaskState // where st, started and the final state are (state)
+	carried     *TaskState   // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
 	cancelTimeout, cancelDeadline context.CancelFunc
@@ -192,7 +193,7 @@ func (dv *delivery) begin() bool {
 	ctx, cancel := w.call()
 	defer cancel()
 	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
-	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
+	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()})
 	if !oneCall {
 		prev, err := be.GetState(ctx, sig.UUID)
 		switch {
@@ -243,7 +244,7 @@ func (dv *delivery) begin() bool {
 	cancel()
 	ctx, cancel = w.call() // recording RECEIVED and STARTED is a step of its own
 	defer cancel()
-	dv.started = dv.st.Copy()
+	dv.started = dv.state(1, dv.st)
 	dv.started.State, dv.started.StartedAt = StateStarted, time.Now().UTC()
 	if oneCall {
 		begun, outcome, err := w.begin(ctx, sig, d, dv.st, dv.started)
@@ -286,7 +287,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	}
 	final := dv.started
 	if runErr == nil {
-		final = dv.started.Copy()
+		final = dv.state(2, dv.started)
 		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
 		if w.srv.settled != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
@@ -378,6 +379,17 @@ func (dv *delivery) settle() {
 	case throttle:
 		w.releaseThrottled(ctx, d, sig, dv.err)
 	}
+}
+
+// state returns a copy of st (as st.Copy) in the delivery's own i-th
+// state: the states of an attempt are allocated with its delivery.
+func (dv *delivery) state(i int, st *TaskState) *TaskState {
+	c := &dv.states[i]
+	*c = *st
+	if st.Results != nil {
+		c.Results = st.Copy().Results
+	}
+	return c
 }
 
 // attrs are the attributes of a log line about the delivery's task

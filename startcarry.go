@@ -81,8 +81,8 @@ func (b *broker) fetchStarted(ctx context.Context, fetch driver.FetchStartFunc, 
 func (dv *delivery) beginCarried(cannotRun error) bool {
 	w, sig, d, res := dv.w, dv.sig, dv.d, dv.start
 	now := dv.startAt.UTC()
-	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: now}
-	dv.started = dv.st.Copy()
+	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: now})
+	dv.started = dv.state(1, dv.st)
 	dv.started.State, dv.started.StartedAt = StateStarted, now
 	req := driver.StartRequest{Received: dv.st, Started: dv.started, FirstDelivery: d.Attempt == 1}
 	switch {
