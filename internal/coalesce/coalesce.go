@@ -22,6 +22,7 @@ import (
 
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -264,6 +265,16 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 	if len(live) == 0 {
 		return
 	}
+	if oneCtx(live) {
+		// Every waiter under one ctx (a worker's steps share theirs): the
+		// call's is that ctx, which ends when they all give up and has
+		// their deadline, ended on Close too.
+		ctx, cancel := context.WithCancel(live[0].ctx)
+		defer cancel()
+		defer context.AfterFunc(c.base, cancel)()
+		c.run(ctx, key, live)
+		return
+	}
 	ctx, cancel := context.WithCancel(ctxvalues.Of(c.base, live[0].ctx))
 	defer cancel()
 	if deadlines {
@@ -274,10 +285,8 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 	g := &gate{cancel: cancel}
 	g.waiting.Store(int64(len(live)))
 	leave := g.leave
-	reqs := make([]Req, len(live))
 	stops := make([]func() bool, len(live))
 	for i, w := range live {
-		reqs[i] = w.req
 		stops[i] = context.AfterFunc(w.ctx, leave)
 	}
 	defer func() {
@@ -285,12 +294,36 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 			stop()
 		}
 	}()
+	c.run(ctx, key, live)
+}
+
+// run makes the call of the waiters live under ctx and answers them.
+func (c *Coalescer[Req, Res]) run(ctx context.Context, key string, live []*waiter[Req, Res]) {
+	reqs := make([]Req, len(live))
+	for i, w := range live {
+		reqs[i] = w.req
+	}
 	res := make([]Res, len(live))
 	errs := make([]error, len(live))
 	c.cfg.Run(ctx, key, reqs, res, errs)
 	for i, w := range live {
 		w.done <- reply[Res]{res[i], errs[i]}
 	}
+}
+
+// oneCtx reports whether every waiter of live waits under one ctx (one
+// value: compared only when its type is comparable).
+func oneCtx[Req, Res any](live []*waiter[Req, Res]) bool {
+	first := live[0].ctx
+	if len(live) > 1 && !reflect.TypeOf(first).Comparable() {
+		return false
+	}
+	for _, w := range live[1:] {
+		if w.ctx != first {
+			return false
+		}
+	}
+	return true
 }
 
 // Queued reports how many requests wait for a call, over every key (for
