@@ -142,7 +142,7 @@ func fastArg(a *Arg, b []byte, owned bool) bool {
 				k, typ, j = 1, knownType(v), end
 			case "value":
 				end := skipValue(b, j)
-				if end < 0 || !json.Valid(b[j:end]) { // skipped, not checked: b may be invalid (fastArgs)
+				if end < 0 || !validValue(b[j:end]) { // skipped, not checked: b may be invalid (fastArgs)
 					return false
 				}
 				k, value = 2, b[j:end]
@@ -247,21 +247,85 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	return nil, 0, false
 }
 
+// validValue is json.Valid(v), without encoding/json's scanner for a
+// plain string, a number or a literal.
+func validValue(v []byte) bool {
+	switch {
+	case len(v) == 0:
+		return false
+	case v[0] == '"':
+		if _, e, ok := plainBytes(v, 0); ok && e == len(v) {
+			return true
+		}
+	case v[0] == '-' || (v[0] >= '0' && v[0] <= '9'):
+		if validNumber(v) {
+			return true
+		}
+	case string(v) == "true" || string(v) == "false" || string(v) == "null":
+		return true
+	}
+	return json.Valid(v) // anything else, whitespace around it too
+
+}
+
+// validNumber reports whether v is a JSON number:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(v []byte) bool {
+	i := 0
+	digits := func() bool {
+		j := i
+		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+			i++
+		}
+		return i > j
+	}
+	if i < len(v) && v[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(v) && v[i] == '0':
+		i++
+	case !digits():
+		return false
+	}
+	if i < len(v) && v[i] == '.' {
+		i++
+		if !digits() {
+			return false
+		}
+	}
+	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
+		i++
+		if i < len(v) && (v[i] == '+' || v[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	return i == len(v)
+}
+
 // skipValue returns the index after the valid JSON value at b[i], or -1.
 func skipValue(b []byte, i int) int {
 	depth := 0
 	for i < len(b) {
 		switch b[i] {
 		case '"':
-			i++
-			for i < len(b) && b[i] != '"' {
-				if b[i] == '\\' {
-					i++
+			start := i + 1
+			for {
+				k := bytes.IndexByte(b[i+1:], '"')
+				if k < 0 {
+					return -1
 				}
-				i++
-			}
-			if i >= len(b) {
-				return -1
+				i += 1 + k // at a quote: the string's end unless escaped
+				n := 0     // the backslashes right before it
+				for p := i - 1; p >= start && b[p] == '\\'; p-- {
+					n++
+				}
+				if n%2 == 0 {
+					break
+				}
 			}
 			i++
 			if depth == 0 {
