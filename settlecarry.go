@@ -37,14 +37,26 @@ func (s *Server) newSettleCarrier(carry driver.SettleFunc) *coalesce.Coalescer[c
 	return coalesce.New(coalesce.Config[carriedSettle, struct{}]{
 		Flights: ackFlights, Limit: s.broker.limits.MaxAckBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []carriedSettle, _ []struct{}, errs []error) {
-			ds := make([]*driver.Delivery, len(reqs))
-			sts := make([]*TaskState, len(reqs))
+			var ds []*driver.Delivery
+			var sts []*TaskState
+			if n := len(reqs); n <= len(settleBufs{}.ds) {
+				b := new(settleBufs) // both slices in one allocation
+				ds, sts = b.ds[:n:n], b.sts[:n:n]
+			} else {
+				ds, sts = make([]*driver.Delivery, n), make([]*TaskState, n)
+			}
 			for i, r := range reqs {
 				ds[i], sts[i] = r.d, r.st
 			}
 			copy(errs, checkBatch(s.broker.drv, "SettleFunc", len(ds), carry(ctx, ds, sts)))
 		},
 	})
+}
+
+// settleBufs holds the slices of a carried settle of up to 8 deliveries.
+type settleBufs struct {
+	ds  [8]*driver.Delivery
+	sts [8]*TaskState
 }
 
 // quiet reports whether nothing follows sig's success but its ack: no

@@ -189,6 +189,17 @@ func (c *Coalescer[Req, Res]) one(ctx context.Context, key string, req Req) (Res
 	return call.res[0], call.errs[0]
 }
 
+// smallBatch is the most requests a batch call holds in one allocation
+// (small).
+const smallBatch = 8
+
+// small holds the slices of a batch call of up to smallBatch requests.
+type small[Req, Res any] struct {
+	reqs [smallBatch]Req
+	res  [smallBatch]Res
+	errs [smallBatch]error
+}
+
 // lone holds the slices of a call of one request.
 type lone[Req, Res any] struct {
 	reqs [1]Req
@@ -299,12 +310,18 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 
 // run makes the call of the waiters live under ctx and answers them.
 func (c *Coalescer[Req, Res]) run(ctx context.Context, key string, live []*waiter[Req, Res]) {
-	reqs := make([]Req, len(live))
+	var reqs []Req
+	var res []Res
+	var errs []error
+	if n := len(live); n <= smallBatch {
+		b := new(small[Req, Res]) // the three slices in one allocation
+		reqs, res, errs = b.reqs[:n:n], b.res[:n:n], b.errs[:n:n]
+	} else {
+		reqs, res, errs = make([]Req, n), make([]Res, n), make([]error, n)
+	}
 	for i, w := range live {
 		reqs[i] = w.req
 	}
-	res := make([]Res, len(live))
-	errs := make([]error, len(live))
 	c.cfg.Run(ctx, key, reqs, res, errs)
 	for i, w := range live {
 		w.done <- reply[Res]{res[i], errs[i]}
