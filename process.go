@@ -23,6 +23,7 @@ type delivery struct {
 	w *Worker
 	job
 	sig   *Signature // nil until decoded
+	lease extension  // dv.ext when the runner starts its renewals (handle)
 	queue string     // the queue its retries and callbacks go to
 
 	// The attempt: the task's function and arguments, and the states it
@@ -53,7 +54,7 @@ func (w *Worker) handle(j job) {
 	w.held.add(dv)
 	defer w.held.remove(dv)
 	if dv.ext == nil {
-		dv.ext = w.lease.start(dv.d, dv.got)
+		dv.ext = w.lease.startIn(&dv.lease, dv.d, dv.got)
 	}
 	dv.process()
 	dv.ext.stop()
