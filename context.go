@@ -22,13 +22,18 @@ type TaskInfo struct {
 
 type taskInfoKey struct{}
 
-// withTaskInfo returns ctx carrying sig's TaskInfo, with retries the
-// retries the worker allows it (Worker.retryLimit).
-func withTaskInfo(ctx context.Context, sig *Signature, retries int) context.Context {
-	return context.WithValue(ctx, taskInfoKey{}, TaskInfo{
-		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: retries,
-		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
-	})
+// taskInfoCtx is a task's ctx carrying its TaskInfo under taskInfoKey
+// (TaskInfoFrom), one value for both: a worker makes one for every attempt.
+type taskInfoCtx struct {
+	context.Context
+	info TaskInfo
+}
+
+func (c *taskInfoCtx) Value(key any) any {
+	if _, ok := key.(taskInfoKey); ok {
+		return c.info
+	}
+	return c.Context.Value(key)
 }
 
 // TaskInfoFrom returns the running task's identity and attempt number, from

@@ -1,7 +1,9 @@
 package errand
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -12,12 +14,16 @@ import (
 // fraction or exponent, ETA and Deadline as time.Time writes them, Args
 // elements objects, links objects or null — and reports whether it did;
 // anything else (another key or spelling, an escape, a null element) is
-// left to encoding/json, which then decodes all of b. b must be valid JSON
-// (json.Valid): values are found by skipping, not validating. s must be
-// zero. Headers, when not null, are decoded by encoding/json on their own.
+// left to encoding/json, which then decodes all of b. b need not be valid
+// JSON: what the fast path takes it has checked (each value it skips is
+// checked on its own), so it declines what encoding/json would refuse. s
+// must be zero. Headers, when not null, are decoded by encoding/json on
+// their own.
 func fastSignature(s *Signature, b []byte) bool {
 	i := skipSpace(b, 0)
-	end, ok := fastSigObject(s, b, i, 0)
+	// The strings are taken from one copy of b (a signature's UUID, name
+	// and queue share one allocation).
+	end, ok := fastSigObject(s, b, string(b), i, 0)
 	return ok && skipSpace(b, end) == len(b)
 }
 
@@ -26,8 +32,8 @@ func fastSignature(s *Signature, b []byte) bool {
 const maxFastDepth = 32
 
 // fastSigObject decodes the signature object at b[i] into s, returning the
-// index after it.
-func fastSigObject(s *Signature, b []byte, i, depth int) (int, bool) {
+// index after it. src is string(b): s's strings are its substrings.
+func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool) {
 	if depth > maxFastDepth || i >= len(b) || b[i] != '{' {
 		return 0, false
 	}
@@ -57,11 +63,11 @@ func fastSigObject(s *Signature, b []byte, i, depth int) (int, bool) {
 		case fUUID, fName, fRoutingKey, fGroupUUID, fUniqueKey:
 			var str string
 			if !null {
-				t, e, ok := plainString(b, j)
+				_, e, ok := plainBytes(b, j)
 				if !ok || e != end {
 					return 0, false
 				}
-				str = t
+				str = src[j+1 : e-1]
 			}
 			switch k {
 			case fUUID:
@@ -158,7 +164,7 @@ func fastSigObject(s *Signature, b []byte, i, depth int) (int, bool) {
 		case fOnSuccess, fOnError:
 			var links []*Signature
 			if !null {
-				if links, ok = fastLinks(v, depth); !ok {
+				if links, ok = fastLinks(b, src, j, end, depth); !ok {
 					return 0, false
 				}
 			}
@@ -170,7 +176,7 @@ func fastSigObject(s *Signature, b []byte, i, depth int) (int, bool) {
 		case fChordCallback:
 			if !null {
 				cb := new(Signature)
-				if e, ok := fastSigObject(cb, b, j, depth+1); !ok || e != end {
+				if e, ok := fastSigObject(cb, b, src, j, depth+1); !ok || e != end {
 					return 0, false
 				}
 				s.ChordCallback = cb
@@ -285,6 +291,9 @@ func plainInt(v []byte, bits int) (int64, bool) {
 	if len(v) == 0 || len(v) > 18 {
 		return 0, false // longer ones (rare) left to encoding/json
 	}
+	if len(v) > 1 && v[0] == '0' {
+		return 0, false // not JSON
+	}
 	var n int64
 	for _, c := range v {
 		if c < '0' || c > '9' {
@@ -301,23 +310,26 @@ func plainInt(v []byte, bits int) (int64, bool) {
 	return n, true
 }
 
-// fastArgs decodes a JSON array of Arg objects.
+// fastArgs decodes a JSON array of Arg objects. Their values share one
+// copy of v.
 func fastArgs(v []byte) ([]Arg, bool) {
 	if v[0] != '[' {
 		return nil, false
 	}
-	args := make([]Arg, 0, 4)
 	i := skipSpace(v, 1)
 	if i < len(v) && v[i] == ']' {
-		return args, true
+		return make([]Arg, 0, 4), true
 	}
+	v = bytes.Clone(v)
+	var buf [8]Arg // most tasks have fewer: one exact allocation below
+	args := buf[:0]
 	for {
 		end := skipValue(v, i)
 		if end < 0 || i >= len(v) || v[i] != '{' {
 			return nil, false
 		}
 		var a Arg
-		if !fastArg(&a, v[i:end]) {
+		if !fastArg(&a, v[i:end], true) {
 			return nil, false
 		}
 		args = append(args, a)
@@ -327,35 +339,36 @@ func fastArgs(v []byte) ([]Arg, bool) {
 			continue
 		}
 		if i < len(v) && v[i] == ']' {
-			return args, true
+			return slices.Clone(args), true
 		}
 		return nil, false
 	}
 }
 
-// fastLinks decodes a JSON array of signature objects.
-func fastLinks(v []byte, depth int) ([]*Signature, bool) {
-	if v[0] != '[' {
+// fastLinks decodes the JSON array of signature objects b[i:end]; src
+// is string(b).
+func fastLinks(b []byte, src string, i, end, depth int) ([]*Signature, bool) {
+	if b[i] != '[' {
 		return nil, false
 	}
 	links := []*Signature{}
-	i := skipSpace(v, 1)
-	if i < len(v) && v[i] == ']' {
+	i = skipSpace(b, i+1)
+	if i < end && b[i] == ']' {
 		return links, true
 	}
 	for {
 		s := new(Signature)
-		end, ok := fastSigObject(s, v, i, depth+1)
-		if !ok {
+		e, ok := fastSigObject(s, b, src, i, depth+1)
+		if !ok || e > end {
 			return nil, false
 		}
 		links = append(links, s)
-		i = skipSpace(v, end)
-		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
+		i = skipSpace(b, e)
+		if i < end && b[i] == ',' {
+			i = skipSpace(b, i+1)
 			continue
 		}
-		if i < len(v) && v[i] == ']' {
+		if i < end && b[i] == ']' && i+1 == end {
 			return links, true
 		}
 		return nil, false

@@ -60,8 +60,8 @@ func TestFastSignatureSeeds(t *testing.T) {
 	}
 }
 
-// FuzzFastSignature: on any valid JSON the reflection-free decoder either
-// declines or gives exactly what encoding/json gives.
+// FuzzFastSignature: on any input, valid JSON or not, the reflection-free
+// decoder either declines or gives exactly what encoding/json gives.
 func FuzzFastSignature(f *testing.F) {
 	for _, in := range fastSigSeeds {
 		f.Add([]byte(in))
@@ -102,13 +102,25 @@ var fastSigSeeds = []string{
 	`null`,
 	`[1]`,
 	`{"UUID":"u","Name":"n","Extra":{"UUID":"x"}}`,
+	// Not JSON: declined (DecodeSignature no longer checks it first).
+	`{"UUID":"u","Name":"n","Attempt":01}`,
+	`{"UUID":"u","Name":"n","Attempt":-01}`,
+	"{\"UUID\":\"u\x01\",\"Name\":\"n\"}",
+	`{"UUID":"u","Name":"n","Args":[{"name":"","type":"int","value":[1}}]}`,
+	`{"UUID":"u","Name":"n","Args":[{"name":"","type":"int","value":tru}]}`,
+	`{"UUID":"u","Name":"n","Args":[{"name":"","type":"int","value":1]]}`,
+	`{"UUID":"u","Name":"n","Headers":{"a":1]}`,
+	`{"UUID":"u","Name":"n","OnSuccess":[{"UUID":"v","Name":"m"}}}`,
+	`{"UUID":"u","Name":"n","ETA":"2026-11-26T14:00:00Z}`,
+	`{"UUID":"u","Name":"n"`,
+	`{"UUID":"u","Name":"n"}}`,
+	`{"UUID":"u","Name":"n",}`,
+	`{"UUID":"u" "Name":"n"}`,
+	`{"UUID":"u","Name":"n","Immutable":tru}`,
 }
 
 func checkFastSignature(t *testing.T, b []byte) {
 	t.Helper()
-	if !json.Valid(b) {
-		return
-	}
 	var fast Signature
 	if !fastSignature(&fast, b) {
 		return // left to encoding/json
@@ -145,6 +157,19 @@ func FuzzFastScalar(f *testing.F) {
 			if !reflect.DeepEqual(v.Interface(), p.Elem().Interface()) {
 				t.Fatalf("%s into %s: fast %v, encoding/json %v", b, typ, v, p.Elem())
 			}
+		}
+	})
+}
+
+// FuzzValidValue: the quick check of one argument's JSON agrees with
+// json.Valid.
+func FuzzValidValue(f *testing.F) {
+	for _, in := range []string{`1`, `-0`, `01`, `1.`, `1.5e+3`, `-`, `1e`, `"x"`, `"a\"b"`, `"\x01"`, `true`, `nul`, `[1]`, `{"a":1}`, `[1}`, ``} {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validValue(b), json.Valid(b); got != want {
+			t.Fatalf("validValue(%q) = %v; json.Valid: %v", b, got, want)
 		}
 	})
 }

@@ -55,19 +55,60 @@ type extension struct {
 	stopped  bool
 	quit     chan struct{} // made when a renewal starts; closed by stop
 	running  sync.WaitGroup
-	// lost is cancelled, with a cause wrapping ErrLeaseLost, once the
-	// lease is known lost; the task's ctx follows it (taskContext).
-	lost context.Context
-	lose context.CancelCauseFunc
+	// The loss of the lease, guarded by lossMu: lost is set once, to a
+	// cause wrapping ErrLeaseLost, when the lease is known lost, and the
+	// task's ctx (onLoss, taskContext) is cancelled with it.
+	lossMu sync.Mutex
+	lost   error
+	onLoss context.CancelCauseFunc
 }
 
 // lostCause returns why the lease is lost (wrapping ErrLeaseLost), or nil
 // while it is not known lost. A nil extension's lease is never lost.
 func (e *extension) lostCause() error {
-	if e == nil || e.lost.Err() == nil {
+	if e == nil {
 		return nil
 	}
-	return context.Cause(e.lost)
+	e.lossMu.Lock()
+	defer e.lossMu.Unlock()
+	return e.lost
+}
+
+// lose records that the lease is lost, for cause, and cancels the ctx
+// that follows it; only the first call counts.
+func (e *extension) lose(cause error) {
+	e.lossMu.Lock()
+	if e.lost != nil {
+		e.lossMu.Unlock()
+		return
+	}
+	e.lost = cause
+	cancel := e.onLoss
+	e.lossMu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// follow has cancel called with the loss's cause once the lease is lost
+// (at once when it is lost already), until unfollow.
+func (e *extension) follow(cancel context.CancelCauseFunc) {
+	e.lossMu.Lock()
+	lost := e.lost
+	if lost == nil {
+		e.onLoss = cancel
+	}
+	e.lossMu.Unlock()
+	if lost != nil {
+		cancel(lost)
+	}
+}
+
+// unfollow ends what follow began.
+func (e *extension) unfollow() {
+	e.lossMu.Lock()
+	e.onLoss = nil
+	e.lossMu.Unlock()
 }
 
 // stop ends the renewals: none starts after it returns (one under way
@@ -84,11 +125,13 @@ func (e *extension) stop() {
 		close(e.quit)
 	}
 	if e.index >= 0 {
-		first := e.index == 0
 		heap.Remove(&x.due, e.index)
-		if first {
-			x.poke() // the loop may sleep until e's time, or end
+		if len(x.due) == 0 {
+			x.poke() // the loop may end
 		}
+		// Otherwise the loop is left asleep: it wakes by e's time at the
+		// latest, never later than the earliest left, and looks again (a
+		// wake per settled task would cost more).
 	}
 }
 
@@ -115,20 +158,25 @@ func (x *leaseExtender) wait() { x.wg.Wait() }
 // have handed the message to another consumer), or when, on the worker's
 // clock, the lease has run out with every renewal since the last success
 // failed (the last try is made as it runs out). Either ends the renewals,
-// reported once, and cancels the extension's lost ctx with a cause
-// wrapping ErrLeaseLost. Renewals also end once every call is cancelled
+// reported once, and records the loss with a cause wrapping ErrLeaseLost
+// (lostCause), cancelling the task's ctx with it (follow). Renewals also end once every call is cancelled
 // (the settle grace is over).
 //
 // got is when the Fetch that leased d returned: the lease began just
 // before, so the worker's clock believes it ends later than it does by the
 // reply's trip at most, not by the time the delivery waited for a runner.
 func (x *leaseExtender) start(d *driver.Delivery, got time.Time) *extension {
+	return x.startIn(new(extension), d, got)
+}
+
+// startIn is start with the extension in e, which must be zero (a
+// delivery's own: one allocation less per delivery).
+func (x *leaseExtender) startIn(e *extension, d *driver.Delivery, got time.Time) *extension {
 	now := time.Now()
 	if got.IsZero() {
 		got = now
 	}
-	e := &extension{x: x, d: d, index: -1, leaseEnd: got.Add(x.lease), next: now.Add(x.every)}
-	e.lost, e.lose = context.WithCancelCause(context.Background())
+	e.x, e.d, e.index, e.leaseEnd, e.next = x, d, -1, got.Add(x.lease), now.Add(x.every)
 	x.mu.Lock()
 	x.schedule(e)
 	x.mu.Unlock()

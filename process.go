@@ -7,7 +7,6 @@ import (
 	"math"
 	"reflect"
 	"runtime/debug"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +23,7 @@ type delivery struct {
 	w *Worker
 	job
 	sig   *Signature // nil until decoded
+	lease extension  // dv.ext when the runner starts its renewals (handle)
 	queue string     // the queue its retries and callbacks go to
 
 	// The attempt: the task's function and arguments, and the states it
@@ -31,11 +31,15 @@ type delivery struct {
 	tk          *task
 	args        []reflect.Value
 	st, started *TaskState
-	carried     *TaskState  // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
-	outcome     settle      // how it is settled
-	err         error       // why (the reason, for setAside and archive)
-	settling    bool        // its function returned: it holds a settling place, not a slot
-	returned    atomic.Bool // its function returned (read by Shutdown, heldTasks)
+	states      [3]TaskState // where st, started and the final state are (state)
+	carried     *TaskState   // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
+	// The attempt's ctx (taskContext) and what cancels it (endTask).
+	cancelTask                    context.CancelCauseFunc
+	cancelTimeout, cancelDeadline context.CancelFunc
+	outcome                       settle      // how it is settled
+	err                           error       // why (the reason, for setAside and archive)
+	settling                      bool        // its function returned: it holds a settling place, not a slot
+	returned                      atomic.Bool // its function returned (read by Shutdown, heldTasks)
 }
 
 // handle runs j's delivery from decoding to settling, then frees what it
@@ -50,7 +54,7 @@ func (w *Worker) handle(j job) {
 	w.held.add(dv)
 	defer w.held.remove(dv)
 	if dv.ext == nil {
-		dv.ext = w.lease.start(dv.d, dv.got)
+		dv.ext = w.lease.startIn(&dv.lease, dv.d, dv.got)
 	}
 	dv.process()
 	dv.ext.stop()
@@ -150,13 +154,19 @@ func (dv *delivery) process() {
 	if !dv.begin() {
 		return
 	}
-	tctx, cancelTask := w.taskContext(sig, dv.ext)
-	defer cancelTask()
+	tctx := dv.taskContext()
+	defer dv.endTask()
 	// The attempt itself, wrapped in the worker's middleware. A middleware
 	// that never calls it leaves the delivery to be given back, the task
 	// STARTED.
-	dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
-	wrapTask(w.mw, dv.attempt)(tctx, sig)
+	if len(w.mw) == 0 {
+		dv.attempt(tctx, sig)
+	} else {
+		wrapTask(w.mw, dv.attempt)(tctx, sig)
+	}
+	if !dv.settling { // the attempt never ran
+		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
+	}
 }
 
 // begin decides whether the attempt runs, and if so records RECEIVED and
@@ -184,7 +194,7 @@ func (dv *delivery) begin() bool {
 	ctx, cancel := w.call()
 	defer cancel()
 	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
-	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()}
+	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()})
 	if !oneCall {
 		prev, err := be.GetState(ctx, sig.UUID)
 		switch {
@@ -235,7 +245,7 @@ func (dv *delivery) begin() bool {
 	cancel()
 	ctx, cancel = w.call() // recording RECEIVED and STARTED is a step of its own
 	defer cancel()
-	dv.started = dv.st.Copy()
+	dv.started = dv.state(1, dv.st)
 	dv.started.State, dv.started.StartedAt = StateStarted, time.Now().UTC()
 	if oneCall {
 		begun, outcome, err := w.begin(ctx, sig, d, dv.st, dv.started)
@@ -278,7 +288,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	}
 	final := dv.started
 	if runErr == nil {
-		final = dv.started.Copy()
+		final = dv.state(2, dv.started)
 		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
 		if w.srv.settled != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
@@ -324,7 +334,7 @@ func (dv *delivery) settle() {
 	b := w.srv.broker
 	ctx, cancel := w.call()
 	defer cancel()
-	attrs := func() []any { return taskAttrs(sig, dv.queue) } // only when something is reported
+	attrs := dv.attrs // only when something is reported
 	if lost := dv.ext.lostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
 		// Nothing to give back: the broker refuses a settle of a lost
 		// lease, and delivers the message again on its own.
@@ -335,7 +345,7 @@ func (dv *delivery) settle() {
 		w.report(dv.err, "errand: delivery left to its lease", attrs()...)
 	case ack:
 		if dv.carried != nil {
-			w.settleCarried(ctx, d, dv.carried, attrs)
+			dv.settleCarried(ctx)
 			break
 		}
 		if err := b.ack(ctx, d); err != nil {
@@ -371,6 +381,21 @@ func (dv *delivery) settle() {
 		w.releaseThrottled(ctx, d, sig, dv.err)
 	}
 }
+
+// state returns a copy of st (as st.Copy) in the delivery's own i-th
+// state: the states of an attempt are allocated with its delivery.
+func (dv *delivery) state(i int, st *TaskState) *TaskState {
+	c := &dv.states[i]
+	*c = *st
+	if st.Results != nil {
+		c.Results = st.Copy().Results
+	}
+	return c
+}
+
+// attrs are the attributes of a log line about the delivery's task
+// (taskAttrs), made only when something is reported.
+func (dv *delivery) attrs() []any { return taskAttrs(dv.sig, dv.queue) }
 
 // resume decides what a delivery does when its task already has the state
 // prev: done is false when the attempt may run (prev is a state it may
@@ -433,36 +458,46 @@ func uuidConflict(sig *Signature, prev *TaskState, d *driver.Delivery) error {
 	return nil
 }
 
-// taskContext returns the ctx of an attempt of sig: cancelled when
+// taskContext returns the ctx of the delivery's attempt: cancelled when
 // Shutdown gives up on the running tasks, when the lease of its delivery
-// (ext) is lost (with a cause wrapping ErrLeaseLost), after its timeout and
-// at its deadline.
-func (w *Worker) taskContext(sig *Signature, ext *extension) (context.Context, context.CancelFunc) {
-	ctx, cancelLost := context.WithCancelCause(withTaskInfo(w.hardCtx, sig, w.retryLimit(sig)))
-	stopWatch := func() bool { return false }
-	if ext != nil {
-		stopWatch = context.AfterFunc(ext.lost, func() { cancelLost(context.Cause(ext.lost)) })
+// (dv.ext) is lost (with a cause wrapping ErrLeaseLost), after its timeout
+// and at its deadline. endTask cancels it.
+func (dv *delivery) taskContext() context.Context {
+	w, sig := dv.w, dv.sig
+	ctx, cancelLost := context.WithCancelCause(w.hardCtx)
+	dv.cancelTask = cancelLost
+	if dv.ext != nil {
+		dv.ext.follow(cancelLost)
 	}
-	cancels := []context.CancelFunc{func() { stopWatch(); cancelLost(nil) }}
+	ctx = &taskInfoCtx{Context: ctx, info: TaskInfo{
+		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig),
+		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
+	}}
 	timeout := sig.Timeout
 	if timeout <= 0 {
 		timeout = w.cfg.TaskTimeout
 	}
 	if timeout > 0 {
-		var c context.CancelFunc
-		ctx, c = context.WithTimeout(ctx, timeout)
-		cancels = append(cancels, c)
+		ctx, dv.cancelTimeout = context.WithTimeout(ctx, timeout)
 	}
 	if sig.Deadline != nil {
-		var c context.CancelFunc
-		ctx, c = context.WithDeadline(ctx, *sig.Deadline)
-		cancels = append(cancels, c)
+		ctx, dv.cancelDeadline = context.WithDeadline(ctx, *sig.Deadline)
 	}
-	return ctx, func() {
-		for _, c := range slices.Backward(cancels) {
-			c()
-		}
+	return ctx
+}
+
+// endTask cancels the ctx taskContext made, innermost first.
+func (dv *delivery) endTask() {
+	if dv.cancelDeadline != nil {
+		dv.cancelDeadline()
 	}
+	if dv.cancelTimeout != nil {
+		dv.cancelTimeout()
+	}
+	if dv.ext != nil {
+		dv.ext.unfollow()
+	}
+	dv.cancelTask(nil)
 }
 
 // safeCall runs the task, turning a panic into a *PanicError with the stack.

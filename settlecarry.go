@@ -37,14 +37,26 @@ func (s *Server) newSettleCarrier(carry driver.SettleFunc) *coalesce.Coalescer[c
 	return coalesce.New(coalesce.Config[carriedSettle, struct{}]{
 		Flights: ackFlights, Limit: s.broker.limits.MaxAckBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []carriedSettle, _ []struct{}, errs []error) {
-			ds := make([]*driver.Delivery, len(reqs))
-			sts := make([]*TaskState, len(reqs))
+			var ds []*driver.Delivery
+			var sts []*TaskState
+			if n := len(reqs); n <= len(settleBufs{}.ds) {
+				b := new(settleBufs) // both slices in one allocation
+				ds, sts = b.ds[:n:n], b.sts[:n:n]
+			} else {
+				ds, sts = make([]*driver.Delivery, n), make([]*TaskState, n)
+			}
 			for i, r := range reqs {
 				ds[i], sts[i] = r.d, r.st
 			}
 			copy(errs, checkBatch(s.broker.drv, "SettleFunc", len(ds), carry(ctx, ds, sts)))
 		},
 	})
+}
+
+// settleBufs holds the slices of a carried settle of up to 8 deliveries.
+type settleBufs struct {
+	ds  [8]*driver.Delivery
+	sts [8]*TaskState
 }
 
 // quiet reports whether nothing follows sig's success but its ack: no
@@ -54,11 +66,13 @@ func quiet(sig *Signature) bool {
 	return len(sig.OnSuccess) == 0 && sig.UniqueKey == "" && (sig.GroupUUID == "" || sig.ChordCallback == nil)
 }
 
-// settleCarried records st and acks d in one carried call. A lost lease
+// settleCarried records dv.carried, the task's final state st, and acks
+// its delivery d in one carried call. A lost lease
 // is reported (st was written: the redelivery finds it); any other error
 // leaves d unacked, its state perhaps unwritten, and gives it back after
 // ErrorBackoff, as a failed SUCCESS write does on the two-call path.
-func (w *Worker) settleCarried(ctx context.Context, d *driver.Delivery, st *TaskState, attrs func() []any) {
+func (dv *delivery) settleCarried(ctx context.Context) {
+	w, d, st, attrs := dv.w, dv.d, dv.carried, dv.attrs
 	s := w.srv
 	err := s.broker.before(ctx)
 	if err == nil {

@@ -75,7 +75,7 @@ type Arg struct {
 // UnmarshalJSON keeps Value as raw JSON so it can later be decoded straight
 // into the registered function's parameter type, whatever that type is.
 func (a *Arg) UnmarshalJSON(b []byte) error {
-	if fastArg(a, b) {
+	if fastArg(a, b, false) {
 		return nil
 	}
 	var w struct {
@@ -101,8 +101,10 @@ func (a *Arg) UnmarshalJSON(b []byte) error {
 // anything else (another key or spelling, an escape) is left to
 // encoding/json. b is valid JSON (the decoder calling UnmarshalJSON has
 // checked it), so the value's end is found by skipping, not validating.
-// Value is a copy: b belongs to the caller.
-func fastArg(a *Arg, b []byte) bool {
+// Value is a copy, b belonging to the caller, unless owned: then b is a
+// copy made for a (and its neighbours: fastArgs), and Value is b's bytes,
+// capped so that an append to it cannot reach them.
+func fastArg(a *Arg, b []byte, owned bool) bool {
 	var name, typ string
 	var value []byte
 	var seen [3]bool
@@ -140,7 +142,7 @@ func fastArg(a *Arg, b []byte) bool {
 				k, typ, j = 1, knownType(v), end
 			case "value":
 				end := skipValue(b, j)
-				if end < 0 {
+				if end < 0 || !validValue(b[j:end]) { // skipped, not checked: b may be invalid (fastArgs)
 					return false
 				}
 				k, value = 2, b[j:end]
@@ -168,9 +170,12 @@ func fastArg(a *Arg, b []byte) bool {
 		return false
 	}
 	a.Name, a.Type = name, typ
-	if value == nil {
+	switch {
+	case value == nil:
 		a.Value = json.RawMessage("null")
-	} else {
+	case owned:
+		a.Value = json.RawMessage(value[:len(value):len(value)])
+	default:
 		a.Value = json.RawMessage(bytes.Clone(value))
 	}
 	return true
@@ -228,7 +233,7 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	ascii := true
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
-		case c == '\\':
+		case c == '\\' || c < 0x20: // an escape, or a control character JSON refuses
 			return nil, 0, false
 		case c == '"':
 			if !ascii && !utf8.Valid(b[i+1:j]) {
@@ -242,21 +247,85 @@ func plainBytes(b []byte, i int) ([]byte, int, bool) {
 	return nil, 0, false
 }
 
+// validValue is json.Valid(v), without encoding/json's scanner for a
+// plain string, a number or a literal.
+func validValue(v []byte) bool {
+	switch {
+	case len(v) == 0:
+		return false
+	case v[0] == '"':
+		if _, e, ok := plainBytes(v, 0); ok && e == len(v) {
+			return true
+		}
+	case v[0] == '-' || (v[0] >= '0' && v[0] <= '9'):
+		if validNumber(v) {
+			return true
+		}
+	case string(v) == "true" || string(v) == "false" || string(v) == "null":
+		return true
+	}
+	return json.Valid(v) // anything else, whitespace around it too
+
+}
+
+// validNumber reports whether v is a JSON number:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(v []byte) bool {
+	i := 0
+	digits := func() bool {
+		j := i
+		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+			i++
+		}
+		return i > j
+	}
+	if i < len(v) && v[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(v) && v[i] == '0':
+		i++
+	case !digits():
+		return false
+	}
+	if i < len(v) && v[i] == '.' {
+		i++
+		if !digits() {
+			return false
+		}
+	}
+	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
+		i++
+		if i < len(v) && (v[i] == '+' || v[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	return i == len(v)
+}
+
 // skipValue returns the index after the valid JSON value at b[i], or -1.
 func skipValue(b []byte, i int) int {
 	depth := 0
 	for i < len(b) {
 		switch b[i] {
 		case '"':
-			i++
-			for i < len(b) && b[i] != '"' {
-				if b[i] == '\\' {
-					i++
+			start := i + 1
+			for {
+				k := bytes.IndexByte(b[i+1:], '"')
+				if k < 0 {
+					return -1
 				}
-				i++
-			}
-			if i >= len(b) {
-				return -1
+				i += 1 + k // at a quote: the string's end unless escaped
+				n := 0     // the backslashes right before it
+				for p := i - 1; p >= start && b[p] == '\\'; p-- {
+					n++
+				}
+				if n%2 == 0 {
+					break
+				}
 			}
 			i++
 			if depth == 0 {
@@ -388,8 +457,9 @@ func EncodeSignature(s *Signature) ([]byte, error) {
 func DecodeSignature(b []byte) (*Signature, error) {
 	var s Signature
 	// What EncodeSignature writes is decoded without reflection
-	// (fastsig.go); anything else, and any invalid input, by encoding/json.
-	if !json.Valid(b) || !fastSignature(&s, b) {
+	// (fastsig.go), which takes valid JSON only; anything else, and any
+	// invalid input, by encoding/json.
+	if !fastSignature(&s, b) {
 		s = Signature{}
 		if err := json.Unmarshal(b, &s); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)

@@ -80,11 +80,9 @@ func (b *broker) fetchStarted(ctx context.Context, fetch driver.FetchStartFunc, 
 // and the delivery goes back to the broker.
 func (dv *delivery) beginCarried(cannotRun error) bool {
 	w, sig, d, res := dv.w, dv.sig, dv.d, dv.start
-	ctx, cancel := w.call()
-	defer cancel()
 	now := dv.startAt.UTC()
-	dv.st = &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: now}
-	dv.started = dv.st.Copy()
+	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: now})
+	dv.started = dv.state(1, dv.st)
 	dv.started.State, dv.started.StartedAt = StateStarted, now
 	req := driver.StartRequest{Received: dv.st, Started: dv.started, FirstDelivery: d.Attempt == 1}
 	switch {
@@ -99,6 +97,8 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 			w.srv.broker.drv, sig.UUID, stateName(res.Prev), attemptOf(res.Prev), res.Written, !res.Written)
 		return false
 	case !res.Written:
+		ctx, cancel := w.call() // a step of its own, as every call is
+		defer cancel()
 		done, outcome, err := w.resume(ctx, sig, res.Prev, d)
 		if !done { // the table was checked above: not reached
 			outcome, err = requeue, fmt.Errorf("errand: task %s (%s): the broker did not start a task in state %s", sig.Name, sig.UUID, res.Prev.State)
@@ -113,6 +113,8 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)
 	}
 	if cannotRun != nil { // bad arguments: STARTED is recorded, FAILURE follows it
+		ctx, cancel := w.call()
+		defer cancel()
 		dv.outcome, _, dv.err = w.fail(ctx, sig, dv.started, cannotRun)
 		return false
 	}

@@ -23,9 +23,14 @@ type task struct {
 	takesCtx bool
 	variadic bool           // the last param is ...T: any number of trailing args of type T
 	params   []reflect.Type // excluding the leading context
+	scalar   []bool         // params[i] may be decoded by plainScalar (scalarType)
 	results  []reflect.Type // excluding the trailing error
-	policy   RetryPolicy    // nil: the worker's
-	limit    *rateLimit     // nil: none (WithRateLimit)
+	// resultTypes[i] is results[i].String(); plain[i]: results[i] is
+	// encoded by appendPlain.
+	resultTypes []string
+	plain       []bool
+	policy      RetryPolicy // nil: the worker's
+	limit       *rateLimit  // nil: none (WithRateLimit)
 }
 
 // newTask validates fn: a function whose parameters are an optional leading
@@ -52,6 +57,10 @@ func newTask(name string, fn any) (*task, error) {
 			return nil, fmt.Errorf("errand: register %q: parameter %d (%s): %w", name, i, p, err)
 		}
 		tk.params = append(tk.params, p)
+		if tk.variadic && i == t.NumIn()-1 {
+			p = p.Elem()
+		}
+		tk.scalar = append(tk.scalar, scalarType(p))
 	}
 	if t.NumOut() == 0 || t.Out(t.NumOut()-1) != errorType {
 		return nil, fmt.Errorf("errand: register %q: the last result must be error (%s)", name, t)
@@ -62,6 +71,8 @@ func newTask(name string, fn any) (*task, error) {
 			return nil, fmt.Errorf("errand: register %q: result %d (%s): %w", name, i, r, err)
 		}
 		tk.results = append(tk.results, r)
+		tk.resultTypes = append(tk.resultTypes, r.String())
+		tk.plain = append(tk.plain, plainKind(r))
 	}
 	return tk, nil
 }
@@ -80,7 +91,8 @@ func checkJSONType(t reflect.Type) error {
 
 // decodeArgs converts a signature's arguments to the function's parameter
 // types. Any mismatch is an *ArgumentError naming the task, the argument
-// index and both types.
+// index and both types. When the function takes a ctx, the values come
+// after a first element left for it (call sets it).
 func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
 	fixed := len(tk.params)
 	if tk.variadic {
@@ -93,13 +105,15 @@ func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
 		}
 		return nil, &ArgumentError{TaskName: tk.name, Index: -1, Got: strconv.Itoa(len(args)), Want: want}
 	}
-	out := make([]reflect.Value, len(args))
+	in := make([]reflect.Value, tk.ctxSlots()+len(args))
+	out := in[tk.ctxSlots():]
 	for i, a := range args {
-		pt := tk.params[min(i, len(tk.params)-1)]
+		p := min(i, len(tk.params)-1)
+		pt := tk.params[p]
 		if tk.variadic && i >= fixed {
 			pt = pt.Elem()
 		}
-		v, err := convertArg(a, pt)
+		v, err := convertArg(a, pt, tk.scalar[p])
 		if err != nil {
 			got := a.Type
 			if got == "" {
@@ -109,13 +123,22 @@ func (tk *task) decodeArgs(args []Arg) ([]reflect.Value, error) {
 		}
 		out[i] = v
 	}
-	return out, nil
+	return in, nil
+}
+
+// ctxSlots is how many values of the function's arguments come before the
+// task's: 1 for a function taking a ctx.
+func (tk *task) ctxSlots() int {
+	if tk.takesCtx {
+		return 1
+	}
+	return 0
 }
 
 // convertArg turns one argument into a value of type t. A value still in Go
 // form is used directly when its type fits; anything else goes through its
-// JSON encoding, as it would on the wire.
-func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
+// JSON encoding, as it would on the wire. scalar is scalarType(t).
+func convertArg(a Arg, t reflect.Type, scalar bool) (reflect.Value, error) {
 	var raw []byte
 	switch v := a.Value.(type) {
 	case json.RawMessage:
@@ -135,8 +158,10 @@ func convertArg(a Arg, t reflect.Type) (reflect.Value, error) {
 		// with "" or 0 it was never given.
 		return reflect.Value{}, fmt.Errorf("JSON null does not decode into %s", t)
 	}
-	if v, ok := fastScalar(raw, t); ok {
-		return v, nil
+	if scalar {
+		if v, ok := plainScalar(raw, t); ok {
+			return v, nil
+		}
 	}
 	p := reflect.New(t)
 	if err := json.Unmarshal(raw, p.Interface()); err != nil {
@@ -159,20 +184,41 @@ var (
 // or a string without escapes, and t decodes itself in no way of its own;
 // it reports false for anything else, left to encoding/json.
 func fastScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
+	if !scalarType(t) {
+		return reflect.Value{}, false
+	}
+	return plainScalar(raw, t)
+}
+
+// scalarType reports whether values of t may be decoded by plainScalar: a
+// signed integer or a string that decodes itself in no way of its own.
+func scalarType(t reflect.Type) bool {
 	k := t.Kind()
 	if k != reflect.String && (k < reflect.Int || k > reflect.Int64) {
-		return reflect.Value{}, false
+		return false
 	}
-	if pt := reflect.PointerTo(t); pt.Implements(jsonUnmarshalerType) || pt.Implements(textUnmarshalerType) {
-		return reflect.Value{}, false
-	}
+	pt := reflect.PointerTo(t)
+	return !pt.Implements(jsonUnmarshalerType) && !pt.Implements(textUnmarshalerType)
+}
+
+var (
+	intType    = reflect.TypeFor[int]()
+	int64Type  = reflect.TypeFor[int64]()
+	stringType = reflect.TypeFor[string]()
+)
+
+// plainScalar is fastScalar for a t of scalarType.
+func plainScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
 	i := skipSpace(raw, 0)
-	v := reflect.New(t).Elem()
-	if k == reflect.String {
+	if t.Kind() == reflect.String {
 		str, end, ok := plainString(raw, i)
 		if !ok || skipSpace(raw, end) != len(raw) {
 			return reflect.Value{}, false
 		}
+		if t == stringType {
+			return reflect.ValueOf(str), true
+		}
+		v := reflect.New(t).Elem()
 		v.SetString(str)
 		return v, true
 	}
@@ -187,6 +233,15 @@ func fastScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
 	if !ok {
 		return reflect.Value{}, false
 	}
+	// int and int64 without reflect.New: a small one is not even
+	// allocated (the runtime's boxes of 0-255).
+	switch t {
+	case int64Type:
+		return reflect.ValueOf(n), true
+	case intType:
+		return reflect.ValueOf(int(n)), true
+	}
+	v := reflect.New(t).Elem()
 	v.SetInt(n)
 	return v, true
 }
@@ -200,11 +255,12 @@ func nillable(t reflect.Type) bool {
 	return false
 }
 
-// call runs the function and encodes its results.
+// call runs the function with args, as decodeArgs returns them, and
+// encodes its results.
 func (tk *task) call(ctx context.Context, args []reflect.Value) ([]Result, error) {
-	in := args
+	in := args // decodeArgs left the first for the ctx
 	if tk.takesCtx {
-		in = append([]reflect.Value{reflect.ValueOf(ctx)}, args...)
+		in[0] = reflect.ValueOf(ctx)
 	}
 	out := tk.fn.Call(in)
 	if errV := out[len(out)-1]; !errV.IsNil() {
@@ -212,13 +268,63 @@ func (tk *task) call(ctx context.Context, args []reflect.Value) ([]Result, error
 	}
 	results := make([]Result, 0, len(out)-1)
 	for i, v := range out[:len(out)-1] {
-		b, err := json.Marshal(v.Interface())
-		if err != nil {
-			return nil, Permanent(fmt.Errorf("errand: task %q: encode result %d (%s): %w", tk.name, i, tk.results[i], err))
+		var b []byte
+		if tk.plain[i] {
+			b = appendPlain(nil, v)
+		} else {
+			var err error
+			if b, err = json.Marshal(v.Interface()); err != nil {
+				return nil, Permanent(fmt.Errorf("errand: task %q: encode result %d (%s): %w", tk.name, i, tk.results[i], err))
+			}
 		}
-		results = append(results, Result{Type: tk.results[i].String(), Value: b})
+		results = append(results, Result{Type: tk.resultTypes[i], Value: b})
 	}
 	return results, nil
+}
+
+var (
+	jsonMarshalerType = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// plainKind reports whether encoding/json writes values of t as plain
+// JSON: an integer, a bool or a string, of a type with no encoding of its
+// own (appendPlain writes those).
+func plainKind(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Bool, reflect.String:
+	default:
+		return false
+	}
+	pt := reflect.PointerTo(t)
+	return !t.Implements(jsonMarshalerType) && !t.Implements(textMarshalerType) &&
+		!pt.Implements(jsonMarshalerType) && !pt.Implements(textMarshalerType)
+}
+
+// appendPlain appends json.Marshal(v.Interface()) to b, for a v of a
+// plainKind type.
+func appendPlain(b []byte, v reflect.Value) []byte {
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.AppendInt(b, v.Int(), 10)
+	case reflect.Bool:
+		return strconv.AppendBool(b, v.Bool())
+	case reflect.String:
+		s := v.String()
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				q, _ := json.Marshal(s) // an escape (encoding/json's, HTML-safe): a string always encodes
+				return append(b, q...)
+			}
+		}
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	default: // unsigned
+		return strconv.AppendUint(b, v.Uint(), 10)
+	}
 }
 
 // resultArgs turns results into arguments for the next task of a workflow.

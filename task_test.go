@@ -33,7 +33,7 @@ func TestArgumentRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%T: decode: %v", v, err)
 		}
-		got, err := convertArg(dec.Args[0], reflect.TypeOf(v))
+		got, err := convertArg(dec.Args[0], reflect.TypeOf(v), scalarType(reflect.TypeOf(v)))
 		if err != nil {
 			t.Fatalf("%T: convert: %v", v, err)
 		}

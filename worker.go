@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/errand-go/errand/driver"
@@ -132,7 +133,8 @@ type WorkerConfig struct {
 	// broker or backend (recording states, sending callbacks and retries,
 	// acking or releasing), so a server that stops answering holds a slot
 	// no longer than this: the step fails and the delivery is redelivered.
-	// Default: 10s.
+	// Steps that begin within CallTimeout/100 (at most 10ms) of each other
+	// share one deadline, so each has at least 99% of it. Default: 10s.
 	CallTimeout time.Duration
 	// ArchiveRetention bounds the archive of the worker's queue, on a
 	// broker that keeps one (driver.Archiver): every task that ends for
@@ -208,12 +210,13 @@ type Worker struct {
 	poller *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
 	beat   *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
 
-	held    heldTasks      // the decoded deliveries in hand, for ShutdownError
-	slots   chan struct{}  // one per delivery held before or while its function runs (Concurrency)
-	settles chan struct{}  // one per delivery settling after its function returned (Concurrency)
-	work    chan job       // fetched deliveries, to the runners
-	runners sync.WaitGroup // 2×Concurrency long-lived goroutines handling deliveries
-	tasks   sync.WaitGroup // deliveries handed to the runners and not yet settled
+	shared  atomic.Pointer[sharedCall] // the ctx of the steps beginning now (call)
+	held    heldTasks                  // the decoded deliveries in hand, for ShutdownError
+	slots   chan struct{}              // one per delivery held before or while its function runs (Concurrency)
+	settles chan struct{}              // one per delivery settling after its function returned (Concurrency)
+	work    chan job                   // fetched deliveries, to the runners
+	runners sync.WaitGroup             // 2×Concurrency long-lived goroutines handling deliveries
+	tasks   sync.WaitGroup             // deliveries handed to the runners and not yet settled
 
 	startOnce sync.Once
 	loopDone  chan struct{} // closed once the fetch loop has returned (and closed work)
@@ -489,10 +492,32 @@ func (w *Worker) stop() {
 // call returns the ctx of one step of handling a delivery: bounded by
 // CallTimeout, and ended when the settle grace is over (or the worker
 // stopped). Drivers that only honour deadlines, not cancellation, still
-// return in time.
+// return in time. The steps that begin within callShare of each other
+// share one ctx (a ctx and its timer per step cost more than the step's
+// own work on a fast server): each has between CallTimeout-callShare and
+// CallTimeout; the ctx ends by itself at its deadline, and the cancel
+// call returns does nothing.
 func (w *Worker) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.callCtx, w.cfg.CallTimeout)
+	now := time.Now()
+	if c := w.shared.Load(); c != nil && now.Before(c.until) {
+		return c.ctx, noCancel
+	}
+	timeout := w.cfg.CallTimeout
+	c := &sharedCall{until: now.Add(min(timeout/100, 10*time.Millisecond))}
+	c.ctx, c.cancel = context.WithDeadline(w.callCtx, now.Add(timeout))
+	w.shared.Store(c) // two made at once: the other serves its own step only
+	return c.ctx, noCancel
 }
+
+// sharedCall is a ctx of steps (Worker.call), shared by those that begin
+// before until.
+type sharedCall struct {
+	ctx    context.Context
+	cancel context.CancelFunc // not called: the ctx ends at its deadline, or with callCtx
+	until  time.Time
+}
+
+func noCancel() {}
 
 // taskAttrs are the attributes of every log line about one task: its
 // name, UUID, queue and 1-based attempt.

@@ -50,6 +50,18 @@ func BenchmarkHotPath(b *testing.B) {
 			}
 		})
 	}
+	// The generic path: the backend on another database of the same
+	// server, whose writes the broker cannot carry (a start and a state
+	// write of their own, and an ack).
+	o1 := *o
+	o1.DB++
+	rdb1 := goredis.NewClient(&o1)
+	defer rdb1.Close()
+	b.Run("drain-generic/10", func(b *testing.B) {
+		for range b.N {
+			hotDrainOn(b, rdb, rdb1, n, 10)
+		}
+	})
 	b.Run("enqueue/1", func(b *testing.B) {
 		for range b.N {
 			hotEnqueue(b, rdb, n)
@@ -57,14 +69,19 @@ func BenchmarkHotPath(b *testing.B) {
 	})
 }
 
-func hotServer(b *testing.B, rdb *goredis.Client) *errand.Server {
+func hotServer(b *testing.B, rdb *goredis.Client) *errand.Server { return hotServerOn(b, rdb, rdb) }
+
+// hotServerOn is hotServer with the backend on rdbBackend.
+func hotServerOn(b *testing.B, rdb, rdbBackend *goredis.Client) *errand.Server {
 	ctx := context.Background()
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		b.Fatal(err)
+	for _, c := range []*goredis.Client{rdb, rdbBackend} {
+		if err := c.FlushDB(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	srv, err := errand.NewServer(errand.Config{
 		Broker:  redisbroker.New(rdb, &redisbroker.Options{Prefix: "hot"}),
-		Backend: redisbackend.New(rdb, &redisbackend.Options{Prefix: "hot"}),
+		Backend: redisbackend.New(rdbBackend, &redisbackend.Options{Prefix: "hot"}),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -207,10 +224,13 @@ func (p phase) report(b *testing.B, n int) {
 	b.Logf("per task:%s", sb.String())
 }
 
-func hotDrain(b *testing.B, rdb *goredis.Client, n, workers int) {
+func hotDrain(b *testing.B, rdb *goredis.Client, n, workers int) { hotDrainOn(b, rdb, rdb, n, workers) }
+
+// hotDrainOn is hotDrain with the backend on rdbBackend.
+func hotDrainOn(b *testing.B, rdb, rdbBackend *goredis.Client, n, workers int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv := hotServer(b, rdb)
+	srv := hotServerOn(b, rdb, rdbBackend)
 	defer srv.Close()
 	var mu sync.Mutex
 	runs := make(map[int]int, n)

@@ -2,7 +2,6 @@ package redisbackend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
+	"github.com/errand-go/errand/internal/statejson"
 )
 
 // Options configures a Backend.
@@ -195,7 +195,7 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 		errs[i] = err
 	}
 	if len(sts) == 1 && !nx {
-		v, err := json.Marshal(sts[0])
+		v, err := statejson.Marshal(sts[0])
 		if err != nil {
 			return []error{fmt.Errorf("redis backend: encode state of %s: %w", sts[0].TaskUUID, err)}
 		}
@@ -248,7 +248,7 @@ func setReplied(c goredis.Cmder) bool {
 func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState, nx bool) error {
 	vs := make([][]byte, len(sts))
 	for i, st := range sts {
-		v, err := json.Marshal(st)
+		v, err := statejson.Marshal(st)
 		if err != nil {
 			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 		}
@@ -266,7 +266,7 @@ func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts [
 
 func decodeState(id string, v string) (*driver.TaskState, error) {
 	var st driver.TaskState
-	if err := json.Unmarshal([]byte(v), &st); err != nil {
+	if err := statejson.Unmarshal(v, &st); err != nil {
 		return nil, fmt.Errorf("redis backend: decode state of %s: %w", id, err)
 	}
 	return &st, nil

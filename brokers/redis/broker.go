@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
+	"github.com/errand-go/errand/internal/statejson"
 )
 
 // Options configures a Broker.
@@ -535,6 +535,14 @@ func (b *Broker) wake(notify string) {
 	pipe.Exec(ctx) // best effort: a lost token only means waking at MaxBlock
 }
 
+// fetched is one delivery of a fetch's reply, with its start and the
+// state before it.
+type fetched struct {
+	d     driver.Delivery
+	start driver.StartResult
+	prev  driver.TaskState
+}
+
 func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	out := make([]*driver.Delivery, 0, len(res)/fetchReply)
 	var starts []*driver.StartResult
@@ -549,7 +557,9 @@ func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartRes
 		if !ok {
 			body = env // not written by this broker: surface it as is
 		}
-		d := &driver.Delivery{
+		f := new(fetched) // the delivery, its start and its previous state in one allocation
+		d := &f.d
+		*d = driver.Delivery{
 			Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), Priority: clampPriority(p)},
 			Attempt: int(n),
 			Handle:  handle{mid: mid, token: tok},
@@ -560,10 +570,11 @@ func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartRes
 			a, name, _ := strings.Cut(as, "\n")
 			d.Task = name
 			d.TaskAttempt, _ = strconv.Atoi(a)
-			st = &driver.StartResult{Written: began == startWritten}
+			st = &f.start
+			st.Written = began == startWritten
 			if raw, ok := res[i+6].(string); ok {
-				st.Prev = new(driver.TaskState)
-				if err := json.Unmarshal([]byte(raw), st.Prev); err != nil {
+				st.Prev = &f.prev
+				if err := statejson.Unmarshal(raw, st.Prev); err != nil {
 					st.Prev, st.Err = nil, fmt.Errorf("redis broker: task %s: decode the state before its start: %w", id, err)
 				}
 			}

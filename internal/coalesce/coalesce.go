@@ -22,6 +22,7 @@ import (
 
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -183,9 +184,39 @@ func (c *Coalescer[Req, Res]) withdraw(g *flights[Req, Res], w *waiter[Req, Res]
 
 // one makes a call of req alone, under its caller's ctx.
 func (c *Coalescer[Req, Res]) one(ctx context.Context, key string, req Req) (Res, error) {
-	reqs, res, errs := []Req{req}, make([]Res, 1), make([]error, 1)
-	c.cfg.Run(ctx, key, reqs, res, errs)
-	return res[0], errs[0]
+	call := &lone[Req, Res]{reqs: [1]Req{req}} // the three slices in one allocation
+	c.cfg.Run(ctx, key, call.reqs[:], call.res[:], call.errs[:])
+	return call.res[0], call.errs[0]
+}
+
+// smallBatch is the most requests a batch call holds in one allocation
+// (small).
+const smallBatch = 8
+
+// small holds the slices of a batch call of up to smallBatch requests.
+type small[Req, Res any] struct {
+	reqs [smallBatch]Req
+	res  [smallBatch]Res
+	errs [smallBatch]error
+}
+
+// lone holds the slices of a call of one request.
+type lone[Req, Res any] struct {
+	reqs [1]Req
+	res  [1]Res
+	errs [1]error
+}
+
+// gate ends a batch call (cancel) once every waiter in it gave up.
+type gate struct {
+	waiting atomic.Int64
+	cancel  context.CancelFunc
+}
+
+func (g *gate) leave() {
+	if g.waiting.Add(-1) == 0 {
+		g.cancel()
+	}
 }
 
 // take removes g's next batch after one of its calls came back or, when
@@ -245,6 +276,16 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 	if len(live) == 0 {
 		return
 	}
+	if oneCtx(live) {
+		// Every waiter under one ctx (a worker's steps share theirs): the
+		// call's is that ctx, which ends when they all give up and has
+		// their deadline, ended on Close too.
+		ctx, cancel := context.WithCancel(live[0].ctx)
+		defer cancel()
+		defer context.AfterFunc(c.base, cancel)()
+		c.run(ctx, key, live)
+		return
+	}
 	ctx, cancel := context.WithCancel(ctxvalues.Of(c.base, live[0].ctx))
 	defer cancel()
 	if deadlines {
@@ -252,24 +293,54 @@ func (c *Coalescer[Req, Res]) send(key string, batch []*waiter[Req, Res]) {
 		ctx, cancelD = context.WithDeadline(ctx, latest)
 		defer cancelD()
 	}
-	var waiting atomic.Int64
-	waiting.Store(int64(len(live)))
-	reqs := make([]Req, len(live))
+	g := &gate{cancel: cancel}
+	g.waiting.Store(int64(len(live)))
+	leave := g.leave
+	stops := make([]func() bool, len(live))
+	for i, w := range live {
+		stops[i] = context.AfterFunc(w.ctx, leave)
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	c.run(ctx, key, live)
+}
+
+// run makes the call of the waiters live under ctx and answers them.
+func (c *Coalescer[Req, Res]) run(ctx context.Context, key string, live []*waiter[Req, Res]) {
+	var reqs []Req
+	var res []Res
+	var errs []error
+	if n := len(live); n <= smallBatch {
+		b := new(small[Req, Res]) // the three slices in one allocation
+		reqs, res, errs = b.reqs[:n:n], b.res[:n:n], b.errs[:n:n]
+	} else {
+		reqs, res, errs = make([]Req, n), make([]Res, n), make([]error, n)
+	}
 	for i, w := range live {
 		reqs[i] = w.req
-		stop := context.AfterFunc(w.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
 	}
-	res := make([]Res, len(live))
-	errs := make([]error, len(live))
 	c.cfg.Run(ctx, key, reqs, res, errs)
 	for i, w := range live {
 		w.done <- reply[Res]{res[i], errs[i]}
 	}
+}
+
+// oneCtx reports whether every waiter of live waits under one ctx (one
+// value: compared only when its type is comparable).
+func oneCtx[Req, Res any](live []*waiter[Req, Res]) bool {
+	first := live[0].ctx
+	if len(live) > 1 && !reflect.TypeOf(first).Comparable() {
+		return false
+	}
+	for _, w := range live[1:] {
+		if w.ctx != first {
+			return false
+		}
+	}
+	return true
 }
 
 // Queued reports how many requests wait for a call, over every key (for

@@ -391,3 +391,70 @@ func TestCloseUnderLoadLeavesNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestCoalescerBatchUnderOneCtx: waiters that share one ctx (a worker's
+// steps share theirs) are sent under a ctx with its deadline and values,
+// which ends when that ctx ends, or on Close.
+func TestCoalescerBatchUnderOneCtx(t *testing.T) {
+	type valueKey struct{}
+	for _, end := range []string{"ctx", "close"} {
+		synctest.Test(t, func(t *testing.T) {
+			type seen struct {
+				reqs     []int
+				deadline time.Time
+				value    any
+				err      error // the ctx's, once it ended
+			}
+			calls := make(chan *seen, 16)
+			c := New(Config[int, int]{Flights: 1, Run: func(ctx context.Context, key string, reqs []int, res []int, errs []error) {
+				s := &seen{reqs: slices.Clone(reqs), value: ctx.Value(valueKey{})}
+				s.deadline, _ = ctx.Deadline()
+				<-ctx.Done()
+				s.err = ctx.Err()
+				calls <- s
+				for i := range errs {
+					errs[i] = ctx.Err()
+				}
+			}})
+			holder, release := context.WithCancel(t.Context())
+			go c.Do(holder, "k", 0) // the one flight, held until release
+			synctest.Wait()
+			base := time.Now()
+			shared, cancel := context.WithTimeout(context.WithValue(t.Context(), valueKey{}, "v"), time.Hour)
+			defer cancel()
+			errs := make(chan error, 2)
+			for r := range 2 {
+				go func() { _, err := c.Do(shared, "k", r+1); errs <- err }()
+			}
+			synctest.Wait()
+			release()
+			synctest.Wait()
+			if s := <-calls; !slices.Equal(s.reqs, []int{0}) {
+				t.Fatalf("the held call carried %v; want [0]", s.reqs)
+			}
+			switch end {
+			case "ctx":
+				cancel()
+			case "close":
+				go c.Close()
+			}
+			synctest.Wait()
+			s := <-calls
+			if !slices.Equal(s.reqs, []int{1, 2}) && !slices.Equal(s.reqs, []int{2, 1}) {
+				t.Fatalf("the batch carried %v; want both waiters' requests", s.reqs)
+			}
+			if want := base.Add(time.Hour); !s.deadline.Equal(want) || s.value != "v" {
+				t.Fatalf("the batch call's deadline %v and value %v; want the shared ctx's, %v and v", s.deadline, s.value, want)
+			}
+			if !errors.Is(s.err, context.Canceled) {
+				t.Fatalf("the batch call's ctx ended with %v; want context.Canceled (%s)", s.err, end)
+			}
+			for range 2 {
+				if err := <-errs; err == nil {
+					t.Fatalf("a waiter was answered nil after its call's ctx ended (%s)", end)
+				}
+			}
+			c.Close()
+		})
+	}
+}

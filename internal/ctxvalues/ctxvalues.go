@@ -22,3 +22,12 @@ func (c valuesCtx) Value(key any) any {
 	}
 	return c.Context.Value(key)
 }
+
+// AfterFunc arranges for f to run once lifetime is done (as
+// context.AfterFunc). A context derived from c (WithCancel, WithTimeout)
+// follows lifetime's cancellation through it: without it, the context
+// package, which finds values' cancellation under c's values, would watch
+// c with a goroutine of its own per derived context.
+func (c valuesCtx) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.Context, f)
+}

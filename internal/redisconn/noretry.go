@@ -42,7 +42,16 @@ type noRetryCmd struct{ *goredis.Cmd }
 // NoRetry reports true: see redisconn.NoRetry.
 func (noRetryCmd) NoRetry() bool { return true }
 
-func (n noRetry) eval(ctx context.Context, name, payload string, keys []string, args []any) *goredis.Cmd {
+// The commands' names, boxed once (a string boxed per call is an
+// allocation per call).
+var (
+	cmdEval      any = "eval"
+	cmdEvalSha   any = "evalsha"
+	cmdEvalRO    any = "eval_ro"
+	cmdEvalShaRO any = "evalsha_ro"
+)
+
+func (n noRetry) eval(ctx context.Context, name any, payload string, keys []string, args []any) *goredis.Cmd {
 	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
 	cmdArgs[0], cmdArgs[1], cmdArgs[2] = name, payload, len(keys)
 	for i, k := range keys {
@@ -69,19 +78,19 @@ func (n noRetry) eval(ctx context.Context, name, payload string, keys []string, 
 }
 
 func (n noRetry) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
-	return n.eval(ctx, "eval", script, keys, args)
+	return n.eval(ctx, cmdEval, script, keys, args)
 }
 
 func (n noRetry) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
-	return n.eval(ctx, "evalsha", sha1, keys, args)
+	return n.eval(ctx, cmdEvalSha, sha1, keys, args)
 }
 
 func (n noRetry) EvalRO(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
-	return n.eval(ctx, "eval_ro", script, keys, args)
+	return n.eval(ctx, cmdEvalRO, script, keys, args)
 }
 
 func (n noRetry) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
-	return n.eval(ctx, "evalsha_ro", sha1, keys, args)
+	return n.eval(ctx, cmdEvalShaRO, sha1, keys, args)
 }
 
 func (n noRetry) ScriptExists(ctx context.Context, hashes ...string) *goredis.BoolSliceCmd {
