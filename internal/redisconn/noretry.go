@@ -91,3 +91,9 @@ func (n noRetry) ScriptExists(ctx context.Context, hashes ...string) *goredis.Bo
 func (n noRetry) ScriptLoad(ctx context.Context, script string) *goredis.StringCmd {
 	return n.c.ScriptLoad(ctx, script)
 }
+
+// Once returns cmd with go-redis's NoRetry flag, as NoRetry gives the
+// scripts: a pipeline or a transaction (MULTI ... EXEC) holding it is
+// never sent a second time once written, so a slow reply cannot make it
+// run twice.
+func Once(cmd *goredis.Cmd) goredis.Cmder { return noRetryCmd{cmd} }
