@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/jsonenc"
 	"github.com/errand-go/errand/internal/redisconn"
 )
 
@@ -195,7 +196,7 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 		errs[i] = err
 	}
 	if len(sts) == 1 && !nx {
-		v, err := json.Marshal(sts[0])
+		v, err := jsonenc.MarshalTaskState(sts[0])
 		if err != nil {
 			return []error{fmt.Errorf("redis backend: encode state of %s: %w", sts[0].TaskUUID, err)}
 		}
@@ -248,7 +249,7 @@ func setReplied(c goredis.Cmder) bool {
 func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState, nx bool) error {
 	vs := make([][]byte, len(sts))
 	for i, st := range sts {
-		v, err := json.Marshal(st)
+		v, err := jsonenc.MarshalTaskState(st)
 		if err != nil {
 			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 		}

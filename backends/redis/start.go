@@ -3,7 +3,6 @@ package redisbackend
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/jsonenc"
 	"github.com/errand-go/errand/internal/redisconn"
 )
 
@@ -75,7 +75,7 @@ var createdKey = []byte(`"created_at":`)
 // startArgs returns the script's ARGV for r.
 func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
 	st := r.Started
-	v, err := json.Marshal(st)
+	v, err := jsonenc.MarshalTaskState(st)
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 	}
@@ -187,7 +187,7 @@ func (b *Backend) QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipelin
 // broker on the same server (Client), which writes a task's final state in
 // the script of its ack (driver.SettleCarrier): one round trip for both.
 func (b *Backend) StateEntry(st *driver.TaskState) (key string, value []byte, expiry time.Duration, err error) {
-	v, err := json.Marshal(st)
+	v, err := jsonenc.MarshalTaskState(st)
 	if err != nil {
 		return "", nil, 0, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
 	}

@@ -123,16 +123,17 @@ type publishBatch struct {
 }
 
 // queueBatch is what a publish sends to one queue: in the transaction's
-// shape its messages' IDs, envelopes and task IDs, each boxed once;
-// else publishScript's ARGV.
+// shape txStride values per message (its message ID, envelope and task
+// ID, each boxed once), else publishScript's ARGV (4 per message).
 type queueBatch struct {
 	queue string
 	k     keys
-	mids  []any // message IDs (transaction)
-	envs  []any // envelopes (transaction)
-	tids  []any // task IDs (transaction)
-	args  []any // publishScript's ARGV (script)
+	args  []any
 }
+
+// txStride is how many values of queueBatch.args a message takes in the
+// transaction's shape.
+const txStride = 3
 
 // manyQueues is how many queues a batch looks up by a scan before it
 // keeps a map of them.
@@ -163,17 +164,18 @@ func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 		}
 	}
 	p := &publishBatch{b: b, tx: tx}
-	for _, m := range msgs {
+	for i, m := range msgs {
 		q := p.of(m.Queue)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
 		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		var mid any = b.messageID(m)
+		if q.args == nil {
+			// Room for the rest of msgs, or a few (several queues).
+			q.args = make([]any, 0, 4*min(len(msgs)-i, 16))
+		}
 		if tx {
-			q.mids = append(q.mids, mid)
-			q.envs = append(q.envs, env)
-			q.tids = append(q.tids, m.ID)
+			q.args = append(q.args, b.messageID(m), env, m.ID)
 		} else {
-			q.args = append(q.args, mid, env, dueMillis(m.NotBefore), m.Priority)
+			q.args = append(q.args, b.messageID(m), env, dueMillis(m.NotBefore), m.Priority)
 		}
 	}
 	return p, nil
@@ -242,20 +244,22 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 	cmds := make([]goredis.Cmder, 0, 6*len(p.queues)+1)
 	for _, q := range p.queues {
 		t := q.k.tx
-		n := len(q.mids)
+		n := len(q.args) / txStride
 		wakes := min(n, wakeBurst)
 		// One array for every command's arguments.
 		args := make([]any, 0, 2+2*n+2+2*n+2+n+2+wakes)
 		hset := append(args, "hset", t.msgs)
-		for i := range n {
-			hset = append(hset, q.mids[i], q.envs[i])
+		for i := 0; i < len(q.args); i += txStride {
+			hset = append(hset, q.args[i], q.args[i+1]) // message ID, envelope
 		}
 		ids := append(hset[len(hset):], "hset", t.ids)
-		for i := range n {
-			ids = append(ids, q.tids[i], q.mids[i])
+		for i := 0; i < len(q.args); i += txStride {
+			ids = append(ids, q.args[i+2], q.args[i]) // task ID, message ID
 		}
 		push := append(ids[len(ids):], "rpush", t.pending)
-		push = append(push, q.mids...)
+		for i := 0; i < len(q.args); i += txStride {
+			push = append(push, q.args[i])
+		}
 		wake := t.wake1
 		if wakes > 1 {
 			wake = append(push[len(push):], "lpush", t.notify)
@@ -276,9 +280,7 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 	} else {
 		cmds = append(cmds, goredis.NewIntCmd(ctx, append([]any{"sadd", p.b.global("queues")}, p.names()...)...))
 	}
-	for _, c := range cmds {
-		_ = pipe.Process(ctx, c)
-	}
+	_ = pipe.BatchProcess(ctx, cmds...) // one append
 	return cmds
 }
 
