@@ -218,7 +218,7 @@ func (b *Broker) makeKeys(queue string) keys {
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
 		ids: k + "ids", unlisted: k + "unlisted",
 	}
-	ks.tx = newTxArgs(&ks, b.global("queues"), queue)
+	ks.tx = newTxArgs(&ks)
 	return ks
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -17,12 +18,11 @@ import (
 //     node (oneNode) when every message of the call is due now at priority
 //     0 — what SendTask sends without an ETA or a priority: per queue
 //     HSET K:msgs (the envelopes), HSET K:ids (Find's index), RPUSH
-//     K:pending, LPUSH K:notify and LTRIM (the wake-ups), DEL K:unlisted,
-//     then the SADD of the queues to P:queues. Redis runs a transaction as
-//     one step, as it runs a script: no client sees a message queued
-//     without its envelope, and the DEL of the mark and the SADD go
-//     together, so a Queues racing the publish cannot leave the queue
-//     unlisted (no relist needed). It costs Redis about a third of the
+//     K:pending, LPUSH K:notify (the wake-ups) and DEL K:unlisted; the
+//     SADD to P:queues and the LTRIM of K:notify only when needed (see
+//     queueTx). Redis runs a transaction as one step, as it runs a
+//     script: no client sees a message queued without its envelope, or
+//     an envelope never queued. It costs Redis about a third of the
 //     script: no script to set up, no TIME, no Lua call per command.
 //   - otherwise (a message delayed or of a priority, or a Redis Cluster,
 //     where the queue's keys and P:queues hash to different slots and one
@@ -68,11 +68,12 @@ func (b *Broker) sendBatch(ctx context.Context, batch *publishBatch, states func
 		cmds, err := pipe.Exec(ctx)
 		if err != nil {
 			for _, c := range msgCmds {
-				if e := c.Err(); e != nil {
+				if e := c.Err(); e != nil && c != goredis.Cmder(batch.list) {
 					return nil, e
 				}
 			}
 		}
+		batch.afterTx(ctx)
 		return cmds[:min(n, len(cmds))], nil
 	}
 	var (
@@ -117,9 +118,10 @@ func scriptsErr(scripts []*goredis.Cmd, err error) error {
 // one code path of Publish and of the carried publish of CarryPending.
 type publishBatch struct {
 	b      *Broker
-	tx     bool           // the transaction's shape (see above)
-	queues []queueBatch   // in the order of their first message
-	byName map[string]int // index in queues, once there are many
+	tx     bool            // the transaction's shape (see above)
+	queues []queueBatch    // in the order of their first message
+	byName map[string]int  // index in queues, once there are many
+	list   *goredis.IntCmd // the transaction's SADD to P:queues, if any
 }
 
 // queueBatch is what a publish sends to one queue: in the transaction's
@@ -129,6 +131,10 @@ type queueBatch struct {
 	queue string
 	k     keys
 	args  []any
+	// The transaction's LPUSH of K:notify and DEL of K:unlisted, and
+	// whether it lists the queue (queueTx).
+	wake, unlist *goredis.IntCmd
+	listing      bool
 }
 
 // txStride is how many values of queueBatch.args a message takes in the
@@ -237,12 +243,26 @@ func (p *publishBatch) names() []any {
 // queueTx queues the batch on a transaction (see above) and returns the
 // commands that store and queue its messages. The first goes as
 // redisconn.Once, so go-redis never sends the transaction twice.
+//
+// Two commands of the script are not sent with every message:
+//   - the SADD of the queue to P:queues, sent by the first publish (or
+//     fetch: register) of a queue by this Broker only; later ones find
+//     whether Queues took the queue out since by the reply of their DEL
+//     of K:unlisted, and add it again then (afterTx), as the script's
+//     relist does;
+//   - the LTRIM of K:notify, which the script runs every time: here the
+//     reply of the LPUSH tells the list's length, and once it is over
+//     wakeKeep the next transaction of the queue trims it to wakeTrimTo,
+//     so an idle queue's list stays near wakeKeep tokens, trimmed once
+//     every wakeKeep-wakeTrimTo publishes.
 func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []goredis.Cmder {
 	if len(p.queues) == 0 {
 		return nil
 	}
 	cmds := make([]goredis.Cmder, 0, 6*len(p.queues)+1)
-	for _, q := range p.queues {
+	var listing []any
+	for i := range p.queues {
+		q := &p.queues[i]
 		t := q.k.tx
 		n := len(q.args) / txStride
 		wakes := min(n, wakeBurst)
@@ -267,40 +287,75 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 				wake = append(wake, "1")
 			}
 		}
+		q.wake, q.unlist = goredis.NewIntCmd(ctx, wake...), goredis.NewIntCmd(ctx, t.unlist...)
 		cmds = append(cmds,
 			redisconn.Once(goredis.NewCmd(ctx, hset...)),
 			goredis.NewIntCmd(ctx, ids...),
 			goredis.NewIntCmd(ctx, push...),
-			goredis.NewIntCmd(ctx, wake...),
-			goredis.NewStatusCmd(ctx, t.trim...),
-			goredis.NewIntCmd(ctx, t.unlist...))
+			q.wake, q.unlist)
+		if t.overfull.Swap(false) {
+			cmds = append(cmds, goredis.NewStatusCmd(ctx, t.trim...))
+		}
+		if _, ok := p.b.registered.Load(q.queue); !ok {
+			q.listing = true
+			listing = append(listing, q.queue)
+		}
 	}
-	if len(p.queues) == 1 {
-		cmds = append(cmds, goredis.NewIntCmd(ctx, p.queues[0].k.tx.list...))
-	} else {
-		cmds = append(cmds, goredis.NewIntCmd(ctx, append([]any{"sadd", p.b.global("queues")}, p.names()...)...))
+	if len(listing) > 0 {
+		p.list = goredis.NewIntCmd(ctx, append([]any{"sadd", p.b.global("queues")}, listing...)...)
+		cmds = append(cmds, p.list)
 	}
 	_ = pipe.BatchProcess(ctx, cmds...) // one append
 	return cmds
 }
 
+// afterTx reads the replies of a transaction that stored the batch's
+// messages (see queueTx): it records the queues it listed, lists again
+// those Queues took out since this Broker listed them (best effort, like
+// the script's relist: a worker's Fetch adds its queue too), and marks
+// the wake-up lists to trim.
+func (p *publishBatch) afterTx(ctx context.Context) {
+	listed := p.list != nil && p.list.Err() == nil
+	var relist []any
+	for i := range p.queues {
+		q := &p.queues[i]
+		switch {
+		case q.listing && listed:
+			p.b.registered.Store(q.queue, true)
+		case !q.listing && q.unlist.Val() == 1:
+			relist = append(relist, q.queue)
+		}
+		if q.wake.Val() > wakeKeep {
+			q.k.tx.overfull.Store(true)
+		}
+	}
+	if len(relist) > 0 {
+		p.b.rdb.SAdd(ctx, p.b.global("queues"), relist...)
+	}
+}
+
+// wakeTrimTo is how many wake-up tokens the transaction's LTRIM leaves
+// on an overfull K:notify (see queueTx).
+const wakeTrimTo = wakeKeep / 2
+
 // txArgs are a queue's keys and constant commands for the transaction,
-// boxed once (keys.tx).
+// boxed once (keys.tx), and whether its wake-up list needs a trim.
 type txArgs struct {
 	msgs, ids, pending, notify any
 	wake1                      []any // LPUSH K:notify 1
-	trim                       []any // LTRIM K:notify 0 wakeKeep-1
+	trim                       []any // LTRIM K:notify 0 wakeTrimTo-1
 	unlist                     []any // DEL K:unlisted
-	list                       []any // SADD P:queues queue
+	// overfull: a LPUSH of K:notify answered more than wakeKeep tokens;
+	// the next transaction trims the list.
+	overfull atomic.Bool
 }
 
-func newTxArgs(k *keys, queues, queue string) *txArgs {
+func newTxArgs(k *keys) *txArgs {
 	return &txArgs{
 		msgs: k.msgs, ids: k.ids, pending: k.pending, notify: k.notify,
 		wake1:  []any{"lpush", k.notify, "1"},
-		trim:   []any{"ltrim", k.notify, 0, wakeKeep - 1},
+		trim:   []any{"ltrim", k.notify, 0, wakeTrimTo - 1},
 		unlist: []any{"del", k.unlisted},
-		list:   []any{"sadd", queues, queue},
 	}
 }
 
