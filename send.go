@@ -53,8 +53,17 @@ func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalesce.Coale
 	return coalesce.New(coalesce.Config[freshSend, bool]{
 		Flights: sendFlights, Limit: s.cfg.PublishBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
-			sts := make([]*TaskState, len(reqs))
-			msgs := make([]Message, len(reqs))
+			var sts []*TaskState
+			var msgs []Message
+			if len(reqs) == 1 { // the common call: one allocation for both
+				one := new(struct {
+					st [1]*TaskState
+					m  [1]Message
+				})
+				sts, msgs = one.st[:], one.m[:]
+			} else {
+				sts, msgs = make([]*TaskState, len(reqs)), make([]Message, len(reqs))
+			}
 			for i, r := range reqs {
 				sts[i], msgs[i] = r.st, r.m
 			}

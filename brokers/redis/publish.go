@@ -122,6 +122,7 @@ type publishBatch struct {
 	queues []queueBatch    // in the order of their first message
 	byName map[string]int  // index in queues, once there are many
 	list   *goredis.IntCmd // the transaction's SADD to P:queues, if any
+	first  [1]queueBatch   // queues' array while there is one queue
 }
 
 // queueBatch is what a publish sends to one queue: in the transaction's
@@ -170,6 +171,7 @@ func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
 		}
 	}
 	p := &publishBatch{b: b, tx: tx}
+	p.queues = p.first[:0]
 	for i, m := range msgs {
 		q := p.of(m.Queue)
 		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
