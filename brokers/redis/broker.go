@@ -208,6 +208,15 @@ func (b *Broker) keys(queue string) keys {
 	return k
 }
 
+// keyRef is keys, shared: the cached keys of queue, not to be changed.
+func (b *Broker) keyRef(queue string) *keys {
+	if k, ok := b.keyCache.Load(queue); ok {
+		return k.(*keys)
+	}
+	k := b.keys(queue)
+	return &k
+}
+
 func (b *Broker) makeKeys(queue string) keys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}:"
 	ks := keys{

@@ -130,7 +130,7 @@ type publishBatch struct {
 // ID, each boxed once), else publishScript's ARGV (4 per message).
 type queueBatch struct {
 	queue string
-	k     keys
+	k     *keys
 	args  []any
 	// The transaction's LPUSH of K:notify and DEL of K:unlisted, and
 	// whether it lists the queue (queueTx).
@@ -205,7 +205,7 @@ func (p *publishBatch) of(queue string) *queueBatch {
 			}
 		}
 	}
-	p.queues = append(p.queues, queueBatch{queue: queue, k: p.b.keys(queue)})
+	p.queues = append(p.queues, queueBatch{queue: queue, k: p.b.keyRef(queue)})
 	if len(p.queues) > manyQueues {
 		if p.byName == nil {
 			p.byName = make(map[string]int, 2*manyQueues)
