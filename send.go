@@ -29,13 +29,16 @@ import (
 // every send of that queue queued meanwhile (up to Config.PublishBatch),
 // so many producers' SendTask calls make one pipeline. One call holds the
 // messages of one queue only, so a broker whose publish to one queue is
-// all or nothing (one Redis script) reports a true outcome for every send
+// all or nothing (one Redis script or transaction) reports a true outcome for every send
 // of the call. A send taken into a call is answered by that call even if
 // its caller gives up meanwhile: a send the call made is reported sent.
 
 // sendFlights is how many carried calls of one queue may be in flight
-// before concurrent SendTask calls to that queue join the next.
-const sendFlights = 4
+// before concurrent SendTask calls to that queue join the next. Two, not
+// four: fewer, larger calls cost less CPU per send (one transaction's
+// fixed commands for more messages), which is the bound of ten producers
+// on a small machine (docs/redis.md, "Round 4").
+const sendFlights = 2
 
 // freshSend is one SendTask's state and message.
 type freshSend struct {
