@@ -507,7 +507,9 @@ func TestPublishRedoFails(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		m := driver.Message{ID: rand.Text(), Queue: "redo-" + tc.name, Body: []byte("x")}
+		// Of a priority: the script's path (a message due now at priority
+		// 0 goes as a transaction, no script: TestPublishTransactionFails).
+		m := driver.Message{ID: rand.Text(), Queue: "redo-" + tc.name, Body: []byte("x"), Priority: 1}
 		published, err := tc.send(m)
 		if !f.failed.Load() {
 			// Another package's tests loaded the script again between the
@@ -520,6 +522,55 @@ func TestPublishRedoFails(t *testing.T) {
 		}
 		if st, err := b.Stats(ctx, m.Queue); err != nil || st.Pending != 0 {
 			t.Fatalf("%s: queue %+v, %v; want nothing queued", tc.name, st, err)
+		}
+	}
+}
+
+// failTx fails, without sending it, the first transaction (MULTI ...
+// EXEC), as go-redis fails one whose connection cannot be set up.
+type failTx struct{ failed atomic.Bool }
+
+func (*failTx) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (*failTx) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (f *failTx) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" && f.failed.CompareAndSwap(false, true) {
+			return errors.New("connection refused while the transaction was set up")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestPublishTransactionFails: a publish sent as one transaction (one
+// node, due now, priority 0) that fails before reaching the server is
+// not published, and says so; neither the message nor the state is
+// written.
+func TestPublishTransactionFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, _, b, be, carry := carrySetup(t, "Single")
+	for _, tc := range []struct {
+		name string
+		send func(m driver.Message) (bool, error)
+	}{
+		{"Publish", func(m driver.Message) (bool, error) { err := b.Publish(ctx, m); return err == nil, err }},
+		{"carried", func(m driver.Message) (bool, error) { return carry(ctx, pendingStates(m.ID), []driver.Message{m}) }},
+	} {
+		f := &failTx{}
+		rdb.AddHook(f)
+		m := driver.Message{ID: rand.Text(), Queue: "tx-" + tc.name, Body: []byte("x")}
+		published, err := tc.send(m)
+		if !f.failed.Load() {
+			t.Fatalf("%s of a message due now at priority 0 on one node sent no transaction", tc.name)
+		}
+		if published || err == nil {
+			t.Fatalf("%s whose transaction failed unsent: published %v, error %v; want not published and an error", tc.name, published, err)
+		}
+		if st, err := b.Stats(ctx, m.Queue); err != nil || st.Pending != 0 {
+			t.Fatalf("%s: queue %+v, %v; want nothing queued", tc.name, st, err)
+		}
+		if n := rdb.Exists(ctx, be.key(m.ID)).Val(); n != 0 {
+			t.Fatalf("carried: the state of a send whose transaction failed was written")
 		}
 	}
 }

@@ -72,6 +72,14 @@ func (b *Broker) sendBatch(ctx context.Context, batch *publishBatch, states func
 					return nil, e
 				}
 			}
+			// go-redis does not stamp every failure on the commands (an
+			// error while it connects): a transaction whose HSET has
+			// neither reply nor error never ran.
+			for _, q := range batch.queues {
+				if q.store.Val() == nil {
+					return nil, err
+				}
+			}
 		}
 		batch.afterTx(ctx)
 		return cmds[:min(n, len(cmds))], nil
@@ -136,6 +144,7 @@ type queueBatch struct {
 	// whether it lists the queue (queueTx).
 	wake, unlist *goredis.IntCmd
 	listing      bool
+	store        *goredis.Cmd // the transaction's HSET of K:msgs
 }
 
 // txStride is how many values of queueBatch.args a message takes in the
@@ -290,8 +299,9 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 			}
 		}
 		q.wake, q.unlist = goredis.NewIntCmd(ctx, wake...), goredis.NewIntCmd(ctx, t.unlist...)
+		q.store = goredis.NewCmd(ctx, hset...)
 		cmds = append(cmds,
-			redisconn.Once(goredis.NewCmd(ctx, hset...)),
+			redisconn.Once(q.store),
 			goredis.NewIntCmd(ctx, ids...),
 			goredis.NewIntCmd(ctx, push...),
 			q.wake, q.unlist)
