@@ -29,13 +29,16 @@ import (
 // every send of that queue queued meanwhile (up to Config.PublishBatch),
 // so many producers' SendTask calls make one pipeline. One call holds the
 // messages of one queue only, so a broker whose publish to one queue is
-// all or nothing (one Redis script) reports a true outcome for every send
+// all or nothing (one Redis script or transaction) reports a true outcome for every send
 // of the call. A send taken into a call is answered by that call even if
 // its caller gives up meanwhile: a send the call made is reported sent.
 
 // sendFlights is how many carried calls of one queue may be in flight
-// before concurrent SendTask calls to that queue join the next.
-const sendFlights = 4
+// before concurrent SendTask calls to that queue join the next. Two, not
+// four: fewer, larger calls cost less CPU per send (one transaction's
+// fixed commands for more messages), which is the bound of ten producers
+// on a small machine (docs/redis.md, "Round 4").
+const sendFlights = 2
 
 // freshSend is one SendTask's state and message.
 type freshSend struct {
@@ -53,8 +56,17 @@ func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalesce.Coale
 	return coalesce.New(coalesce.Config[freshSend, bool]{
 		Flights: sendFlights, Limit: s.cfg.PublishBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
-			sts := make([]*TaskState, len(reqs))
-			msgs := make([]Message, len(reqs))
+			var sts []*TaskState
+			var msgs []Message
+			if len(reqs) == 1 { // the common call: one allocation for both
+				one := new(struct {
+					st [1]*TaskState
+					m  [1]Message
+				})
+				sts, msgs = one.st[:], one.m[:]
+			} else {
+				sts, msgs = make([]*TaskState, len(reqs)), make([]Message, len(reqs))
+			}
 			for i, r := range reqs {
 				sts[i], msgs[i] = r.st, r.m
 			}

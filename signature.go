@@ -368,6 +368,9 @@ func ArgOf(v any) Arg {
 func NewSignature(name string, args ...any) *Signature {
 	s := &Signature{UUID: newUUID(), Name: name}
 	s.madeUUID = s.UUID
+	if len(args) > 0 {
+		s.Args = make([]Arg, 0, len(args))
+	}
 	for _, a := range args {
 		s.Args = append(s.Args, ArgOf(a))
 	}
@@ -445,6 +448,13 @@ func (s *Signature) attempt() int {
 
 // EncodeSignature returns the wire form of s (JSON).
 func EncodeSignature(s *Signature) ([]byte, error) {
+	// Written without reflection where it can be (fastenc.go), byte for
+	// byte as encoding/json writes it; else by encoding/json.
+	if s != nil {
+		if b, ok := appendSignature(make([]byte, 0, sigSize(s)), s, 0); ok {
+			return b, nil
+		}
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("errand: encode task %q: %w", s.Name, err)

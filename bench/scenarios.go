@@ -446,13 +446,16 @@ answers it:
   (FUNCTION LOAD, Redis 7) instead of EVALSHA of long scripts, pass the
   states' JSON built in Go instead of building it in Lua, and keep lease
   token and delivery count in one field. Not done in this issue's time.
-- **Enqueue (targets ≥ 1.2× asynq from 1 producer, ≥ 1.0× from 10).** The
-  publish script costs 33 µs of Redis per send (TIME, the envelope's HSET,
-  RPUSH, the wake-up LPUSH and LTRIM, the task-ID index) against asynq's
-  16, and the producer 51 µs of Go CPU and 82 allocations per send against
-  28 and 26: the signature and the PENDING state are still encoded with
-  encoding/json. What would close it: a publish without Lua for a
-  message due now at priority 0, and encoders without reflection.
+- **Enqueue (targets ≥ 1.2× asynq from 1 producer, ≥ 1.0× from 10).** A
+  send on one node is one MULTI/EXEC of plain commands (no Lua) and its
+  signature and PENDING state are written without reflection
+  (docs/redis.md, "Round 4"): about 13–17 µs of Redis per send against
+  asynq's one script, 20 µs of Redis CPU against 15, 28 µs of Go CPU and
+  63 allocations against 18 and 26. What is left is errand's extra writes
+  (the PENDING state, the task-ID index, the wake-up token, the unlisted
+  mark: MULTI, SET, 2 HSET, RPUSH, LPUSH, DEL, EXEC), each a command that
+  Redis parses and answers QUEUED and go-redis builds, encodes and reads
+  back, against asynq's three commands inside one script.
 - **Enqueue while consuming (no target).** Each send wakes an idle worker
   that runs a whole fetch script for one message, so the fetch's per-call
   cost (above) is paid per task: 255 µs of Redis per task against asynq's

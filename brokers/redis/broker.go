@@ -189,6 +189,7 @@ type keys struct {
 	archive, archived, done, acked, seq                     string
 	dead, reasons                                           string // older versions' dead letters
 	ids, unlisted                                           string
+	tx                                                      *txArgs // publish's transaction (publish.go)
 }
 
 // maxCachedKeys is how many queues' key names a broker keeps, built once
@@ -207,9 +208,18 @@ func (b *Broker) keys(queue string) keys {
 	return k
 }
 
+// keyRef is keys, shared: the cached keys of queue, not to be changed.
+func (b *Broker) keyRef(queue string) *keys {
+	if k, ok := b.keyCache.Load(queue); ok {
+		return k.(*keys)
+	}
+	k := b.keys(queue)
+	return &k
+}
+
 func (b *Broker) makeKeys(queue string) keys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}:"
-	return keys{
+	ks := keys{
 		pending: k + "pending", delayed: k + "delayed", inflight: k + "inflight", msgs: k + "msgs",
 		tokens: k + "tokens", count: k + "count", notify: k + "notify",
 		archive: k + "archive", archived: k + "archived", done: k + "done", acked: k + "acked", seq: k + "seq",
@@ -217,6 +227,8 @@ func (b *Broker) makeKeys(queue string) keys {
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
 		ids: k + "ids", unlisted: k + "unlisted",
 	}
+	ks.tx = newTxArgs(&ks)
+	return ks
 }
 
 // global returns the key name of no single queue, under the hash tag
@@ -248,122 +260,6 @@ func randomID() string {
 	var r [12]byte
 	rand.Read(r[:])
 	return hex.EncodeToString(r[:])
-}
-
-// Publish enqueues msgs, one script per queue, all in one pipeline (one
-// round trip) that also adds the queues to the set Queues reads. Each
-// queue's messages are stored atomically. A body over
-// MaxPayload refuses the whole batch before anything is sent.
-func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	batch, err := b.preparePublish(msgs)
-	if err != nil {
-		return err
-	}
-	var scripts []*goredis.Cmd
-	_, err = b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
-		scripts = batch.queue(ctx, pipe, eval)
-	})
-	if err != nil {
-		err = scriptsErr(scripts, err)
-	}
-	if err == nil {
-		batch.relist(ctx, scripts)
-	}
-	return b.err(ctx, err)
-}
-
-// scriptsErr is the error of a publish whose pipeline failed with err:
-// the first error of its scripts, or err when a script has neither a
-// reply nor an error (never sent); nil when every script succeeded (the
-// SADD of the queue set alone failed: the messages are queued, and a
-// worker's Fetch adds the queue to the set anyway).
-func scriptsErr(scripts []*goredis.Cmd, err error) error {
-	for _, c := range scripts {
-		if c.Err() != nil {
-			return c.Err()
-		}
-		if c.Val() == nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// publishBatch is a publish checked and grouped by queue, its messages'
-// IDs in Redis drawn, ready to queue on a pipeline: the one code path of
-// Publish and of the carried publish of CarryPending.
-type publishBatch struct {
-	b       *Broker
-	order   []string         // queues in the order of their first message
-	byQueue map[string][]any // the publish script's ARGV per queue
-}
-
-// checkMessage refuses a message whose ID has a newline (the envelope's
-// separator) or whose body is over MaxPayload.
-func (b *Broker) checkMessage(m driver.Message) error {
-	if strings.ContainsRune(m.ID, '\n') {
-		return fmt.Errorf("redis broker: message ID %q contains a newline", m.ID)
-	}
-	if lim := b.opts.MaxPayload; lim > 0 && len(m.Body) > lim {
-		return fmt.Errorf("redis broker: message %q: body of %d bytes over MaxPayload %d: %w", m.ID, len(m.Body), lim, driver.ErrPayloadTooLarge)
-	}
-	return nil
-}
-
-// preparePublish refuses msgs if one fails checkMessage, else groups them
-// by queue.
-func (b *Broker) preparePublish(msgs []driver.Message) (*publishBatch, error) {
-	for _, m := range msgs {
-		if err := b.checkMessage(m); err != nil {
-			return nil, err
-		}
-	}
-	p := &publishBatch{b: b, byQueue: map[string][]any{}}
-	for _, m := range msgs {
-		if _, ok := p.byQueue[m.Queue]; !ok {
-			p.order = append(p.order, m.Queue)
-		}
-		due := dueMillis(m.NotBefore)
-		env := make([]byte, 0, len(m.ID)+1+len(m.Body))
-		env = append(append(append(env, m.ID...), '\n'), m.Body...)
-		p.byQueue[m.Queue] = append(p.byQueue[m.Queue], b.messageID(m), env, due, m.Priority)
-	}
-	return p, nil
-}
-
-// queue queues the batch on pipe: the SADD of its queues to the set Queues
-// reads, then one publish script per queue, whose commands it returns.
-// An empty batch queues nothing.
-func (p *publishBatch) queue(ctx context.Context, pipe goredis.Pipeliner, eval evalFunc) []*goredis.Cmd {
-	if len(p.order) == 0 {
-		return nil
-	}
-	pipe.SAdd(ctx, p.b.global("queues"), anys(p.order)...)
-	scripts := make([]*goredis.Cmd, len(p.order))
-	for i, q := range p.order {
-		k := p.b.keys(q)
-		scripts[i] = eval(publishScript, ctx, pipe, k.publishKeys(), p.byQueue[q]...)
-	}
-	return scripts
-}
-
-// relist puts back into the queue set, after the publish scripts
-// answered, the queues whose script found them marked unlisted (Queues
-// took them out for being empty): the SADD queued before the scripts may
-// have run before that removal. Best effort, like the pipeline's SADD: a
-// worker's Fetch adds its queue too.
-func (p *publishBatch) relist(ctx context.Context, scripts []*goredis.Cmd) {
-	var qs []any
-	for i, c := range scripts {
-		if r, _ := c.Slice(); len(r) == 2 && r[1] == int64(1) {
-			qs = append(qs, p.order[i])
-		}
-	}
-	if len(qs) > 0 {
-		p.b.rdb.SAdd(ctx, p.b.global("queues"), qs...)
-	}
 }
 
 func anys(ss []string) []any {

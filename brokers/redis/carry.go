@@ -2,8 +2,11 @@ package redisbroker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -67,28 +70,17 @@ func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*d
 	if err != nil {
 		return false, err
 	}
-	var (
-		encodeErr error          // a state that could not be encoded: none queued
-		nStates   int            // the commands queued for sts, first in the pipeline
-		scripts   []*goredis.Cmd // the publish scripts
-	)
-	cmds, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+	var encodeErr error // a state that could not be encoded: none queued
+	cmds, err := b.sendBatch(ctx, batch, func(pipe goredis.Pipeliner) {
 		encodeErr = src.QueuePendingIfAbsent(ctx, pipe, sts)
-		nStates = pipe.Len()
-		scripts = batch.queue(ctx, pipe, eval)
 	})
-	if err == nil {
-		batch.relist(ctx, scripts)
-		return true, encodeErr
-	}
-	if err := scriptsErr(scripts, err); err != nil {
+	if err != nil {
 		return false, b.err(ctx, err)
 	}
-	batch.relist(ctx, scripts)
 	if encodeErr != nil {
 		return true, encodeErr
 	}
-	for _, c := range cmds[:min(nStates, len(cmds))] {
+	for _, c := range cmds {
 		if e := c.Err(); e != nil && e != goredis.Nil {
 			return true, b.err(ctx, fmt.Errorf("PENDING states: %w", e))
 		}
@@ -261,10 +253,22 @@ func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 // message keeps that ID through every delivery: a redelivery is started
 // by its fetch too.
 func (b *Broker) messageID(m driver.Message) string {
+	var r [12]byte
+	rand.Read(r[:])
+	var h [24]byte
+	hex.Encode(h[:], r[:])
 	if !b.carriesStarts.Load() || m.Task == "" || m.TaskAttempt < 1 || !plainJSON(m.ID) || !plainJSON(m.Task) {
-		return randomID()
+		return string(h[:])
 	}
-	return randomID() + ":" + strconv.Itoa(m.TaskAttempt) + ":" + m.Task
+	var sb strings.Builder
+	sb.Grow(len(h) + 2 + 20 + len(m.Task))
+	sb.Write(h[:])
+	sb.WriteByte(':')
+	var num [20]byte
+	sb.Write(strconv.AppendInt(num[:0], int64(m.TaskAttempt), 10))
+	sb.WriteByte(':')
+	sb.WriteString(m.Task)
+	return sb.String()
 }
 
 // plainJSON reports whether encoding/json writes s between its quotes as

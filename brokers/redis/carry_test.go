@@ -324,7 +324,9 @@ func TestCarryPendingAfterScriptFlush(t *testing.T) {
 			for i := range 12 { // queues on every node of the cluster
 				id := rand.Text()
 				ids = append(ids, id)
-				msgs = append(msgs, driver.Message{ID: id, Queue: "q" + strconv.Itoa(i), Body: []byte(id)})
+				// Of a priority: the script's path on one node too (due
+				// now at priority 0 goes as a transaction, no script).
+				msgs = append(msgs, driver.Message{ID: id, Queue: "q" + strconv.Itoa(i), Body: []byte(id), Priority: 1})
 			}
 			if name == "Single" {
 				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -413,7 +415,9 @@ func TestCarryPendingRefusals(t *testing.T) {
 // TestCarryPendingFailures: published reports whether the messages were
 // taken. A publish that fails (closed client) is not published; states
 // that fail beside a publish that succeeds are published, with the
-// states' error.
+// states' error; on one node, where the states and the messages go in
+// one transaction, a state refused as it is queued aborts the whole of
+// it: not published, nothing written.
 func TestCarryPendingFailures(t *testing.T) {
 	for name := range servers(t) {
 		t.Run(name, func(t *testing.T) {
@@ -430,8 +434,18 @@ func TestCarryPendingFailures(t *testing.T) {
 				return nil
 			}
 			published, err := carry(ctx, pendingStates(id), []driver.Message{{ID: id, Queue: "q", Body: []byte("x")}})
-			if !published || err == nil {
-				t.Fatalf("carried publish whose state the server refused = %v, %v; want published with the states' error", published, err)
+			var want []string // the messages queued
+			if name == "Single" {
+				// One transaction (MULTI ... EXEC) on one node: a command
+				// refused as it is queued aborts it all, nothing written.
+				if published || err == nil || !strings.Contains(err.Error(), "EXECABORT") {
+					t.Fatalf("carried publish whose state the server refused = %v, %v; want not published, EXECABORT (the transaction is all or nothing)", published, err)
+				}
+			} else {
+				if !published || err == nil {
+					t.Fatalf("carried publish whose state the server refused = %v, %v; want published with the states' error", published, err)
+				}
+				want = append(want, id)
 			}
 			be.queue = func(context.Context, goredis.Pipeliner, []*driver.TaskState) error {
 				return errors.New("cannot encode")
@@ -440,7 +454,7 @@ func TestCarryPendingFailures(t *testing.T) {
 			if !published || err == nil || !strings.Contains(err.Error(), "cannot encode") {
 				t.Fatalf("carried publish whose state cannot be encoded = %v, %v; want published with the encode error", published, err)
 			}
-			for _, want := range []string{id, id + "-2"} {
+			for _, want := range append(want, id+"-2") {
 				if d := fetchOne(ctx, t, b, "q"); d.ID != want {
 					t.Fatalf("fetched %q; want %q (the messages of a publish whose states failed are queued)", d.ID, want)
 				}
@@ -495,7 +509,9 @@ func TestPublishRedoFails(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		m := driver.Message{ID: rand.Text(), Queue: "redo-" + tc.name, Body: []byte("x")}
+		// Of a priority: the script's path (a message due now at priority
+		// 0 goes as a transaction, no script: TestPublishTransactionFails).
+		m := driver.Message{ID: rand.Text(), Queue: "redo-" + tc.name, Body: []byte("x"), Priority: 1}
 		published, err := tc.send(m)
 		if !f.failed.Load() {
 			// Another package's tests loaded the script again between the
@@ -508,6 +524,55 @@ func TestPublishRedoFails(t *testing.T) {
 		}
 		if st, err := b.Stats(ctx, m.Queue); err != nil || st.Pending != 0 {
 			t.Fatalf("%s: queue %+v, %v; want nothing queued", tc.name, st, err)
+		}
+	}
+}
+
+// failTx fails, without sending it, the first transaction (MULTI ...
+// EXEC), as go-redis fails one whose connection cannot be set up.
+type failTx struct{ failed atomic.Bool }
+
+func (*failTx) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (*failTx) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (f *failTx) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" && f.failed.CompareAndSwap(false, true) {
+			return errors.New("connection refused while the transaction was set up")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestPublishTransactionFails: a publish sent as one transaction (one
+// node, due now, priority 0) that fails before reaching the server is
+// not published, and says so; neither the message nor the state is
+// written.
+func TestPublishTransactionFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, _, b, be, carry := carrySetup(t, "Single")
+	for _, tc := range []struct {
+		name string
+		send func(m driver.Message) (bool, error)
+	}{
+		{"Publish", func(m driver.Message) (bool, error) { err := b.Publish(ctx, m); return err == nil, err }},
+		{"carried", func(m driver.Message) (bool, error) { return carry(ctx, pendingStates(m.ID), []driver.Message{m}) }},
+	} {
+		f := &failTx{}
+		rdb.AddHook(f)
+		m := driver.Message{ID: rand.Text(), Queue: "tx-" + tc.name, Body: []byte("x")}
+		published, err := tc.send(m)
+		if !f.failed.Load() {
+			t.Fatalf("%s of a message due now at priority 0 on one node sent no transaction", tc.name)
+		}
+		if published || err == nil {
+			t.Fatalf("%s whose transaction failed unsent: published %v, error %v; want not published and an error", tc.name, published, err)
+		}
+		if st, err := b.Stats(ctx, m.Queue); err != nil || st.Pending != 0 {
+			t.Fatalf("%s: queue %+v, %v; want nothing queued", tc.name, st, err)
+		}
+		if n := rdb.Exists(ctx, be.key(m.ID)).Val(); n != 0 {
+			t.Fatalf("carried: the state of a send whose transaction failed was written")
 		}
 	}
 }

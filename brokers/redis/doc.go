@@ -109,7 +109,10 @@
 // after any failed fetch or settle (at-least-once: a lease whose ack was
 // lost runs out and the message comes back). Plain commands whose second
 // run changes nothing (SADD of the queue set, HSET of a schedule, reads)
-// keep the client's retries. docs/redis.md, "Retries", has the reasons.
+// keep the client's retries; a publish's MULTI ... EXEC transaction (on
+// a single node, for messages due now at priority 0) carries the flag on
+// its first command (redisconn.Once), so it is not sent twice either.
+// docs/redis.md, "Retries", has the reasons.
 //
 // # Operating
 //
@@ -136,7 +139,8 @@
 //     counts the ack in K:acked (Stats.Completed): an ack is still one
 //     round trip. Kept bodies cost Redis memory like queued ones.
 //   - {prefix}:queues, the set of queues published to, added to in the
-//     publish pipeline (no extra round trip); Queues takes out of it the
+//     publish's round trip (by a Broker's first publish of a queue, and
+//     again when a publish finds the queue taken out); Queues takes out of it the
 //     queues of which nothing remains (nothing queued, archived or
 //     completed, after trimming the archive to its retention and the
 //     completed to Options.CompletedMaxAge), see [Broker.Queues];

@@ -100,3 +100,10 @@ func (n noRetry) ScriptExists(ctx context.Context, hashes ...string) *goredis.Bo
 func (n noRetry) ScriptLoad(ctx context.Context, script string) *goredis.StringCmd {
 	return n.c.ScriptLoad(ctx, script)
 }
+
+// Once returns cmd with go-redis's NoRetry flag, as NoRetry gives the
+// scripts: a pipeline or a transaction (MULTI ... EXEC) holding it is
+// never sent a second time once written, so a slow reply cannot make it
+// run twice. (go-redis v9.23 resends no transaction after its write
+// anyway; Once makes the promise errand's, not a version's.)
+func Once(cmd *goredis.Cmd) goredis.Cmder { return noRetryCmd{cmd} }

@@ -74,7 +74,8 @@ func (c *slowConn) Read(p []byte) (int, error) {
 var countScript = goredis.NewScript(`return redis.call('INCR', KEYS[1])`)
 
 // TestNoRetryRunsOnce: a script whose reply comes after the read timeout
-// runs once through NoRetry, on a client that retries (MaxRetries 3), where
+// runs once through NoRetry (alone, in a pipeline), and a transaction
+// holding a command marked Once runs once, on a client that retries (MaxRetries 3), where
 // the plain client runs it four times. The promise: no errand script runs
 // twice by accident (docs/redis.md, Retries).
 func TestNoRetryRunsOnce(t *testing.T) {
@@ -124,6 +125,21 @@ func TestNoRetryRunsOnce(t *testing.T) {
 	if n, _ := fast.Get(ctx, key).Int(); n != 2 {
 		t.Errorf("after one more pipelined run with a late reply the count is %d; want 2 (one run per call)", n)
 	}
+
+	// A transaction (MULTI ... EXEC, the publish's) holding a command
+	// marked Once is not sent again either.
+	tx := slow.TxPipeline()
+	tx.Process(ctx, Once(goredis.NewCmd(ctx, "incr", key)))
+	tx.Incr(ctx, key)
+	if _, err := tx.Exec(ctx); err == nil {
+		t.Fatal("a transaction whose reply was late: want a timeout error, got none")
+	}
+	if n, _ := fast.Get(ctx, key).Int(); n != 4 {
+		t.Errorf("after one transaction of two INCRs with a late reply the count is %d; want 4 (the transaction ran once)", n)
+	}
+	// (go-redis v9.23 itself does not resend a transaction whose reply
+	// was late, with or without Once; Once keeps that true whatever the
+	// version, as NoRetry does for scripts.)
 
 	// The control: the same call on the plain client runs more than once,
 	// which is what NoRetry exists to prevent.
