@@ -551,9 +551,9 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 	}
 }
 
-// waitFetch blocks on notify (BLPOP) for up to MaxBlock and then runs the
-// fetch script with keys and args, both in one pipeline, and returns the
-// script's answer. Pipelined, the script runs as soon as the wait ends
+// waitFetch blocks on notify (BLPOP) for up to MaxBlock (less when ctx's
+// deadline is nearer) and then runs the fetch script with keys and args,
+// both in one pipeline, and returns the script's answer. Pipelined, the script runs as soon as the wait ends
 // (woken by a publish or a waker's token, or timed out), with no round
 // trip between the two. A server that has not cached the script refuses
 // it NOSCRIPT after the wait, and pipelined sends it again alone, with its
@@ -572,7 +572,15 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 // again (after their lease, never lost), as when a fetch script's reply is
 // lost today.
 func (b *Broker) waitFetch(ctx context.Context, notify string, keys []string, args []any) ([]any, error) {
-	secs := strconv.FormatFloat(b.opts.MaxBlock.Seconds(), 'f', 3, 64)
+	// The wait ends by ctx's deadline too, so the script runs then, not up
+	// to MaxBlock later for a caller who has gone (a client that does not
+	// honour ctx deadlines reads on; one that does gives up at the
+	// deadline, as below). A block of 0 would wait for ever: 1ms at least.
+	block := b.opts.MaxBlock
+	if d, ok := ctx.Deadline(); ok {
+		block = min(block, time.Until(d))
+	}
+	secs := strconv.FormatFloat(max(block, time.Millisecond).Seconds(), 'f', 3, 64)
 	bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
 	defer cancel()
 	var fetch *goredis.Cmd

@@ -20,8 +20,9 @@ import (
 // namedClient returns a client of its own to the deployment name names
 // ("Single" or "Cluster", as servers), honouring ctx deadlines as Open's
 // clients do (ContextTimeoutEnabled), whose connections carry a client
-// name of their own, so a test can find them in CLIENT LIST.
-func namedClient(t *testing.T, name string) (goredis.UniversalClient, string) {
+// name of their own, so a test can find them in CLIENT LIST. readTimeout
+// is its ReadTimeout (0: go-redis's default).
+func namedClient(t *testing.T, name string, readTimeout time.Duration) (goredis.UniversalClient, string) {
 	t.Helper()
 	cname := "errand-waitfetch-" + rand.Text()[:8]
 	var rdb goredis.UniversalClient
@@ -35,14 +36,14 @@ func namedClient(t *testing.T, name string) (goredis.UniversalClient, string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.ClientName, o.ContextTimeoutEnabled = cname, true
+		o.ClientName, o.ContextTimeoutEnabled, o.ReadTimeout = cname, true, readTimeout
 		rdb = goredis.NewClient(o)
 	case "Cluster":
 		if os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS") == "" {
 			conformance.ServiceUnavailable(t, "ERRAND_REDIS_CLUSTER_ADDRS is not set (scripts/services start exports it)")
 		}
 		rdb = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"), ","),
-			ClientName: cname, ContextTimeoutEnabled: true})
+			ClientName: cname, ContextTimeoutEnabled: true, ReadTimeout: readTimeout})
 	default:
 		t.Fatalf("unknown deployment %q", name)
 	}
@@ -104,7 +105,8 @@ func awaitBlocked(ctx context.Context, t *testing.T, node *goredis.Client, cname
 // the BLPOP); a Fetch whose ctx deadline ends while it is blocked leases
 // nothing (the connection is dropped, and Redis frees the blocked client
 // with the queued script unrun), so the message published next goes at
-// once to the next fetcher, not after a lease; a Fetch cancelled while
+// once to the next fetcher, not after a lease, and so does a Fetch whose
+// client's read times out while Redis still waits; a Fetch cancelled while
 // blocked either returns the message it took or leaves it to the next
 // fetcher at once.
 func TestWaitFetch(t *testing.T) {
@@ -113,12 +115,12 @@ func TestWaitFetch(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), scaled(time.Minute))
 			defer cancel()
-			rdb, cname := namedClient(t, name)
+			rdb, cname := namedClient(t, name, 0)
 			prefix := freshPrefix(t, rdb)
 			// MaxBlock well beyond the ctx deadlines below: only a dropped
 			// connection, a publish or a cancelled read ends a wait early.
 			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix, MaxBlock: 2 * time.Second})
-			other, _ := namedClient(t, name)
+			other, _ := namedClient(t, name, 0)
 			pub := redisbroker.New(other, &redisbroker.Options{Prefix: prefix})
 			const q, lease = "w", time.Hour // a message leased and dropped would not come back within the test
 			node := nodeOf(ctx, t, rdb, "{"+prefix+":"+q+"}:notify")
@@ -174,6 +176,25 @@ func TestWaitFetch(t *testing.T) {
 			ds, err = b.Fetch(ctx, q, 1, lease)
 			one("the Fetch after one that gave up at its deadline (the given-up fetch must not have leased it: its lease is an hour)", fetched{ds, err}, "m2")
 
+			// 2b. The client's read gives up while the server still
+			// waits (a ReadTimeout shorter than the block): the connection
+			// is dropped, and Redis frees the blocked client with the
+			// queued script unrun.
+			short, sname := namedClient(t, name, 200*time.Millisecond)
+			sb := redisbroker.New(short, &redisbroker.Options{Prefix: prefix, MaxBlock: 2 * time.Second})
+			sgot := make(chan fetched, 1)
+			go func() {
+				ds, err := sb.Fetch(ctx, q, 1, lease)
+				sgot <- fetched{ds, err}
+			}()
+			awaitBlocked(ctx, t, node, sname)
+			if f := <-sgot; f.err == nil || len(f.ds) != 0 {
+				t.Fatalf("a blocked Fetch whose client's read timed out: %d deliveries, %v; want none and an error", len(f.ds), f.err)
+			}
+			publish("m2b")
+			ds, err = b.Fetch(ctx, q, 1, lease)
+			one("the Fetch after one whose read timed out (which must not have leased it: its lease is an hour)", fetched{ds, err}, "m2b")
+
 			// 3. Cancelled while blocked, then a publish: the message is
 			// either the cancelled Fetch's, or the next fetcher's at once.
 			cctx, ccancel := context.WithCancel(ctx)
@@ -208,12 +229,12 @@ func TestWaitFetchRoundTrips(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), scaled(time.Minute))
 			defer cancel()
-			rdb, cname := namedClient(t, name)
+			rdb, cname := namedClient(t, name, 0)
 			c := &tripCounter{perNode: map[string]int{}}
 			rdb.AddHook(c)
 			prefix := freshPrefix(t, rdb)
 			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix, MaxBlock: 5 * time.Second})
-			other, _ := namedClient(t, name)
+			other, _ := namedClient(t, name, 0)
 			pub := redisbroker.New(other, &redisbroker.Options{Prefix: prefix})
 			const q = "r"
 			node := nodeOf(ctx, t, rdb, "{"+prefix+":"+q+"}:notify")
