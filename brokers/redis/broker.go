@@ -553,9 +553,9 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 
 // waitFetch blocks on notify (BLPOP) for up to MaxBlock (less when ctx's
 // deadline is nearer) and then runs the fetch script with keys and args,
-// both in one pipeline, and returns the script's answer. Pipelined, the script runs as soon as the wait ends
-// (woken by a publish or a waker's token, or timed out), with no round
-// trip between the two. A server that has not cached the script refuses
+// both in one pipeline, and returns the script's answer. Pipelined, the
+// script runs as soon as the wait ends (woken by a publish or a waker's
+// token, or timed out), with no round trip between the two. A server that has not cached the script refuses
 // it NOSCRIPT after the wait, and pipelined sends it again alone, with its
 // source.
 //
@@ -569,8 +569,8 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 // queued script unrun: nothing is leased. In the narrow race where the
 // wait ended and the script ran just as the read gave up, its leases are
 // abandoned with the reply: they run out and the messages are delivered
-// again (after their lease, never lost), as when a fetch script's reply is
-// lost today.
+// again (after their lease, never lost), as when the reply of any fetch
+// script is lost.
 func (b *Broker) waitFetch(ctx context.Context, notify string, keys []string, args []any) ([]any, error) {
 	// The wait ends by ctx's deadline too, so the script runs then, not up
 	// to MaxBlock later for a caller who has gone (a client that does not
