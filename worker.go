@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -593,6 +594,15 @@ func (w *Worker) loop() {
 			}
 			w.tasks.Add(1)
 			w.work <- j // never blocks: a slot is held for each delivery
+		}
+		if len(ds) > 0 && len(ds) < n {
+			// Fewer were due than slots free: the next fetch will likely
+			// wait. Let the runners just handed a delivery go first (they
+			// wait on this goroutine's P otherwise, until the next fetch
+			// has been sent and blocks), so a task reaches its function
+			// without waiting on the fetch behind it: tens of µs per task
+			// at low load (bench, latency).
+			runtime.Gosched()
 		}
 		if !w.fetchFailed(q.name, err, &failures) {
 			return

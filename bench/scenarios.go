@@ -449,7 +449,7 @@ answers it:
 - **Enqueue (targets ≥ 1.2× asynq from 1 producer, ≥ 1.0× from 10).** A
   send on one node is one MULTI/EXEC of plain commands (no Lua) and its
   signature and PENDING state are written without reflection
-  (docs/redis.md, "Round 4"): about 13–17 µs of Redis per send against
+  (docs/redis.md, "Round 6"): about 13–17 µs of Redis per send against
   asynq's one script, 20 µs of Redis CPU against 15, 28 µs of Go CPU and
   63 allocations against 18 and 26. What is left is errand's extra writes
   (the PENDING state, the task-ID index, the wake-up token, the unlisted
@@ -461,11 +461,16 @@ answers it:
   cost (above) is paid per task: 255 µs of Redis per task against asynq's
   47 (asynq's idle workers sleep up to a second instead of waking).
 - **Latency p50 (target ≤ machinery's and ≤ 0.5 ms; p99 ≤ 2 ms met).**
-  An idle worker needs the wake-up (BLPOP) and then the fetch script that
-  leases and starts the message: two round trips and the fetch's fixed
-  cost, against machinery's BLPOP that returns the message itself.
-  Handing the message over in the wake-up's round trip would lease it
-  during a shutdown with no one to run it; not done.
+  An idle worker's wake-up carries the fetch: its BLPOP and the fetch
+  script go in one pipeline, so the message comes back in the wake-up's
+  round trip (docs/redis.md, "Round 7"). What is left on the path is
+  work, not waiting: the producer's Go before its pipeline leaves (about
+  55 µs), the publish script and the fetch script with the start (Redis
+  runs both before it answers either client), and about 60 µs of Go from
+  the fetch's reply to the function (the start's previous state decoded
+  by encoding/json, json.Valid before the signature's fast decode, the
+  lease, the task's context). machinery's p50 moves between 0.4 and
+  0.6 ms with the machine's load, and errand's with it.
 - **Chord of 1 000 (target ≤ 2× the raw DECR chord).** Each member pays
   the per-task path above plus the group-completion script; the raw chord
   pays one BRPOP and one DECR. The same savings apply.

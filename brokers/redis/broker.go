@@ -252,8 +252,18 @@ func (b *Broker) err(ctx context.Context, err error) error {
 		return fmt.Errorf("redis broker: %w", driver.ErrClosed)
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case deadlinePassed(ctx):
+		// The socket's read deadline, which go-redis takes from ctx's
+		// (ContextTimeoutEnabled), fired before ctx's own timer did.
+		return context.DeadlineExceeded
 	}
 	return fmt.Errorf("redis broker: %w", err)
+}
+
+// deadlinePassed reports whether ctx has a deadline, and it has passed.
+func deadlinePassed(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 func randomID() string {
@@ -351,7 +361,8 @@ func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Err
 // Fetch runs the fetch script (promote due delayed messages and expired
 // leases, then lease up to limit, highest Message.Priority first); when
 // nothing is due it blocks on the queue's wake-up list until a publish (of
-// any priority), the next due time, or MaxBlock.
+// any priority), the next due time, or MaxBlock, and the fetch script runs
+// again, queued behind the wait in the same round trip (waitFetch).
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	ds, _, _, err := b.fetch(ctx, queue, limit, lease, noStarts)
 	return ds, err
@@ -363,27 +374,50 @@ var noStarts = []any{"", 0}
 // fetch is Fetch, the fetch script given starts as its ARGV from the 8th
 // on (noStarts, or a carried fetch's: carry.go). It also returns each
 // delivery's start (nil: not tried) and the server's time of the lease.
+//
+// A fetch that answers 'wait' is followed by one pipeline: BLPOP on the
+// queue's wake-up list, then the fetch script again (waitFetch). Redis
+// runs a connection's pipelined commands in order, so the script runs the
+// moment the wait ends, and its reply is the handover: a message
+// published to an idle fetcher reaches it in the wake-up's round trip,
+// not one more. The deliveries of a fetch that ran are returned even when
+// ctx ended meanwhile (go-redis does not interrupt a read on
+// cancellation, only at a deadline): the caller holds them, as it holds
+// those of a fetch script that was running when ctx was cancelled.
 func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.Duration, starts []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	k := b.keys(queue)
 	keys := k.fetchKeys()
 	b.register(ctx, queue)
+	args := func() []any {
+		return append([]any{limit, lease.Milliseconds(), promoteBatch, randomID(),
+			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()}, starts...)
+	}
+	var res []any
+	waited := false // res is the answer of the fetch queued behind a wait
 	for {
+		if !waited {
+			if b.closed.Load() {
+				return nil, nil, time.Time{}, fmt.Errorf("redis broker: %w", driver.ErrClosed)
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, nil, time.Time{}, err
+			}
+			sctx, cancel := b.bound(ctx)
+			var err error
+			res, err = fetchScript.Run(sctx, b.scripts, keys, args()...).Slice()
+			cancel()
+			if err != nil {
+				return nil, nil, time.Time{}, b.err(ctx, err)
+			}
+		}
+		if len(res) > 0 && res[0] != "wait" {
+			return deliveries(queue, res)
+		}
 		if b.closed.Load() {
 			return nil, nil, time.Time{}, fmt.Errorf("redis broker: %w", driver.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, nil, time.Time{}, err
-		}
-		sctx, cancel := b.bound(ctx)
-		args := append([]any{limit, lease.Milliseconds(), promoteBatch, randomID(),
-			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()}, starts...)
-		res, err := fetchScript.Run(sctx, b.scripts, keys, args...).Slice()
-		cancel()
-		if err != nil {
-			return nil, nil, time.Time{}, b.err(ctx, err)
-		}
-		if len(res) > 0 && res[0] != "wait" {
-			return deliveries(queue, res)
 		}
 		// Redis checks blocking timeouts only hz times a second (every
 		// 100ms by default), so a due time nearer than MaxBlock is not left
@@ -395,26 +429,71 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 			now, _ := res[2].(int64)
 			if until := time.Duration(next-now) * time.Millisecond; next >= 0 && until < b.opts.MaxBlock {
 				if until <= 0 {
+					waited = false
 					continue
 				}
 				waker = time.AfterFunc(until, func() { b.wake(k.notify) })
 			}
 		}
-		secs := strconv.FormatFloat(b.opts.MaxBlock.Seconds(), 'f', 3, 64)
-		// go-redis reads a blocking reply for its timeout plus 10s; bound
-		// it to the block plus a margin, so that on a client honouring ctx
-		// deadlines (ContextTimeoutEnabled, as Open sets) a server that
-		// stopped answering cannot hold Fetch past its caller's shutdown.
-		bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
-		err = b.rdb.Do(bctx, "BLPOP", k.notify, secs).Err()
-		cancel()
+		var err error
+		res, err = b.waitFetch(ctx, k.notify, keys, args())
 		if waker != nil {
 			waker.Stop()
 		}
-		if err != nil && err != goredis.Nil {
+		if err != nil {
 			return nil, nil, time.Time{}, b.err(ctx, err)
 		}
+		waited = true
 	}
+}
+
+// waitFetch blocks on notify (BLPOP) for up to MaxBlock (less when ctx's
+// deadline is nearer) and then runs the fetch script with keys and args,
+// both in one pipeline, and returns the script's answer. Pipelined, the
+// script runs as soon as the wait ends (woken by a publish or a waker's
+// token, or timed out), with no round trip between the two. A server that has not cached the script refuses
+// it NOSCRIPT after the wait, and pipelined sends it again alone, with its
+// source.
+//
+// go-redis reads a pipeline's replies under the client's ReadTimeout (3s
+// by default), as it reads a BLPOP sent by Do: MaxBlock must stay below
+// it, as before. The read is also bounded by ctx's deadline and by
+// MaxBlock plus blockMargin, so that on a client honouring ctx deadlines
+// (ContextTimeoutEnabled, as Open sets) a server that stopped answering
+// cannot hold Fetch past its caller's shutdown. A read that ends that way
+// drops the connection, and Redis frees the blocked client with the
+// queued script unrun: nothing is leased. In the narrow race where the
+// wait ended and the script ran just as the read gave up, its leases are
+// abandoned with the reply: they run out and the messages are delivered
+// again (after their lease, never lost), as when the reply of any fetch
+// script is lost.
+func (b *Broker) waitFetch(ctx context.Context, notify string, keys []string, args []any) ([]any, error) {
+	// The wait ends by ctx's deadline too, so the script runs then, not up
+	// to MaxBlock later for a caller who has gone (a client that does not
+	// honour ctx deadlines reads on; one that does gives up at the
+	// deadline, as below). A block of 0 would wait for ever: 1ms at least.
+	block := b.opts.MaxBlock
+	if d, ok := ctx.Deadline(); ok {
+		block = min(block, time.Until(d))
+	}
+	secs := strconv.FormatFloat(max(block, time.Millisecond).Seconds(), 'f', 3, 64)
+	bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
+	defer cancel()
+	var fetch *goredis.Cmd
+	_, err := b.pipelined(bctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+		pipe.Do(bctx, "BLPOP", notify, secs)
+		fetch = eval(fetchScript, bctx, pipe, keys, args...)
+	})
+	// err may be the BLPOP's redis.Nil (it timed out): the script's own
+	// reply decides. A script with neither reply nor error was not run or
+	// not read (go-redis does not stamp every failure on the commands).
+	if fetch.Err() == nil && fetch.Val() == nil {
+		if err == nil || err == goredis.Nil {
+			err = errors.New("fetch script queued behind BLPOP: no reply")
+		}
+		return nil, err
+	}
+	return fetch.Slice()
 }
 
 // blockMargin is how long past MaxBlock a blocked fetch waits for Redis's

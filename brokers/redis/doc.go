@@ -57,7 +57,10 @@
 // when their leases run out (errand's worker extends leases while tasks run).
 // An idle Fetch blocks on a per-queue wake-up list; a publish wakes it at once,
 // and it wakes by itself at the earliest due time or lease deadline (and at
-// least every Options.MaxBlock, to notice a cancelled ctx or Close).
+// least every Options.MaxBlock, to notice a cancelled ctx or Close). The
+// fetch script is pipelined behind the wait, so a woken Fetch has its
+// messages in the wake-up's round trip; a Fetch cancelled while it waits
+// returns what that script leased, if anything.
 //
 // Delays: never early — due times are compared with the server's clock and
 // rounded up to the millisecond; late by the wake-up latency (about a
