@@ -235,13 +235,26 @@ func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 	b.carriesStarts.Store(true) // from now on publish names tasks in message IDs
 	prefix := src.StateKey("")
 	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
-		args := make([]any, 0, 2+len(spec.Tasks))
-		args = append(args, prefix, src.ResultExpiry().Milliseconds())
-		for _, t := range spec.Tasks {
-			args = append(args, t)
-		}
+		args := []any{prefix, src.ResultExpiry().Milliseconds(), startableArg(spec.Tasks)}
 		return b.fetch(ctx, queue, limit, lease, args)
 	}
+}
+
+// startableArg is fetchScript's ARGV[10]: names, each between newlines,
+// which the script searches as one string (one argument, no table built
+// per call, however many tasks the worker has). A name with a newline is
+// left out: it is never carried in a message ID (plainJSON), and inside
+// the string it could make a part of itself look startable.
+func startableArg(names []string) string {
+	var sb strings.Builder
+	sb.WriteByte('\n')
+	for _, n := range names {
+		if n != "" && !strings.ContainsRune(n, '\n') {
+			sb.WriteString(n)
+			sb.WriteByte('\n')
+		}
+	}
+	return sb.String()
 }
 
 // messageID is the ID under which publish keeps m: random, and, once

@@ -817,3 +817,37 @@ func TestCarrySettlePriority(t *testing.T) {
 		t.Fatalf("queue after the settles: %+v, %v; want 3 completed, nothing left", st, err)
 	}
 }
+
+// TestCarryStartOnlyNamedTasks: a carried fetch starts only the tasks
+// spec.Tasks names, by whole name: not one whose name is part of a named
+// one, nor one a name with a newline could seem to contain.
+func TestCarryStartOnlyNamedTasks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb, _ := countedClient(t, "Single")
+	prefix := freshPrefix(t, rdb)
+	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+	be := newSameServerBackend(t, rdb, prefix)
+	fetch := b.CarryStart(be)
+	if fetch == nil {
+		t.Fatal("CarryStart = nil on a single server; want a carrier")
+	}
+	named := map[string]bool{"a": true, "abc": false, "b": false, "c": false}
+	var msgs []driver.Message
+	for name := range named {
+		msgs = append(msgs, driver.Message{ID: name + "-" + rand.Text(), Queue: "s", Body: []byte(name), Task: name, TaskAttempt: 1})
+	}
+	if err := b.Publish(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	ds, starts, _, err := fetch(ctx, "s", len(msgs), time.Minute, driver.StartSpec{Tasks: []string{"a", "ab", "x\nb\ny", "", "bc"}})
+	if err != nil || len(ds) != len(msgs) || len(starts) != len(msgs) {
+		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want %d each", len(ds), len(starts), err, len(msgs))
+	}
+	for i, d := range ds {
+		name := string(d.Body)
+		if started := starts[i] != nil; started != named[name] {
+			t.Errorf("task %q: started %v; want %v (spec names a, ab, bc and x\\nb\\ny)", name, started, named[name])
+		}
+	}
+}

@@ -304,7 +304,7 @@ local function peek(raw)
 end
 local function begin(id, taskID, first)
   local a, name = string.match(id, '^%%x+:(%%d+):(.+)$')
-  if not a or not startable[name] then return NOT_TRIED, false, false end
+  if not a or not string.find(startable, '\n' .. name .. '\n', 1, true) then return NOT_TRIED, false, false end
   local key = statePrefix .. taskID
   -- A state the script cannot read (a key of another type, not JSON, not
   -- an object) is left to Start: an error here would end the script with
@@ -378,15 +378,15 @@ var fetchScript = newScript(`
 -- ARGV[8] -> the result backend's task key prefix, to start the tasks
 --            of what it leases (a carried fetch); '': start nothing
 -- ARGV[9] -> the backend's result expiry (ms; 0: none)
--- ARGV[10...] -> the task names it may start
+-- ARGV[10] -> the task names it may start, each between newlines
+--            ('\nA\nB\n'; absent: none)
 local pending, delayed, inflight, msgs, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local count, seq, prio, ppending, pseq = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local archive, archived, ids = KEYS[11], KEYS[12], KEYS[13]
 local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), ARGV[6], ARGV[7] -- the bounds: numbers in setAside
 local statePrefix, expiry, expiryArg = ARGV[8], tonumber(ARGV[9]), ARGV[9]
-local startable = {}
-for i = 10, #ARGV do startable[ARGV[i]] = true end
+local startable = ARGV[10] or ''
 `, luaNow, luaMany, luaPush, luaForget, luaArchive, luaStart, `
 -- The earliest delayed message and lease deadline (ZRANGE ... WITHSCORES;
 -- nil once the zset has changed): a scan runs only when its zset has
