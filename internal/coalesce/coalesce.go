@@ -328,11 +328,14 @@ func (c *Coalescer[Req, Res]) run(ctx context.Context, key string, live []*waite
 	}
 }
 
-// oneCtx reports whether every waiter of live waits under one ctx (one
-// value: compared only when its type is comparable).
+// oneCtx reports whether every waiter of live waits under one ctx. Only
+// pointer ctxs are compared: comparing two values of a struct ctx type
+// panics when a field holds an uncomparable value, which the type does not
+// tell (an interface field), and every ctx the context package makes is a
+// pointer.
 func oneCtx[Req, Res any](live []*waiter[Req, Res]) bool {
 	first := live[0].ctx
-	if len(live) > 1 && !reflect.TypeOf(first).Comparable() {
+	if len(live) > 1 && reflect.TypeOf(first).Kind() != reflect.Pointer {
 		return false
 	}
 	for _, w := range live[1:] {

@@ -458,3 +458,49 @@ func TestCoalescerBatchUnderOneCtx(t *testing.T) {
 		})
 	}
 }
+
+// structCtx is a ctx of a struct type whose field may hold an uncomparable
+// value: comparing two of them with == panics.
+type structCtx struct {
+	context.Context
+	tag any
+}
+
+// TestCoalescerBatchOfStructCtxs: waiters under ctxs of a struct type that
+// cannot be compared are batched and answered, not panicked on.
+func TestCoalescerBatchOfStructCtxs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var l batchLog
+		l.gate = make(chan struct{})
+		c := New(Config[int, int]{Flights: 1, Run: l.run})
+		defer c.Close()
+		go c.Do(t.Context(), "held", 0) // the one flight, held until the gate opens
+		synctest.Wait()
+		type answer struct {
+			got int
+			err error
+		}
+		answers := make(chan answer, 2)
+		for r := range 2 {
+			ctx := structCtx{Context: t.Context(), tag: []int{r}}
+			go func() { got, err := c.Do(ctx, "held", r+1); answers <- answer{got, err} }()
+		}
+		synctest.Wait()
+		close(l.gate)
+		synctest.Wait()
+		sum := 0
+		for range 2 {
+			a := <-answers
+			if a.err != nil {
+				t.Fatalf("a waiter under a struct ctx was answered %v; want its result", a.err)
+			}
+			sum += a.got
+		}
+		if sum != 30 {
+			t.Fatalf("the struct-ctx waiters got results summing to %d; want 10+20", sum)
+		}
+		if got := l.sizes(); !slices.Equal(got, []int{1, 2}) {
+			t.Fatalf("calls of sizes %v; want the held one then one batch of both", got)
+		}
+	})
+}
