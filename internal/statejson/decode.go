@@ -291,8 +291,8 @@ func results(s string, i int) ([]driver.Result, int, bool) {
 			case key == "value" && !seenValue:
 				seenValue = true
 				end := valueEnd(s, j)
-				if end < 0 || s[j:end] == "null" {
-					return nil, 0, false
+				if end <= j || s[j:end] == "null" || space(s[j]) || space(s[end-1]) {
+					return nil, 0, false // encoding/json's value has no space around it
 				}
 				r.Value = json.RawMessage(s[j:end])
 				if !json.Valid(r.Value) {
@@ -323,6 +323,9 @@ func results(s string, i int) ([]driver.Result, int, bool) {
 		return nil, 0, false
 	}
 }
+
+// space reports whether c is JSON whitespace.
+func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // valueEnd returns the index after the JSON value at s[i], found by
 // skipping strings and nesting (the caller validates it), or -1.

@@ -41,6 +41,7 @@ var decodeSeeds = []string{
 	`{"created_at":null}`, `{"created_at":"0000-01-01T00:00:00Z"}`, `{"created_at":"2026-11-26 16:00:00Z"}`,
 	`{"results":[]}`, `{"results":null}`, `{"results":[{}]}`, `{"results":[{"type":"t"}]}`, `{"results":[{"value":null}]}`,
 	`{"results":[{"value":{"a":[1,"]}"]}}]}`, `{"results":[{"value":[1,2}]}`, `{"results":[{"value":tru}]}`, `{"results":[{"value":1,"value":2}]}`,
+	`{"results":[{"value": 5}]}`, `{"results":[{"value":5 }]}`, "{\"results\":[{\"value\":\n[1]\t,\"type\":\"t\"}]}",
 	`{"unknown":1}`, `{"task_uuid":"u"} `, `{"task_uuid":"u",}`, `{"task_uuid":"u"`, `{"task_uuid":"u"}x`, ``,
 }
 
