@@ -56,12 +56,12 @@ func appendState(b []byte, st *driver.TaskState) ([]byte, bool) {
 			b = append(b, `{"type":`...)
 			b = appendString(b, r.Type)
 			b = append(b, `,"value":`...)
-			if len(r.Value) == 0 {
+			switch {
+			case r.Value == nil: // json.RawMessage writes null only for nil
 				b = append(b, "null"...)
-			} else {
-				if !compactASCII(r.Value) {
-					return b, false
-				}
+			case len(r.Value) == 0 || !compactASCII(r.Value):
+				return b, false // encoding/json's answer (an empty value is its error)
+			default:
 				b = append(b, r.Value...)
 			}
 			b = append(b, '}')

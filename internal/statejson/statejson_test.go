@@ -53,6 +53,7 @@ func TestMarshalIsEncodingJSON(t *testing.T) {
 		{TaskUUID: "u", CreatedAt: time.Now()}, // a monotonic reading, the local zone
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{}},
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{}}},
+		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "empty", Value: json.RawMessage{}}}},
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "[]int", Value: json.RawMessage(` [1, 2] `)}}},
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "string", Value: json.RawMessage(`"<a> & é"`)}}},
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "x", Value: json.RawMessage(`{"a":[1,{"b":null}],"c":"d"}`)}}},
