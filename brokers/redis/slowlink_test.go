@@ -88,13 +88,19 @@ func (c *slowConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// slowReadTimeout is the slow clients' read timeout: long enough for a
+// script that sets 6 MiB aside on a loaded CI machine (200ms was not),
+// far shorter than a 3 MiB reply takes on the oversized test's link.
+const slowReadTimeout = 2 * time.Second
+
 // slowClient is a client of the single-node server with go-redis's
-// default retries (MaxRetries 3) and a 200ms read timeout, on link.
+// default retries (MaxRetries 3) and a read timeout of slowReadTimeout,
+// on link.
 func slowClient(t *testing.T, fast goredis.UniversalClient, link slowLink) *goredis.Client {
 	t.Helper()
 	o := *fast.(*goredis.Client).Options()
 	o.MaxRetries = 3
-	o.ReadTimeout = 200 * time.Millisecond
+	o.ReadTimeout = slowReadTimeout
 	o.Dialer = link.dial
 	o.OnConnect = nil
 	c := goredis.NewClient(&o)
@@ -160,8 +166,8 @@ func TestSlowFetchLeasesOnce(t *testing.T) {
 // onto the list, and a 3 MiB body published through a broker without a
 // bound — is set aside in the archive by the fetch script, with a reason
 // naming its size and the bound, and the small message behind it is
-// delivered. The link reads 4 MB/s with a 200ms read timeout: a reply
-// carrying 3 MiB could never be read in time, so before, the fetch failed
+// delivered. The link reads 512 KiB/s with a 2s read timeout: a reply
+// carrying 3 MiB (6s) could never be read in time, so before, the fetch failed
 // again and again and the messages stayed in flight forever.
 func TestOversizedMessageSetAside(t *testing.T) {
 	fast := servers(t)["Single"]
@@ -180,7 +186,7 @@ func TestOversizedMessageSetAside(t *testing.T) {
 		driver.Message{ID: "small", Queue: "q", Body: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
-	slow := slowClient(t, fast, slowLink{rate: 4 << 20})
+	slow := slowClient(t, fast, slowLink{rate: 512 << 10})
 	consumer := redisbroker.New(slow, &redisbroker.Options{Prefix: prefix})
 	defer consumer.Close()
 	ds, err := consumer.Fetch(ctx, "q", 10, time.Minute)
