@@ -225,7 +225,7 @@ func (b *Broker) makeKeys(queue string) keys {
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
 		ids: k + "ids", unlisted: k + "unlisted",
 	}
-	ks.tx = newTxArgs(&ks)
+	ks.tx = newTxArgs(&ks, b.global("queues"), queue)
 	return ks
 }
 
@@ -401,7 +401,7 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 			}
 			sctx, cancel := b.bound(ctx)
 			var err error
-			res, err = b.runFetch(sctx, queue, keys, args(), nil)
+			res, err = b.runFetch(sctx, &k, keys, args(), nil)
 			cancel()
 			if err != nil {
 				return nil, nil, time.Time{}, b.err(ctx, err)
@@ -433,7 +433,7 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 			}
 		}
 		var err error
-		res, err = b.waitFetch(ctx, queue, k.notify, keys, args())
+		res, err = b.waitFetch(ctx, &k, keys, args())
 		if waker != nil {
 			waker.Stop()
 		}
@@ -444,9 +444,10 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 	}
 }
 
-// runFetch runs the fetch script with keys and args after the commands
-// before queues (nil: none), in one pipeline, and returns the script's
-// answer. The pipeline also adds queue to P:queues, every time (an SADD
+// runFetch runs the fetch script of k's queue with keys and args after
+// the commands before queues (nil: none), in one pipeline, and returns
+// the script's answer. The pipeline also adds the queue to P:queues,
+// every time (an SADD
 // of a member already there costs Redis O(1)): the set heals within one
 // fetch of any worker whatever emptied it (a Redis restarted without
 // persistence, a FLUSHDB, a failover), and a queue fed only by an older
@@ -455,13 +456,13 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 // queue too). On a cluster the set and the queue's keys hash to
 // different slots: go-redis sends the two nodes' commands at once, one
 // round trip.
-func (b *Broker) runFetch(ctx context.Context, queue string, keys []string, args []any, before func(goredis.Pipeliner)) ([]any, error) {
+func (b *Broker) runFetch(ctx context.Context, k *keys, keys []string, args []any, before func(goredis.Pipeliner)) ([]any, error) {
 	var fetch *goredis.Cmd
 	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
 		if before != nil {
 			before(pipe)
 		}
-		pipe.SAdd(ctx, b.global("queues"), queue)
+		_ = pipe.Process(ctx, goredis.NewIntCmd(ctx, k.tx.list...))
 		fetch = eval(fetchScript, ctx, pipe, keys, args...)
 	})
 	// err may be another command's (the BLPOP's redis.Nil when it timed
@@ -477,8 +478,8 @@ func (b *Broker) runFetch(ctx context.Context, queue string, keys []string, args
 	return fetch.Slice()
 }
 
-// waitFetch blocks on notify (BLPOP) for up to MaxBlock (less when ctx's
-// deadline is nearer) and then runs the fetch script with keys and args
+// waitFetch blocks on k's K:notify (BLPOP) for up to MaxBlock (less when
+// ctx's deadline is nearer) and then runs the fetch script with keys and args
 // (runFetch), both in one pipeline, and returns the script's answer. Pipelined, the
 // script runs as soon as the wait ends (woken by a publish or a waker's
 // token, or timed out), with no round trip between the two. A server that has not cached the script refuses
@@ -497,7 +498,7 @@ func (b *Broker) runFetch(ctx context.Context, queue string, keys []string, args
 // abandoned with the reply: they run out and the messages are delivered
 // again (after their lease, never lost), as when the reply of any fetch
 // script is lost.
-func (b *Broker) waitFetch(ctx context.Context, queue, notify string, keys []string, args []any) ([]any, error) {
+func (b *Broker) waitFetch(ctx context.Context, k *keys, keys []string, args []any) ([]any, error) {
 	// The wait ends by ctx's deadline too, so the script runs then, not up
 	// to MaxBlock later for a caller who has gone (a client that does not
 	// honour ctx deadlines reads on; one that does gives up at the
@@ -509,8 +510,8 @@ func (b *Broker) waitFetch(ctx context.Context, queue, notify string, keys []str
 	secs := strconv.FormatFloat(max(block, time.Millisecond).Seconds(), 'f', 3, 64)
 	bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
 	defer cancel()
-	return b.runFetch(bctx, queue, keys, args, func(pipe goredis.Pipeliner) {
-		pipe.Do(bctx, "BLPOP", notify, secs)
+	return b.runFetch(bctx, k, keys, args, func(pipe goredis.Pipeliner) {
+		pipe.Do(bctx, "BLPOP", k.notify, secs)
 	})
 }
 

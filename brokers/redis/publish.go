@@ -263,7 +263,8 @@ func (p *publishBatch) names() []any {
 //     queue is listed in the same step as its messages are queued, so a
 //     Queues that took it out before the transaction finds it listed
 //     after, and one that takes it out meanwhile puts it back (its
-//     relistScript finds the queue not empty);
+//     relistScript finds the queue not empty, unless nothing of it
+//     remains by then);
 //   - the LTRIM of K:notify, which the script runs every time: here the
 //     reply of the LPUSH tells the list's length, and once it is over
 //     wakeKeep the next transaction of the queue trims it to wakeTrimTo,
@@ -274,8 +275,11 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 		return nil
 	}
 	cmds := make([]goredis.Cmder, 0, 5*len(p.queues)+1)
-	list := make([]any, 0, 2+len(p.queues))
-	list = append(list, "sadd", p.b.global("queues"))
+	list := p.queues[0].k.tx.list // SADD P:queues QUEUE, boxed once
+	if len(p.queues) > 1 {
+		list = make([]any, 0, 2+len(p.queues))
+		list = append(list, "sadd", p.b.global("queues"))
+	}
 	for i := range p.queues {
 		q := &p.queues[i]
 		t := q.k.tx
@@ -312,7 +316,9 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 		if t.overfull.Swap(false) {
 			cmds = append(cmds, goredis.NewStatusCmd(ctx, t.trim...))
 		}
-		list = append(list, q.queue)
+		if len(p.queues) > 1 {
+			list = append(list, q.queue)
+		}
 	}
 	p.list = goredis.NewIntCmd(ctx, list...)
 	cmds = append(cmds, p.list)
@@ -334,22 +340,25 @@ func (p *publishBatch) afterTx() {
 // on an overfull K:notify (see queueTx).
 const wakeTrimTo = wakeKeep / 2
 
-// txArgs are a queue's keys and constant commands for the transaction,
-// boxed once (keys.tx), and whether its wake-up list needs a trim.
+// txArgs are a queue's keys and constant commands for the transaction
+// (and the SADD every fetch sends too), boxed once (keys.tx), and whether
+// its wake-up list needs a trim.
 type txArgs struct {
 	msgs, ids, pending, notify any
 	wake1                      []any // LPUSH K:notify 1
 	trim                       []any // LTRIM K:notify 0 wakeTrimTo-1
+	list                       []any // SADD P:queues QUEUE (publish and fetch)
 	// overfull: a LPUSH of K:notify answered more than wakeKeep tokens;
 	// the next transaction trims the list.
 	overfull atomic.Bool
 }
 
-func newTxArgs(k *keys) *txArgs {
+func newTxArgs(k *keys, queues, queue string) *txArgs {
 	return &txArgs{
 		msgs: k.msgs, ids: k.ids, pending: k.pending, notify: k.notify,
 		wake1: []any{"lpush", k.notify, "1"},
 		trim:  []any{"ltrim", k.notify, 0, wakeTrimTo - 1},
+		list:  []any{"sadd", queues, queue},
 	}
 }
 
