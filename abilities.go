@@ -18,6 +18,7 @@ type brokerAbilities struct {
 	stats       driver.StatsReporter
 	purger      driver.Purger
 	queues      driver.QueueLister
+	knower      driver.QueueKnower
 	lister      driver.Lister
 	finder      driver.Finder
 	archiver    driver.Archiver
@@ -38,6 +39,7 @@ func discoverBroker(b driver.Broker) brokerAbilities {
 	a.stats, _ = b.(driver.StatsReporter)
 	a.purger, _ = b.(driver.Purger)
 	a.queues, _ = b.(driver.QueueLister)
+	a.knower, _ = b.(driver.QueueKnower)
 	a.lister, _ = b.(driver.Lister)
 	a.finder, _ = b.(driver.Finder)
 	a.archiver, _ = b.(driver.Archiver)

@@ -285,7 +285,9 @@
 //
 //   - [Server.Queues] lists the broker's queues, each a [QueueInfo] (its
 //     [QueueStats] counts, whether it is paused, its archive's size);
-//     [Server.Queue] answers for one queue, or [ErrUnknownQueue];
+//     [Server.Queue] answers for one queue: a queue that has been used
+//     answers its counts however idle it is, and [ErrUnknownQueue] is for
+//     a name the broker has never seen;
 //   - [Server.List] pages through a queue's tasks in one list
 //     ([ListPending], [ListScheduled], [ListRetrying], [ListInFlight],
 //     [ListArchived], [ListCompleted]; [ListStates] gives them all), each

@@ -210,36 +210,31 @@ func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
 }
 
 // Queue returns one queue's info: its counts (driver.StatsReporter),
-// whether it is paused (driver.Pauser) and the size of its archive. When
-// the broker lists its queues (driver.QueueLister) and queue is not among
-// them, it returns an error satisfying errors.Is(err, ErrUnknownQueue)
-// that names the queues there are; a broker that does not list queues
-// answers for any name. A broker with neither ability returns an error
-// satisfying errors.Is(err, errors.ErrUnsupported). This is the operator
-// call for one queue's counts: a queue never published to counts zero on
-// a broker that does not list queues.
+// whether it is paused (driver.Pauser) and the size of its archive. One
+// rule on every broker: a queue that has been used answers its counts,
+// however long it has been idle; a name the broker has never seen
+// returns an error satisfying errors.Is(err, ErrUnknownQueue) that names
+// the queues there are. The broker tells which is which: a
+// driver.QueueKnower by KnowsQueue (Redis, whose listing leaves idle
+// queues out), another driver.QueueLister by listing the name. A broker
+// that does not list queues cannot tell a name never used from an empty
+// queue: it answers counts (zeros) for any name. A broker with neither
+// counts nor a list returns an error satisfying errors.Is(err,
+// errors.ErrUnsupported).
 func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 	pb := s.broker
 	if err := pb.before(ctx); err != nil {
 		return QueueInfo{}, err
 	}
 	ql, sr := pb.can.queues, pb.can.stats
-	lists, counts := ql != nil, sr != nil
-	if !lists && !counts {
+	if ql == nil && sr == nil {
 		return QueueInfo{}, unsupported("queue stats", pb.drv)
 	}
-	if lists {
-		names, err := ql.Queues(ctx)
-		if err != nil {
-			return QueueInfo{}, pb.after(ctx, err)
-		}
-		if !slices.Contains(names, queue) {
-			slices.Sort(names)
-			return QueueInfo{}, fmt.Errorf("errand: unknown queue %q (queues: %v): %w", queue, names, ErrUnknownQueue)
-		}
+	if err := s.knownQueue(ctx, queue); err != nil {
+		return QueueInfo{}, err
 	}
 	qi := QueueInfo{Name: queue}
-	if counts {
+	if sr != nil {
 		st, err := sr.Stats(ctx, queue)
 		if err != nil {
 			return QueueInfo{}, pb.after(ctx, err)
@@ -254,6 +249,40 @@ func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 		qi.Paused = slices.Contains(paused, queue)
 	}
 	return qi, nil
+}
+
+// knownQueue returns nil when the broker knows queue (see Queue), an
+// error satisfying errors.Is(err, ErrUnknownQueue) naming the queues
+// there are when it does not, and nil for any name on a broker that does
+// not list queues.
+func (s *Server) knownQueue(ctx context.Context, queue string) error {
+	pb := s.broker
+	ql, k := pb.can.queues, pb.can.knower
+	if ql == nil && k == nil {
+		return nil // cannot tell: counts for any name
+	}
+	var (
+		known bool
+		names []string
+		err   error
+	)
+	if k != nil {
+		known, err = k.KnowsQueue(ctx, queue)
+	}
+	if err == nil && !known && ql != nil {
+		// Listed is known (a KnowsQueue racing a first publish); the list
+		// names the queues there are in the error.
+		names, err = ql.Queues(ctx)
+		known = slices.Contains(names, queue)
+	}
+	switch {
+	case err != nil:
+		return pb.after(ctx, err)
+	case known:
+		return nil
+	}
+	slices.Sort(names)
+	return fmt.Errorf("errand: unknown queue %q (queues: %v): %w", queue, names, ErrUnknownQueue)
 }
 
 // Purge drops every pending and scheduled (delayed, retrying) task of

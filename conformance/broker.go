@@ -55,6 +55,7 @@ var brokerCases = []kase[BrokerHarness]{
 	{"List/ByState", listByState, parallel},
 	{"List/Find", listFind, parallel},
 	{"Queues/Lists", queuesList, parallel},
+	{"Queues/Known", queuesKnown, parallel},
 	{"Pause/Flag", pauseFlag, parallel},
 	{"Heartbeat/TTL", heartbeatTTL, parallel},
 	{"Unique/Lock", uniqueLock, parallel},

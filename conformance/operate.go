@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
 )
 
@@ -539,6 +540,74 @@ func queuesList(t testing.TB, h BrokerHarness) {
 		if !slices.Contains(qs, q) {
 			t.Errorf("%s promise broken: Queues does not list %s (one queue's message was acked, the other's is delayed): %v", promise, q, qs)
 		}
+	}
+}
+
+// queuesKnown: errand's Server.Queue follows one rule on every broker: a
+// queue that has been used answers its counts however idle it is now —
+// every message acked, or every message purged — even after an
+// operator's listing (where a broker may take idle queues out of the
+// list: driver.QueueKnower); on a broker that lists its queues, a name
+// never used is ErrUnknownQueue. A broker that lists no queues cannot
+// tell a name never used from an empty queue: it answers counts for any
+// name.
+func queuesKnown(t testing.TB, h BrokerHarness) {
+	if !h.Caps.Queues && !h.Caps.Stats {
+		t.Logf("broker declares neither Queues nor Stats: Server.Queue is unsupported")
+		return
+	}
+	const promise = "known queues (Server.Queue answers the counts of a queue that has been used, however idle; ErrUnknownQueue only for a name never used)"
+	c := newBCase(t, h)
+	be := memorybackend.New(nil)
+	t.Cleanup(func() { be.Close() })
+	srv, err := errand.NewServer(errand.Config{Broker: c.drv, Backend: be})
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	drained := c.q
+	c.publish(c.msg("k", time.Time{}))
+	ds := c.fetchN(1, time.Minute, c.tm.Prompt*5)
+	if len(ds) != 1 {
+		t.Fatalf("fetched %d, want 1", len(ds))
+	}
+	c.ack(ds[0])
+	used := map[string]string{drained: "its only message acked"}
+	if h.Caps.Purge {
+		emptied := name(t, "emptied")
+		c.q = emptied
+		c.publish(c.msg("p1", time.Time{}), c.msg("p2", time.Time{}))
+		if _, err := c.drv.(driver.Purger).Purge(c.ctx, emptied); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
+		used[emptied] = "its messages purged, none ever acked"
+	}
+	if h.Caps.Queues {
+		// An operator's listing, where a broker may take the idle queues
+		// out of its list.
+		if _, err := srv.Queues(c.ctx); err != nil {
+			t.Fatalf("Server.Queues: %v", err)
+		}
+	}
+	for q, what := range used {
+		qi, err := srv.Queue(c.ctx, q)
+		switch {
+		case err != nil:
+			t.Errorf("%s promise broken: Server.Queue of a queue used and now idle (%s) returned %v; want its counts", promise, what, err)
+		case qi.Name != q:
+			t.Errorf("%s promise broken: Server.Queue(%s) answered for %q", promise, q, qi.Name)
+		}
+	}
+	never := name(t, "never-used")
+	_, err = srv.Queue(c.ctx, never)
+	if !h.Caps.Queues {
+		if err != nil {
+			t.Errorf("%s promise broken: on a broker that does not list queues, Server.Queue of a name never used returned %v; want its counts (zeros): such a broker cannot tell it from an empty queue", promise, err)
+		}
+		t.Logf("broker does not declare Queues: Server.Queue answers counts for any name, used or not")
+		return
+	}
+	if !errors.Is(err, errand.ErrUnknownQueue) {
+		t.Errorf("%s promise broken: Server.Queue of a name never used returned %v; want an error satisfying errors.Is(err, errand.ErrUnknownQueue)", promise, err)
 	}
 }
 

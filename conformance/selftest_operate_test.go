@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/errand-go/errand"
@@ -70,6 +71,12 @@ func (b *brokenBroker) Find(ctx context.Context, q, id string) (driver.Listed, d
 	}
 	return b.Broker.Find(ctx, q, id)
 }
+
+// knowsEveryQueue is a broker whose KnowsQueue (driver.QueueKnower) says
+// yes to any name.
+type knowsEveryQueue struct{ *brokenBroker }
+
+func (knowsEveryQueue) KnowsQueue(context.Context, string) (bool, error) { return true, nil }
 
 // brokenOperators join brokenBrokers (see init there).
 var brokenOperators = map[string]BrokerHarness{
@@ -149,6 +156,17 @@ var brokenOperators = map[string]BrokerHarness{
 			}), err
 		}
 	}),
+	// Knows every name: Server.Queue of a name never used answers zeros
+	// instead of ErrUnknownQueue.
+	"knows-every-queue": func() BrokerHarness {
+		h := healthyBroker()
+		h.New = func(t testing.TB) errand.Broker {
+			b := &brokenBroker{Broker: memorybroker.New(nil)}
+			t.Cleanup(func() { b.Broker.Close() })
+			return knowsEveryQueue{b}
+		}
+		return h
+	}(),
 	// Pause does nothing.
 	"pause-flag-lost": brokenBrokerHarness(func(b *brokenBroker) {
 		b.pause = func(*brokenBroker, context.Context, string) error { return nil }

@@ -793,6 +793,7 @@ var brokerTargets = map[string]string{
 	"List/ByState":                 "list-wrong-state",
 	"List/Find":                    "find-misses-in-flight",
 	"Queues/Lists":                 "queues-from-contents",
+	"Queues/Known":                 "queues-from-contents",
 	"Pause/Flag":                   "pause-flag-lost",
 	"Heartbeat/TTL":                "heartbeat-never-expires",
 	"Unique/Lock":                  "unlock-ignores-holder",
@@ -818,6 +819,7 @@ var moreBrokerTargets = map[string]string{
 	"RateLimit/Bucket":   "no-limit",
 	"Schedule/Store":     "delete-keeps-schedule",
 	"Schedule/ClaimOnce": "claim-accepts-older",
+	"Queues/Known":       "knows-every-queue",
 }
 
 var backendTargets = map[string]string{

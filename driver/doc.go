@@ -17,6 +17,7 @@
 //   - [StatsReporter]: counts of a queue (pending, delayed, in flight, dead);
 //   - [Purger]: drops every pending and delayed message of a queue;
 //   - [QueueLister]: names every queue published to;
+//   - [QueueKnower]: tells whether one queue was ever used, listed now or not;
 //   - [Lister]: lists a queue by state, a page at a time;
 //   - [Finder]: finds one message of a queue by its ID;
 //   - [Archiver]: keeps what failed for good, and requeues or deletes it;

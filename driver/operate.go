@@ -103,9 +103,24 @@ type Lister interface {
 }
 
 // QueueLister is implemented by brokers that know which queues exist: every
-// queue a message was published to (and not deleted since).
+// queue a message was published to (and not deleted since). errand's
+// Server.Queue answers ErrUnknownQueue for a name Queues does not list,
+// unless the broker is a QueueKnower.
 type QueueLister interface {
 	Queues(ctx context.Context) ([]string, error)
+}
+
+// QueueKnower is implemented by QueueListers whose Queues leaves out
+// queues that were used but hold nothing now (Redis takes an idle queue
+// out of its listing), so that an operator's call for one such queue
+// still answers its counts: errand's Server.Queue asks KnowsQueue instead
+// of looking for the name in Queues.
+type QueueKnower interface {
+	// KnowsQueue reports whether queue was used — a message was published
+	// to it, or a consumer fetched from it — whether or not Queues lists it
+	// now; false for a name the broker has never seen (or whose data the
+	// server has lost since).
+	KnowsQueue(ctx context.Context, queue string) (bool, error)
 }
 
 // Pauser is implemented by brokers that can pause a queue for every

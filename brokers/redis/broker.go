@@ -107,9 +107,6 @@ type Broker struct {
 	scripts goredis.Scripter
 	opts    Options
 	closed  atomic.Bool
-	// registered holds the queues this broker has added to P:queues on
-	// Fetch (see Queues).
-	registered sync.Map
 	// discovered: Queues has scanned for the queues of older versions.
 	discovered atomic.Bool
 	// keyCache holds the key names of up to maxCachedKeys queues
@@ -130,6 +127,7 @@ var (
 	_ driver.Lister        = (*Broker)(nil)
 	_ driver.Finder        = (*Broker)(nil)
 	_ driver.QueueLister   = (*Broker)(nil)
+	_ driver.QueueKnower   = (*Broker)(nil)
 	_ driver.Pauser        = (*Broker)(nil)
 	_ driver.Heartbeater   = (*Broker)(nil)
 )
@@ -227,7 +225,7 @@ func (b *Broker) makeKeys(queue string) keys {
 		prio: k + "prio", ppending: k + "ppending", pseq: k + "pseq",
 		ids: k + "ids", unlisted: k + "unlisted",
 	}
-	ks.tx = newTxArgs(&ks)
+	ks.tx = newTxArgs(&ks, b.global("queues"), queue)
 	return ks
 }
 
@@ -387,7 +385,6 @@ var noStarts = []any{"", 0}
 func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.Duration, starts []any) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
 	k := b.keys(queue)
 	keys := k.fetchKeys()
-	b.register(ctx, queue)
 	args := func() []any {
 		return append([]any{limit, lease.Milliseconds(), promoteBatch, randomID(),
 			max(b.opts.MaxPayload, 0), b.opts.ArchiveMaxCount, b.opts.ArchiveMaxAge.Milliseconds()}, starts...)
@@ -404,7 +401,7 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 			}
 			sctx, cancel := b.bound(ctx)
 			var err error
-			res, err = fetchScript.Run(sctx, b.scripts, keys, args()...).Slice()
+			res, err = b.runFetch(sctx, &k, keys, args(), nil)
 			cancel()
 			if err != nil {
 				return nil, nil, time.Time{}, b.err(ctx, err)
@@ -436,7 +433,7 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 			}
 		}
 		var err error
-		res, err = b.waitFetch(ctx, k.notify, keys, args())
+		res, err = b.waitFetch(ctx, &k, keys, args())
 		if waker != nil {
 			waker.Stop()
 		}
@@ -447,9 +444,43 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 	}
 }
 
-// waitFetch blocks on notify (BLPOP) for up to MaxBlock (less when ctx's
-// deadline is nearer) and then runs the fetch script with keys and args,
-// both in one pipeline, and returns the script's answer. Pipelined, the
+// runFetch runs the fetch script of k's queue with keys and args after
+// the commands before queues (nil: none), in one pipeline, and returns
+// the script's answer. The pipeline also adds the queue to P:queues,
+// every time (an SADD
+// of a member already there costs Redis O(1)): the set heals within one
+// fetch of any worker whatever emptied it (a Redis restarted without
+// persistence, a FLUSHDB, a failover), and a queue fed only by an older
+// version's producers or another program is listed once a worker reads
+// it. A failure of that SADD alone is not reported (Publish lists the
+// queue too). On a cluster the set and the queue's keys hash to
+// different slots: go-redis sends the two nodes' commands at once, one
+// round trip.
+func (b *Broker) runFetch(ctx context.Context, k *keys, keys []string, args []any, before func(goredis.Pipeliner)) ([]any, error) {
+	var fetch *goredis.Cmd
+	_, err := b.pipelined(ctx, func(pipe goredis.Pipeliner, eval evalFunc) {
+		if before != nil {
+			before(pipe)
+		}
+		_ = pipe.Process(ctx, goredis.NewIntCmd(ctx, k.tx.list...))
+		fetch = eval(fetchScript, ctx, pipe, keys, args...)
+	})
+	// err may be another command's (the BLPOP's redis.Nil when it timed
+	// out, the SADD's): the script's own reply decides. A script with
+	// neither reply nor error was not run or not read (go-redis does not
+	// stamp every failure on the commands).
+	if fetch.Err() == nil && fetch.Val() == nil {
+		if err == nil || err == goredis.Nil {
+			err = errors.New("fetch script: no reply")
+		}
+		return nil, err
+	}
+	return fetch.Slice()
+}
+
+// waitFetch blocks on k's K:notify (BLPOP) for up to MaxBlock (less when
+// ctx's deadline is nearer) and then runs the fetch script with keys and args
+// (runFetch), both in one pipeline, and returns the script's answer. Pipelined, the
 // script runs as soon as the wait ends (woken by a publish or a waker's
 // token, or timed out), with no round trip between the two. A server that has not cached the script refuses
 // it NOSCRIPT after the wait, and pipelined sends it again alone, with its
@@ -467,7 +498,7 @@ func (b *Broker) fetch(ctx context.Context, queue string, limit int, lease time.
 // abandoned with the reply: they run out and the messages are delivered
 // again (after their lease, never lost), as when the reply of any fetch
 // script is lost.
-func (b *Broker) waitFetch(ctx context.Context, notify string, keys []string, args []any) ([]any, error) {
+func (b *Broker) waitFetch(ctx context.Context, k *keys, keys []string, args []any) ([]any, error) {
 	// The wait ends by ctx's deadline too, so the script runs then, not up
 	// to MaxBlock later for a caller who has gone (a client that does not
 	// honour ctx deadlines reads on; one that does gives up at the
@@ -479,21 +510,9 @@ func (b *Broker) waitFetch(ctx context.Context, notify string, keys []string, ar
 	secs := strconv.FormatFloat(max(block, time.Millisecond).Seconds(), 'f', 3, 64)
 	bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
 	defer cancel()
-	var fetch *goredis.Cmd
-	_, err := b.pipelined(bctx, func(pipe goredis.Pipeliner, eval evalFunc) {
-		pipe.Do(bctx, "BLPOP", notify, secs)
-		fetch = eval(fetchScript, bctx, pipe, keys, args...)
+	return b.runFetch(bctx, k, keys, args, func(pipe goredis.Pipeliner) {
+		pipe.Do(bctx, "BLPOP", k.notify, secs)
 	})
-	// err may be the BLPOP's redis.Nil (it timed out): the script's own
-	// reply decides. A script with neither reply nor error was not run or
-	// not read (go-redis does not stamp every failure on the commands).
-	if fetch.Err() == nil && fetch.Val() == nil {
-		if err == nil || err == goredis.Nil {
-			err = errors.New("fetch script queued behind BLPOP: no reply")
-		}
-		return nil, err
-	}
-	return fetch.Slice()
 }
 
 // blockMargin is how long past MaxBlock a blocked fetch waits for Redis's

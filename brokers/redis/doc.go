@@ -120,8 +120,8 @@
 // # Operating
 //
 // The broker implements every operator ability: [driver.Archiver],
-// [driver.Lister], [driver.Finder], [driver.QueueLister], [driver.Pauser]
-// and [driver.Heartbeater]. Besides the keys of a queue above, it keeps (all in
+// [driver.Lister], [driver.Finder], [driver.QueueLister],
+// [driver.QueueKnower], [driver.Pauser] and [driver.Heartbeater]. Besides the keys of a queue above, it keeps (all in
 // scripts.go's key table):
 //
 //   - an archive per queue: K:archive (a sorted set by archive time) and
@@ -141,12 +141,13 @@
 //     Options.CompletedMax (default [DefaultCompletedMax], 1000), and
 //     counts the ack in K:acked (Stats.Completed): an ack is still one
 //     round trip. Kept bodies cost Redis memory like queued ones.
-//   - {prefix}:queues, the set of queues published to, added to in the
-//     publish's round trip (by a Broker's first publish of a queue, and
-//     again when a publish finds the queue taken out); Queues takes out of it the
-//     queues of which nothing remains (nothing queued, archived or
-//     completed, after trimming the archive to its retention and the
-//     completed to Options.CompletedMaxAge), see [Broker.Queues];
+//   - {prefix}:queues, the set of queues published to or fetched from,
+//     added to in the round trip of every publish and fetch, so it heals
+//     within one publish or fetch of any process after the server lost
+//     it (a FLUSHDB, a restart without persistence, a failover); Queues
+//     takes out of it the queues of which nothing remains (nothing
+//     queued, archived or completed within Options.CompletedMaxAge), see
+//     [Broker.Queues], and [Broker.KnowsQueue] still knows them;
 //   - K:ids, each queue's index from task ID to message ID, kept by the
 //     scripts that queue and settle messages, through which
 //     [Broker.Find] looks a queued task up in a fixed number of commands

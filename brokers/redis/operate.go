@@ -15,12 +15,15 @@ import (
 // background, and its Shutdown must not wait for them.
 
 // Queues returns the queues published to that still hold something: the
-// set P:queues, which Publish and Requeue add to in their own round trip,
-// and Fetch once per queue and Broker value. So that the queues of an
-// older version (which kept no P:queues) are listed too, the first call
-// on a Broker value also scans the keyspace (every master of a cluster)
-// for the keys of queues — K:pending, K:ppending, K:delayed, K:inflight,
-// K:dead, K:archive — and adds what it finds to P:queues.
+// set P:queues, which every Publish, Requeue and Fetch adds its queue to
+// in its own round trip, so the set heals within one publish or fetch of
+// any process whatever emptied it (a Redis restarted without persistence,
+// a FLUSHDB, a failover to a replica that had not received it). So that
+// the queues of an older version (which kept no P:queues) are listed
+// too, the first call on a Broker value also scans the keyspace (every
+// master of a cluster) for the keys of queues — K:pending, K:ppending,
+// K:delayed, K:inflight, K:dead, K:archive — and adds what it finds to
+// P:queues.
 //
 // A queue of which nothing remains leaves the set: each call takes out of
 // P:queues the queues with no message pending, scheduled or in flight, an
@@ -30,7 +33,8 @@ import (
 // nothing: completed messages stay, bounded by CompletedMax, and the
 // archive keeps its own retention. A paused queue stays listed. A queue
 // used once is so listed until its archive is emptied and its last
-// completed message is CompletedMaxAge old. This costs four
+// completed message is CompletedMaxAge old; KnowsQueue still knows it
+// after. This costs four
 // pipelined round trips (one per node on a cluster) over the listed
 // queues; it is an operator's call.
 func (b *Broker) Queues(ctx context.Context) ([]string, error) {
@@ -50,6 +54,34 @@ func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 		return b.unlistEmpty(ctx, qs)
 	})
 	return qs, b.err(ctx, err)
+}
+
+// KnowsQueue reports whether queue was used: it is in P:queues, or a key
+// of it remains — a message queued, in flight or archived, a completed
+// message, the count of its acks or deliveries, or the mark K:unlisted
+// that Queues leaves on a queue it took out of the set for being empty.
+// So a queue idle for CompletedMaxAge, which Queues no longer lists, is
+// still known, and errand's Server.Queue answers its counts. False for a
+// name never used, and once the server has lost the queue's data (a
+// FLUSHDB, a restart without persistence) until its next publish or
+// fetch. One pipeline (SISMEMBER, EXISTS): one round trip, one per node
+// on a cluster, where the set and the queue's keys hash to different
+// slots.
+func (b *Broker) KnowsQueue(ctx context.Context, queue string) (bool, error) {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	k := b.keys(queue)
+	known, err := honourCancel(ctx, func() (bool, error) {
+		pipe := b.rdb.Pipeline()
+		listed := pipe.SIsMember(ctx, b.global("queues"), queue)
+		kept := pipe.Exists(ctx, k.unlisted, k.pending, k.ppending, k.delayed, k.inflight,
+			k.archive, k.done, k.acked, k.seq, k.dead)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false, err
+		}
+		return listed.Val() || kept.Val() > 0, nil
+	})
+	return known, b.err(ctx, err)
 }
 
 // unlistEmpty takes out of P:queues those of all of which nothing remains
@@ -183,21 +215,6 @@ func globEscape(s string) string {
 		sb.WriteRune(r)
 	}
 	return sb.String()
-}
-
-// register adds queue to P:queues, once per queue and Broker value (a
-// queue fed only by an older version's producers is then listed once a
-// worker of this version reads it). A failure is tried again on the next
-// Fetch.
-func (b *Broker) register(ctx context.Context, queue string) {
-	if _, ok := b.registered.Load(queue); ok {
-		return
-	}
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	if b.rdb.SAdd(ctx, b.global("queues"), queue).Err() == nil {
-		b.registered.Store(queue, true)
-	}
 }
 
 // Pause adds queue to the set of paused queues (P:paused), which lasts

@@ -18,8 +18,8 @@ import (
 //     node (oneNode) when every message of the call is due now at priority
 //     0 — what SendTask sends without an ETA or a priority: per queue
 //     HSET K:msgs (the envelopes), HSET K:ids (Find's index), RPUSH
-//     K:pending, LPUSH K:notify (the wake-ups) and DEL K:unlisted; the
-//     SADD to P:queues and the LTRIM of K:notify only when needed (see
+//     K:pending and LPUSH K:notify (the wake-ups); one SADD of the
+//     queues to P:queues; the LTRIM of K:notify only when needed (see
 //     queueTx). Redis runs a transaction as one step, as it runs a
 //     script: no client sees a message queued without its envelope, or
 //     an envelope never queued. It costs Redis about a third of the
@@ -29,6 +29,11 @@ import (
 //     transaction cannot hold both) the SADD of the queues, then one
 //     publishScript per queue, in a pipeline; a queue whose script found
 //     it marked unlisted is added to the set again afterwards (relist).
+//
+// Every publish adds its queues to P:queues (an SADD of a member already
+// there costs Redis O(1)), so the set heals within one publish of any
+// process whatever emptied it: a Redis restarted without persistence, a
+// FLUSHDB, a failover to a replica that had not received it (issue 31).
 //
 // Either way the carried PENDING states (CarryPending) go first, in the
 // same transaction or pipeline, and go-redis never sends the call twice
@@ -81,7 +86,7 @@ func (b *Broker) sendBatch(ctx context.Context, batch *publishBatch, states func
 				}
 			}
 		}
-		batch.afterTx(ctx)
+		batch.afterTx()
 		return cmds[:min(n, len(cmds))], nil
 	}
 	var (
@@ -129,7 +134,7 @@ type publishBatch struct {
 	tx     bool            // the transaction's shape (see above)
 	queues []queueBatch    // in the order of their first message
 	byName map[string]int  // index in queues, once there are many
-	list   *goredis.IntCmd // the transaction's SADD to P:queues, if any
+	list   *goredis.IntCmd // the transaction's SADD to P:queues
 	first  [1]queueBatch   // queues' array while there is one queue
 }
 
@@ -140,11 +145,8 @@ type queueBatch struct {
 	queue string
 	k     *keys
 	args  []any
-	// The transaction's LPUSH of K:notify and DEL of K:unlisted, and
-	// whether it lists the queue (queueTx).
-	wake, unlist *goredis.IntCmd
-	listing      bool
-	store        *goredis.Cmd // the transaction's HSET of K:msgs
+	wake  *goredis.IntCmd // the transaction's LPUSH of K:notify
+	store *goredis.Cmd    // the transaction's HSET of K:msgs
 }
 
 // txStride is how many values of queueBatch.args a message takes in the
@@ -255,12 +257,14 @@ func (p *publishBatch) names() []any {
 // commands that store and queue its messages. The first goes as
 // redisconn.Once, so go-redis never sends the transaction twice.
 //
-// Two commands of the script are not sent with every message:
-//   - the SADD of the queue to P:queues, sent by the first publish (or
-//     fetch: register) of a queue by this Broker only; later ones find
-//     whether Queues took the queue out since by the reply of their DEL
-//     of K:unlisted, and add it again then (afterTx), as the script's
-//     relist does;
+// Two commands differ from the script's:
+//   - the SADD of the batch's queues to P:queues is in the transaction,
+//     one for every queue; the script's DEL of K:unlisted is not: the
+//     queue is listed in the same step as its messages are queued, so a
+//     Queues that took it out before the transaction finds it listed
+//     after, and one that takes it out meanwhile puts it back (its
+//     relistScript finds the queue not empty, unless nothing of it
+//     remains by then);
 //   - the LTRIM of K:notify, which the script runs every time: here the
 //     reply of the LPUSH tells the list's length, and once it is over
 //     wakeKeep the next transaction of the queue trims it to wakeTrimTo,
@@ -270,8 +274,12 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 	if len(p.queues) == 0 {
 		return nil
 	}
-	cmds := make([]goredis.Cmder, 0, 6*len(p.queues)+1)
-	var listing []any
+	cmds := make([]goredis.Cmder, 0, 5*len(p.queues)+1)
+	list := p.queues[0].k.tx.list // SADD P:queues QUEUE, boxed once
+	if len(p.queues) > 1 {
+		list = make([]any, 0, 2+len(p.queues))
+		list = append(list, "sadd", p.b.global("queues"))
+	}
 	for i := range p.queues {
 		q := &p.queues[i]
 		t := q.k.tx
@@ -298,51 +306,33 @@ func (p *publishBatch) queueTx(ctx context.Context, pipe goredis.Pipeliner) []go
 				wake = append(wake, "1")
 			}
 		}
-		q.wake, q.unlist = goredis.NewIntCmd(ctx, wake...), goredis.NewIntCmd(ctx, t.unlist...)
+		q.wake = goredis.NewIntCmd(ctx, wake...)
 		q.store = goredis.NewCmd(ctx, hset...)
 		cmds = append(cmds,
 			redisconn.Once(q.store),
 			goredis.NewIntCmd(ctx, ids...),
 			goredis.NewIntCmd(ctx, push...),
-			q.wake, q.unlist)
+			q.wake)
 		if t.overfull.Swap(false) {
 			cmds = append(cmds, goredis.NewStatusCmd(ctx, t.trim...))
 		}
-		if _, ok := p.b.registered.Load(q.queue); !ok {
-			q.listing = true
-			listing = append(listing, q.queue)
+		if len(p.queues) > 1 {
+			list = append(list, q.queue)
 		}
 	}
-	if len(listing) > 0 {
-		p.list = goredis.NewIntCmd(ctx, append([]any{"sadd", p.b.global("queues")}, listing...)...)
-		cmds = append(cmds, p.list)
-	}
+	p.list = goredis.NewIntCmd(ctx, list...)
+	cmds = append(cmds, p.list)
 	_ = pipe.BatchProcess(ctx, cmds...) // one append
 	return cmds
 }
 
 // afterTx reads the replies of a transaction that stored the batch's
-// messages (see queueTx): it records the queues it listed, lists again
-// those Queues took out since this Broker listed them (best effort, like
-// the script's relist: a worker's Fetch adds its queue too), and marks
-// the wake-up lists to trim.
-func (p *publishBatch) afterTx(ctx context.Context) {
-	listed := p.list != nil && p.list.Err() == nil
-	var relist []any
+// messages (see queueTx): it marks the wake-up lists to trim.
+func (p *publishBatch) afterTx() {
 	for i := range p.queues {
-		q := &p.queues[i]
-		switch {
-		case q.listing && listed:
-			p.b.registered.Store(q.queue, true)
-		case !q.listing && q.unlist.Val() == 1:
-			relist = append(relist, q.queue)
-		}
-		if q.wake.Val() > wakeKeep {
+		if q := &p.queues[i]; q.wake.Val() > wakeKeep {
 			q.k.tx.overfull.Store(true)
 		}
-	}
-	if len(relist) > 0 {
-		p.b.rdb.SAdd(ctx, p.b.global("queues"), relist...)
 	}
 }
 
@@ -350,24 +340,25 @@ func (p *publishBatch) afterTx(ctx context.Context) {
 // on an overfull K:notify (see queueTx).
 const wakeTrimTo = wakeKeep / 2
 
-// txArgs are a queue's keys and constant commands for the transaction,
-// boxed once (keys.tx), and whether its wake-up list needs a trim.
+// txArgs are a queue's keys and constant commands for the transaction
+// (and the SADD every fetch sends too), boxed once (keys.tx), and whether
+// its wake-up list needs a trim.
 type txArgs struct {
 	msgs, ids, pending, notify any
 	wake1                      []any // LPUSH K:notify 1
 	trim                       []any // LTRIM K:notify 0 wakeTrimTo-1
-	unlist                     []any // DEL K:unlisted
+	list                       []any // SADD P:queues QUEUE (publish and fetch)
 	// overfull: a LPUSH of K:notify answered more than wakeKeep tokens;
 	// the next transaction trims the list.
 	overfull atomic.Bool
 }
 
-func newTxArgs(k *keys) *txArgs {
+func newTxArgs(k *keys, queues, queue string) *txArgs {
 	return &txArgs{
 		msgs: k.msgs, ids: k.ids, pending: k.pending, notify: k.notify,
-		wake1:  []any{"lpush", k.notify, "1"},
-		trim:   []any{"ltrim", k.notify, 0, wakeTrimTo - 1},
-		unlist: []any{"del", k.unlisted},
+		wake1: []any{"lpush", k.notify, "1"},
+		trim:  []any{"ltrim", k.notify, 0, wakeTrimTo - 1},
+		list:  []any{"sadd", queues, queue},
 	}
 }
 

@@ -32,9 +32,12 @@ import (
 //	                  (pending, scheduled or in flight): Find's index,
 //	                  written by publish, requeue and fetch (foreign
 //	                  text), removed by ack, archive and purge
-//	K:unlisted  string present while Queues has taken the queue out of
-//	                  P:queues for being empty; the publish that finds
-//	                  it deletes it and has the queue listed again
+//	K:unlisted  string set when Queues takes the queue out of P:queues
+//	                  for being empty; the publish script or requeue
+//	                  that finds it deletes it and has the queue listed
+//	                  again (the publish transaction lists the queue
+//	                  itself and leaves it). It also tells KnowsQueue
+//	                  that the queue was used
 //	K:archive   zset  archived task IDs by archive time (ms*1000 + a tie-breaker)
 //	K:archived  hash  archived task ID -> entry (see below)
 //	K:done      list  the most recently acked messages, newest first:
@@ -50,7 +53,8 @@ import (
 // Keys of no single queue, all under the hash tag {prefix} (P = {prefix}),
 // so each script touching them runs on one slot:
 //
-//	P:queues    set   every queue published to (Queues)
+//	P:queues    set   every queue published to or fetched from
+//	                  (Queues); every publish and fetch adds its queue
 //	P:paused    set   paused queues (Paused)
 //	P:workers   hash  worker ID -> heartbeat data
 //	P:beats     zset  worker ID -> expiry (ms); Beats drops the expired

@@ -79,21 +79,18 @@ func runStats(c *cli, args []string) error {
 	return c.printStats(qs)
 }
 
-// queueInfo returns queue's info, or an error naming the queues there are
-// when the broker lists its queues and queue is not among them. For a
-// broker that does not list queues, it has the queue's counts only.
+// queueInfo returns queue's info as Server.Queue answers it: a queue
+// that has been used answers its counts however idle it is; a name the
+// broker has never seen is an error naming the queues there are. A
+// broker that does not list queues answers counts for any name.
 func (c *cli) queueInfo(srv *errand.Server, queue string) (errand.QueueInfo, error) {
-	qs, err := srv.Queues(c.ctx)
-	if errors.Is(err, errors.ErrUnsupported) {
-		return srv.Queue(c.ctx, queue) // a broker that does not list queues: its counts only
+	qi, err := srv.Queue(c.ctx, queue)
+	if !errors.Is(err, errand.ErrUnknownQueue) {
+		return qi, err
 	}
-	if err != nil {
+	qs, lerr := srv.Queues(c.ctx)
+	if lerr != nil {
 		return errand.QueueInfo{}, err
-	}
-	for _, q := range qs {
-		if q.Name == queue {
-			return q, nil
-		}
 	}
 	return errand.QueueInfo{}, unknownQueue(queue, qs)
 }

@@ -537,8 +537,8 @@ func TestDelete(t *testing.T) {
 		if got := d.list(errand.ListArchived); !slices.Equal(got, []string{b}) {
 			t.Errorf("after delete %s: want only %s archived, got %v", a, b, got)
 		}
-		// Asked while b keeps the queue listed: a queue left with nothing
-		// at all leaves the Redis broker's queue set (unknown queue).
+		// The queue stays known however empty it gets (a queue used once
+		// answers its counts), so the error is about the task.
 		d.fails(1, []string{fmt.Sprintf("task %q is not in the archive", a)}, "delete", a, "-q", d.queue)
 		var out struct {
 			Count int `json:"count"`
