@@ -427,7 +427,8 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 // (Attempt 1, no ETA, its state PENDING) and removes it from the archive,
 // atomically on the broker: two operators requeueing at once send it once
 // (the other gets ErrNotArchived). A message that does not decode is
-// requeued as it is.
+// requeued as it is; one whose archive entry keeps only the start of its
+// body (ArchiveEntry.Size) is refused.
 //
 // A requeue never signs what this server could not verify. A message whose
 // signature verified is signed again (under Signing.SignWith, or the key it
@@ -452,6 +453,9 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 	e, err := a.ArchivedEntry(ctx, queue, id)
 	if err != nil {
 		return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, pb.after(ctx, err))
+	}
+	if e.Size > len(e.Body) {
+		return fmt.Errorf("errand: requeue %q of queue %q: the archive keeps only the first %d bytes of its body of %d bytes (set aside for its size): a requeue would send a truncated message (delete it instead)", id, queue, len(e.Body), e.Size)
 	}
 	m := e.Message
 	m.NotBefore = time.Time{}
