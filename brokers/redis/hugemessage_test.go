@@ -214,6 +214,9 @@ func TestHugeMessageSetAside(t *testing.T) {
 	if err := srv.Requeue(lctx, "q", "big"); err == nil || errors.Is(err, errand.ErrNotArchived) {
 		t.Errorf("Requeue of a message of which only a preview was kept: %v; want a refusal saying so", err)
 	}
+	if n, err := srv.RequeueAll(lctx, "q", ""); n != 0 || err == nil || !strings.Contains(err.Error(), "2 archived tasks left in the archive") {
+		t.Errorf("RequeueAll over two messages of which only previews were kept: %d, %v; want 0 and an error saying both stayed", n, err)
+	}
 }
 
 // TestArchiveListsBoundedEntries: an entry archived whole that is larger
