@@ -350,11 +350,11 @@ end
 // the lease orphaned, again and again). The entry keeps the body's size
 // and its first ArchivePreview bytes only: the script never writes a copy
 // of an oversized body, which would hold the server for every other
-// client as long as the copy takes (seconds for hundreds of MB). Returns {message ID, envelope,
-// token, deliveries, priority, ...}, or, when none is due, {'wait', next
-// wake (ms; -1: none), now (ms)}: the next wake is the earliest due time
-// or lease deadline, or now when it set aside as many as ARGV[3] and more
-// may be due.
+// client as long as the copy takes (seconds for hundreds of MB). Returns
+// {message ID, envelope, token, deliveries, priority, ...}, or, when none
+// is due, {'wait', next wake (ms; -1: none), now (ms)}: the next wake is
+// the earliest due time or lease deadline, or now when it set aside as
+// many as ARGV[3] and more may be due.
 var fetchScript = newScript(`
 -- fetch
 -- KEYS[1]  -> K:pending
@@ -472,7 +472,9 @@ while leased < want and aside < batch do
       if maxPayload > 0 then
         local nl = string.find(env, '\n', 1, true) or 0
         if #env - nl > maxPayload then
-          setAside(id, string.sub(env, 1, nl - 1), string.sub(env, nl + 1, nl + ARCHIVE_PREVIEW), #env - nl, p, false)
+          local taskID = id
+          if nl > 0 then taskID = string.sub(env, 1, nl - 1) end
+          setAside(id, taskID, string.sub(env, nl + 1, nl + ARCHIVE_PREVIEW), #env - nl, p, false)
           aside = aside + 1
           env = false
         end
@@ -912,9 +914,9 @@ func (k keys) requeueKeys() []string {
 }
 
 // archivedScript returns the entries of one page of the archive, newest
-// first: two strings per entry, an empty string and the entry, or, for an entry longer
-// than ARGV[3] bytes (not read: the copy would hold the server as long as
-// it takes), its task ID and its length.
+// first: two strings per entry, an empty string and the entry, or, for an
+// entry longer than ARGV[3] bytes (not read: the copy would hold the
+// server as long as it takes), its task ID and its length.
 var archivedScript = newScript(`
 -- archived
 -- KEYS[1] -> K:archive
