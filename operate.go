@@ -456,7 +456,8 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 // (Attempt 1, no ETA, its state PENDING) and removes it from the archive,
 // atomically on the broker: two operators requeueing at once send it once
 // (the other gets ErrNotArchived). A message that does not decode is
-// requeued as it is.
+// requeued as it is; one whose archive entry keeps only the start of its
+// body (ArchiveEntry.Size) is refused.
 //
 // A requeue never signs what this server could not verify. A message whose
 // signature verified is signed again (under Signing.SignWith, or the key it
@@ -481,6 +482,9 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 	e, err := a.ArchivedEntry(ctx, queue, id)
 	if err != nil {
 		return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, pb.after(ctx, err))
+	}
+	if e.Size > len(e.Body) {
+		return fmt.Errorf("errand: requeue %q of queue %q: %w: the archive keeps only the first %d bytes of its body of %d bytes (set aside for its size), and a requeue would send a truncated message (delete it instead)", id, queue, errPartialBody, len(e.Body), e.Size)
 	}
 	m := e.Message
 	m.NotBefore = time.Time{}
@@ -530,13 +534,19 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 	return nil
 }
 
+// errPartialBody is why Requeue refuses an archive entry that keeps only
+// the start of its body (ArchiveEntry.Size).
+var errPartialBody = errors.New("only the start of its body was kept")
+
 // RequeueAll requeues every archived task of queue (only those named name,
 // when name is not empty) and returns how many it requeued. Tasks Requeue
-// refuses for their signature (ErrBadSignature) stay in the archive, and
-// the others are requeued: it then returns their count with an error
-// wrapping ErrBadSignature that says how many stayed and why the first did.
+// refuses for their signature (ErrBadSignature) or for a body the archive
+// keeps only the start of stay in the archive, and the others are
+// requeued: it then returns their count with an error (wrapping
+// ErrBadSignature for the signatures) that says how many stayed and why
+// the first did.
 func (s *Server) RequeueAll(ctx context.Context, queue, name string) (int, error) {
-	var unsigned []error
+	var unsigned, partial []error
 	n, err := s.eachArchived(ctx, queue, name, func(ti QueuedTask) error {
 		err := s.Requeue(ctx, queue, ti.ID)
 		switch {
@@ -545,13 +555,23 @@ func (s *Server) RequeueAll(ctx context.Context, queue, name string) (int, error
 		case errors.Is(err, ErrBadSignature):
 			unsigned = append(unsigned, err)
 			return errSkip
+		case errors.Is(err, errPartialBody):
+			partial = append(partial, err)
+			return errSkip
 		}
 		return err
 	})
-	if err == nil && len(unsigned) > 0 {
-		err = fmt.Errorf("errand: requeue all of queue %q: %d archived tasks left in the archive for their signatures; the first: %w", queue, len(unsigned), unsigned[0])
+	if err != nil {
+		return n, err
 	}
-	return n, err
+	var stayed []error
+	if len(unsigned) > 0 {
+		stayed = append(stayed, fmt.Errorf("errand: requeue all of queue %q: %d archived tasks left in the archive for their signatures; the first: %w", queue, len(unsigned), unsigned[0]))
+	}
+	if len(partial) > 0 {
+		stayed = append(stayed, fmt.Errorf("errand: requeue all of queue %q: %d archived tasks left in the archive, set aside for their size with only the start of their bodies kept; the first: %w", queue, len(partial), partial[0]))
+	}
+	return n, errors.Join(stayed...)
 }
 
 // DeleteArchived removes the archived tasks ids of queue and returns how

@@ -24,6 +24,12 @@ type ArchiveEntry struct {
 	Attempts int
 	// At is when the message was archived.
 	At time.Time
+	// Size is the body's size in bytes when Body holds only its first
+	// bytes (Size > len(Body)): a broker may keep or list only a bounded
+	// preview of a large body (the Redis broker keeps one of a message it
+	// set aside for its size, and lists one of an entry too large to list
+	// whole). 0 when Body is the whole body.
+	Size int
 }
 
 // Retention bounds an archive per queue. A field zero or negative means no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,25 @@ import (
 
 	"github.com/errand-go/errand/driver"
 )
+
+// ArchivePreview is the most bytes of a body an archive entry keeps of a
+// message the fetch script set aside for its size (the entry's Size is
+// the whole body's), and the most bytes of an archive entry Archived
+// lists: a longer entry (one written whole by Archive, or by a version
+// before this bound) is listed by its task ID and size alone, and
+// ArchivedEntry reads it whole. 1 MiB: DefaultMaxPayload, so every
+// message the default bound lets through lists whole.
+const ArchivePreview = 1 << 20
+
+// maxMessageID is the longest entry of a queue's due lists the fetch
+// script looks up as a message ID: a longer one is foreign text (message
+// IDs are 24 hex digits, with the task's attempt and name when it carries
+// starts).
+const maxMessageID = 64 << 10
+
+// listedEntryMax is the longest archive entry Archived reads: a body of
+// ArchivePreview bytes, with room for its JSON line and task ID.
+const listedEntryMax = ArchivePreview + 64<<10
 
 // entryMeta is the JSON line that starts an archive entry (see
 // scripts.go); the envelope follows it.
@@ -22,6 +42,9 @@ type entryMeta struct {
 	AtMs      int64     `json:"at,omitempty"` // entries moved from an older version's dead letters
 	NotBefore time.Time `json:"not_before,omitzero"`
 	Priority  uint8     `json:"priority,omitempty"`
+	// Size is the body's size when the entry keeps only its first
+	// ArchivePreview bytes (set aside by fetch).
+	Size int `json:"size,omitempty"`
 }
 
 func encodeEntry(e driver.ArchiveEntry) (string, error) {
@@ -47,10 +70,14 @@ func decodeEntry(queue, s string) (driver.ArchiveEntry, error) {
 	if at.IsZero() && m.AtMs != 0 {
 		at = time.UnixMilli(m.AtMs)
 	}
-	return driver.ArchiveEntry{
+	e := driver.ArchiveEntry{
 		Message: driver.Message{ID: id, Queue: queue, Body: []byte(body), NotBefore: m.NotBefore, Priority: m.Priority},
 		Reason:  m.Reason, Error: m.Error, Attempts: m.Attempts, At: at,
-	}, nil
+	}
+	if m.Size > len(body) {
+		e.Size = m.Size
+	}
+	return e, nil
 }
 
 // Archive removes d from its queue like Ack (ErrLeaseLost likewise) and
@@ -114,13 +141,20 @@ func (b *Broker) archivedPage(ctx context.Context, queue string, offset, limit i
 		stop = offset + limit - 1
 	}
 	k := b.keys(queue)
-	ss, err := archivedScript.Run(ctx, b.scripts, k.archivedKeys(), offset, stop).StringSlice()
+	ss, err := archivedScript.Run(ctx, b.scripts, k.archivedKeys(), offset, stop, listedEntryMax).StringSlice()
 	if err != nil {
 		return nil, b.err(ctx, err)
 	}
 	out := make([]driver.ArchiveEntry, 0, len(ss))
-	for _, s := range ss {
-		e, err := decodeEntry(queue, s)
+	for i := 0; i+1 < len(ss); i += 2 {
+		if ss[i] != "" {
+			// An entry over listedEntryMax: its task ID and length.
+			n, _ := strconv.Atoi(ss[i+1])
+			out = append(out, driver.ArchiveEntry{Message: driver.Message{ID: ss[i], Queue: queue}, Size: n,
+				Reason: fmt.Sprintf("archive entry of %d bytes, too large to list (over %d): ArchivedEntry reads it", n, listedEntryMax)})
+			continue
+		}
+		e, err := decodeEntry(queue, ss[i+1])
 		if err != nil {
 			return nil, err
 		}

@@ -85,12 +85,16 @@
 // The bound holds on the consumer's side too: a message over MaxPayload
 // that reached the queue anyway (text pushed onto the list by another
 // program, a message published through a broker with a larger bound) is
-// set aside by the fetch script itself, before its body is read: it goes
-// to the queue's archive, body kept, with the reason "message body of N
-// bytes is over the broker's MaxPayload of M bytes: set aside by fetch,
-// never delivered", and the script leases the next message instead. No
-// fetch reply carries a body over the bound, whatever the client's read
-// timeout.
+// set aside by the fetch script itself: it goes to the queue's archive
+// with the reason "message body of N bytes is over the broker's
+// MaxPayload of M bytes: set aside by fetch, never delivered", its size
+// and its first [ArchivePreview] bytes (never a copy of the whole body,
+// which would hold the server for every client as long as the copy
+// takes), and the script leases the next message instead. No fetch reply
+// carries a body over the bound, whatever the client's read timeout.
+// Archived lists a bounded entry: one over ArchivePreview (plus room for
+// its metadata) by its task ID and length alone; ArchivedEntry reads an
+// entry whole.
 //
 // Rejected and archived messages stay in the queue's archive (see
 // Operating) within its retention.

@@ -72,6 +72,12 @@ func (b *Broker) sendBatch(ctx context.Context, batch *publishBatch, states func
 		msgCmds := batch.queueTx(ctx, pipe)
 		cmds, err := pipe.Exec(ctx)
 		if err != nil {
+			// A command Redis refused as it was queued (an ACL user's
+			// NOPERM) discarded the whole transaction (EXECABORT): its
+			// refusal, naming the key, is the error.
+			if terr := redisconn.TxErr(cmds, err); terr != err {
+				return nil, terr
+			}
 			for _, c := range msgCmds {
 				if e := c.Err(); e != nil && c != goredis.Cmder(batch.list) {
 					return nil, e
@@ -117,7 +123,7 @@ func (b *Broker) sendBatch(ctx context.Context, batch *publishBatch, states func
 func scriptsErr(scripts []*goredis.Cmd, err error) error {
 	for _, c := range scripts {
 		if c.Err() != nil {
-			return c.Err()
+			return redisconn.PermErr(c, c.Err())
 		}
 		if c.Val() == nil {
 			return err

@@ -351,11 +351,14 @@ end
 // leased: it goes to the archive with a reason naming its size and the
 // bound (setAside), so that no reply carries a body larger than the bound
 // (a reply too large to read before the client's read timeout would leave
-// the lease orphaned, again and again). Returns {message ID, envelope,
-// token, deliveries, priority, ...}, or, when none is due, {'wait', next
-// wake (ms; -1: none), now (ms)}: the next wake is the earliest due time
-// or lease deadline, or now when it set aside as many as ARGV[3] and more
-// may be due.
+// the lease orphaned, again and again). The entry keeps the body's size
+// and its first ArchivePreview bytes only: the script never writes a copy
+// of an oversized body, which would hold the server for every other
+// client as long as the copy takes (seconds for hundreds of MB). Returns
+// {message ID, envelope, token, deliveries, priority, ...}, or, when none
+// is due, {'wait', next wake (ms; -1: none), now (ms)}: the next wake is
+// the earliest due time or lease deadline, or now when it set aside as
+// many as ARGV[3] and more may be due.
 var fetchScript = newScript(`
 -- fetch
 -- KEYS[1]  -> K:pending
@@ -391,7 +394,9 @@ local want, lease, batch, random = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumbe
 local maxPayload, maxCount, maxAge = tonumber(ARGV[5]), ARGV[6], ARGV[7] -- the bounds: numbers in setAside
 local statePrefix, expiry, expiryArg = ARGV[8], tonumber(ARGV[9]), ARGV[9]
 local startable = ARGV[10] or ''
-`, luaNow, luaMany, luaPush, luaForget, luaArchive, luaStart, `
+`, luaNow, luaMany, luaPush, luaForget, luaArchive, luaStart, fmt.Sprintf(`
+local ARCHIVE_PREVIEW, ID_MAX = %d, %d
+`, ArchivePreview, maxMessageID), `
 -- The earliest delayed message and lease deadline (ZRANGE ... WITHSCORES;
 -- nil once the zset has changed): a scan runs only when its zset has
 -- something due, and a fetch that finds nothing answers the next wake
@@ -416,18 +421,21 @@ if #lhead > 0 and tonumber(lhead[2]) <= now then
     push(id, true)
   end
 end
--- setAside archives message id (envelope env, body of size bytes,
--- priority p) instead of leasing it.
-local function setAside(id, env, size, p)
-  local nl = string.find(env, '\n', 1, true) or (#env + 1)
-  local taskID = string.sub(env, 1, nl - 1)
+-- setAside archives message id (task ID taskID, body of size bytes
+-- whose first ARCHIVE_PREVIEW bytes or more are head, priority p) instead
+-- of leasing it: the entry keeps the size and the first ARCHIVE_PREVIEW
+-- bytes, never a copy of the whole body. A foreign text (foreignText) was
+-- never stored: nothing to forget.
+local function setAside(id, taskID, head, size, p, foreignText)
   local reason = string.format('message body of %d bytes is over the broker\'s MaxPayload of %d bytes: set aside by fetch, never delivered', size, maxPayload)
-  local n = tonumber(redis.call('HGET', count, id) or '0') or 0
+  local n = 0
+  if not foreignText then n = tonumber(redis.call('HGET', count, id) or '0') or 0 end
   local meta = '{"reason":' .. cjson.encode(reason) .. ',"error":' .. cjson.encode(reason) ..
-    ',"attempts":' .. n .. ',"at":' .. string.format('%d', now)
+    ',"attempts":' .. n .. ',"at":' .. string.format('%d', now) .. ',"size":' .. string.format('%d', size)
   if p > 0 then meta = meta .. ',"priority":' .. p end
-  forget(id, taskID)
-  keepArchived(taskID, now, meta .. '}\n' .. env, tonumber(maxCount), tonumber(maxAge))
+  if not foreignText then forget(id, taskID) end
+  keepArchived(taskID, now, meta .. '}\n' .. taskID .. '\n' .. string.sub(head, 1, ARCHIVE_PREVIEW),
+    tonumber(maxCount), tonumber(maxAge))
 end
 local out, leased, aside, foreign, seen = {}, 0, 0, 0, {}
 local deadline = string.format('%d', now + lease) -- once, not per ZADD argument
@@ -446,16 +454,31 @@ while leased < want and aside < batch do
   end
   if #got == 0 then break end
   -- One HMGET reads the round's envelopes (false: none, foreign text).
-  local envs = many('HMGET', msgs, got)
+  -- An entry longer than any message ID (ID_MAX) is foreign text, not
+  -- looked up: the lookup would copy and hash all of it.
+  local look, long = got, false
+  for _, id in ipairs(got) do
+    if #id > ID_MAX then long = true end
+  end
+  if long then
+    look = {}
+    for i, id in ipairs(got) do
+      if #id > ID_MAX then look[i] = '' else look[i] = id end
+    end
+  end
+  local envs = many('HMGET', msgs, look)
   local lids, lenvs, lps = {}, {}, {}
   for i, id in ipairs(got) do
     local p = prios[i] or 0
     local env = envs[i]
+    if #id > ID_MAX then env = false end
     if env then
       if maxPayload > 0 then
         local nl = string.find(env, '\n', 1, true) or 0
         if #env - nl > maxPayload then
-          setAside(id, env, #env - nl, p)
+          local taskID = id
+          if nl > 0 then taskID = string.sub(env, 1, nl - 1) end
+          setAside(id, taskID, string.sub(env, nl + 1, nl + ARCHIVE_PREVIEW), #env - nl, p, false)
           aside = aside + 1
           env = false
         end
@@ -469,13 +492,14 @@ while leased < want and aside < batch do
       local raw = id
       foreign = foreign + 1
       id = random .. ':f' .. foreign
-      env = id .. '\n' .. raw
-      redis.call('HSET', msgs, id, env)
-      redis.call('HSET', ids, id, id)
       if maxPayload > 0 and #raw > maxPayload then
-        setAside(id, env, #raw, 0)
+        setAside(id, id, raw, #raw, 0, true)
         aside = aside + 1
         env = false
+      else
+        env = id .. '\n' .. raw
+        redis.call('HSET', msgs, id, env)
+        redis.call('HSET', ids, id, id)
       end
     end
     -- A message on the due lists twice is leased once.
@@ -894,19 +918,28 @@ func (k keys) requeueKeys() []string {
 }
 
 // archivedScript returns the entries of one page of the archive, newest
-// first.
+// first: two strings per entry, an empty string and the entry, or, for an
+// entry longer than ARGV[3] bytes (not read: the copy would hold the
+// server as long as it takes), its task ID and its length.
 var archivedScript = newScript(`
 -- archived
 -- KEYS[1] -> K:archive
 -- KEYS[2] -> K:archived
 -- ARGV[1] -> first index of the page (0: the newest)
 -- ARGV[2] -> last index (-1: the oldest)
+-- ARGV[3] -> the longest entry to read (bytes)
 local archive, archived = KEYS[1], KEYS[2]
-local start, stop = ARGV[1], ARGV[2]
+local start, stop, longest = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local out = {}
 for _, id in ipairs(redis.call('ZREVRANGE', archive, start, stop)) do
-  local e = redis.call('HGET', archived, id)
-  if e then out[#out + 1] = e end
+  local n = redis.call('HSTRLEN', archived, id)
+  if n > longest then
+    out[#out + 1] = id
+    out[#out + 1] = tostring(n)
+  elseif n > 0 then
+    out[#out + 1] = ''
+    out[#out + 1] = redis.call('HGET', archived, id)
+  end
 end
 return out
 `)

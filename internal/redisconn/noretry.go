@@ -73,7 +73,9 @@ func (n noRetry) eval(ctx context.Context, name any, payload string, keys []stri
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3) // a cluster routes the script by its first key
 	}
-	_ = n.c.Process(ctx, noRetryCmd{cmd})
+	if err := n.c.Process(ctx, noRetryCmd{cmd}); IsNoPerm(err) {
+		cmd.SetErr(PermErr(cmd, err)) // run at once, not queued on a pipeline
+	}
 	return cmd
 }
 
