@@ -475,7 +475,11 @@ func (b *Broker) runFetch(ctx context.Context, k *keys, keys []string, args []an
 		}
 		return nil, err
 	}
-	return fetch.Slice()
+	v, err := fetch.Slice()
+	if err != nil {
+		return nil, redisconn.PermErr(fetch, err) // an ACL refusal names the script's keys
+	}
+	return v, nil
 }
 
 // waitFetch blocks on k's K:notify (BLPOP) for up to MaxBlock (less when
