@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -53,8 +55,9 @@ type MachineryOptions struct {
 	// sets it from machinery's normal_tasks_poll_period (its BLPOP
 	// timeout) and delayed_tasks_poll_period, the smaller of the two.
 	// The client's ReadTimeout bounds the wait's reply, so a wait is
-	// kept below it (ReadTimeout less half of it, at most 1s less).
-	// Default: 250ms.
+	// kept below it (ReadTimeout less half of it, at most 1s less). On a
+	// server without BLMOVE (Redis before 6.2) an idle Fetch looks again
+	// every 100ms instead (MaxBlock if shorter). Default: 250ms.
 	MaxBlock time.Duration
 	// DeadMax bounds each queue's list of set-aside messages (Reject).
 	// Default: DefaultArchiveMaxCount.
@@ -90,7 +93,15 @@ type MachineryBroker struct {
 	opts    MachineryOptions
 	closed  chan struct{}
 	closeMu sync.Once
+	// polls: the server has no BLMOVE (Redis before 6.2, or the command
+	// renamed away), so an idle Fetch looks again every
+	// min(MaxBlock, machineryPoll) instead of waiting on the list.
+	polls atomic.Bool
 }
+
+// machineryPoll is how often an idle Fetch looks at a queue on a server
+// without BLMOVE.
+const machineryPoll = 100 * time.Millisecond
 
 var _ driver.Broker = (*MachineryBroker)(nil)
 
@@ -411,6 +422,13 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 				return machineryDeliveries(queue, res), nil
 			}
 		}
+		if b.polls.Load() {
+			if err := b.sleep(ctx, min(b.opts.MaxBlock, machineryPoll)); err != nil {
+				return nil, err
+			}
+			waited = false
+			continue
+		}
 		res, err := b.waitFetch(ctx, k, args, due)
 		if err != nil {
 			if cerr := b.isClosed(); cerr != nil {
@@ -477,9 +495,12 @@ func (b *MachineryBroker) waitFetch(ctx context.Context, k mKeys, args []any, du
 	bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
 	defer cancel()
 	pipe := b.rdb.Pipeline()
-	pipe.Do(bctx, "BLMOVE", k.list, k.moving, "LEFT", "RIGHT", secs)
+	move := pipe.Do(bctx, "BLMOVE", k.list, k.moving, "LEFT", "RIGHT", secs)
 	fetch := mFetch.EvalSha(bctx, redisconn.NoRetry(pipe), k.fetchKeys(), args...)
 	_, err := pipe.Exec(bctx)
+	if err := move.Err(); err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		b.polls.Store(true) // it did not wait: poll from now on (the script's reply still counts)
+	}
 	if isNoScript(fetch.Err()) {
 		return mFetch.Run(ctx, b.scr, k.fetchKeys(), args...).StringSlice()
 	}
@@ -493,6 +514,20 @@ func (b *MachineryBroker) waitFetch(ctx context.Context, k mKeys, args []any, du
 		return nil, err
 	}
 	return fetch.StringSlice()
+}
+
+// sleep waits d, or until ctx ends or the broker is closed.
+func (b *MachineryBroker) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.closed:
+		return driver.ErrClosed
+	case <-t.C:
+		return nil
+	}
 }
 
 // promoteAfter moves the due delayed tasks onto their lists d (and a

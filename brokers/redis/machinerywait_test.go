@@ -3,12 +3,17 @@ package redisbroker_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
 )
 
@@ -92,5 +97,69 @@ func TestMachineryFetchLeasesHandedOverTask(t *testing.T) {
 		if errs := b.Ack(ctx, []*driver.Delivery{d}); errs != nil && errs[0] != nil {
 			t.Errorf("ack %s: %v", d.ID, errs[0])
 		}
+	}
+}
+
+// TestMachineryFetchWithoutBLMOVE: on a server without BLMOVE (Redis
+// before 6.2; here a private redis-server with the command renamed away)
+// an idle Fetch on machinery's queue falls back to looking again every
+// 100ms: no error, a pushed task is delivered, and an idle wait of half a
+// second sends a handful of commands, not a spin of fetch scripts.
+func TestMachineryFetchWithoutBLMOVE(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
+	}
+	addr := conformance.FreeAddr(t)
+	host, port, _ := strings.Cut(addr, ":")
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	conformance.StartServerProcess(t, func() *exec.Cmd {
+		return exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--rename-command", "BLMOVE", "")
+	}, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+	ctx := context.Background()
+	q := "mq-" + rand.Text()
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", MaxBlock: 10 * time.Second})
+	defer b.Close()
+	// The first idle Fetch finds BLMOVE missing; idle Fetches then poll.
+	fctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	ds, err := b.Fetch(fctx, q, 1, time.Minute)
+	cancel()
+	if len(ds) != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle Fetch on a server without BLMOVE: %v, %v; want nothing by its deadline", ds, err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = b.Fetch(fctx, q, 1, time.Minute)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle Fetch: %v, want its deadline", err)
+	}
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "total_commands_processed:"); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	if n > 100 {
+		t.Errorf("an idle Fetch of half a second sent %d commands: it must look again every 100ms without BLMOVE, not spin", n)
+	}
+	// The push comes while the Fetch below is idle (or, on a slow
+	// machine, before it: then its first look takes it).
+	push := time.AfterFunc(150*time.Millisecond, func() {
+		rdb.RPush(ctx, q, `{"UUID":"polled","Name":"add","RoutingKey":"`+q+`","Args":[]}`)
+	})
+	defer push.Stop()
+	fctx, cancel = context.WithTimeout(ctx, scaled(10*time.Second))
+	defer cancel()
+	ds, err = b.Fetch(fctx, q, 1, time.Minute)
+	if err != nil || len(ds) != 1 || ds[0].ID != "polled" {
+		t.Fatalf("Fetch on a server without BLMOVE: %v, %v; want the pushed task", ds, err)
 	}
 }
