@@ -240,7 +240,7 @@ const machineryCountTTL = 7 * 24 * time.Hour
 
 // mDue lists the due members of machinery's delayed set, past the first
 // skip (tasks promote could not move), after the server's clock and the
-// due time of the first member not yet due (” if none), both in Unix ns:
+// due time of the first member not yet due (empty if none), both in Unix ns:
 // {now, next, member1, member2, ...}.
 var mDue = newScript(`
 -- mdue
