@@ -14,6 +14,7 @@ require (
 	github.com/errand-go/errand/brokers/redis v0.0.0
 	github.com/errand-go/errand/brokers/amqp v0.0.0
 	github.com/errand-go/errand/brokers/sqs v0.0.0
+	github.com/errand-go/errand/config v0.0.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.9.3

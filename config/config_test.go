@@ -1,6 +1,7 @@
 package errandconfig
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -148,13 +149,49 @@ func TestMachineryFileAndEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	// testconfig.yml's pool and timeout settings ride along as go-redis's
-	// URL options; its normal_tasks_poll_period is the broker's poll.
+	// URL options; the smaller of its normal_tasks_poll_period (1001, the
+	// BLPOP timeout) and delayed_tasks_poll_period (23) bounds one wait of
+	// an idle fetch.
 	pool := "dial_timeout=21s&"
 	wantBroker := "redis://:secret@10.0.0.1:6379/3?default_queue=default_queue&delayed_tasks_key=delayed_tasks_key&" + pool +
-		"format=machinery&max_active_conns=123&max_idle_conns=12&poll_interval=1001ms&read_timeout=17s&write_timeout=19s"
+		"format=machinery&max_active_conns=123&max_block=23ms&max_idle_conns=12&read_timeout=17s&write_timeout=19s"
 	wantBackend := "redis://:secret@10.0.0.1:6379/3?" + pool + "format=machinery&max_active_conns=123&max_idle_conns=12&read_timeout=17s&result_expiry=123456s&write_timeout=19s"
 	if s.Broker != wantBroker || s.Backend != wantBackend || s.DefaultQueue != "default_queue" || s.Worker.Queues["default_queue"] != 1 {
 		t.Errorf("FromMachinery = %+v\nwant broker %s\nbackend %s", s, wantBroker, wantBackend)
+	}
+}
+
+// TestMachineryPollPeriods: machinery's normal_tasks_poll_period is its
+// BLPOP's timeout (a new task is taken at once), not a poll: it becomes
+// the Redis broker's max_block, the longest one wait of an idle fetch
+// lasts, capped by delayed_tasks_poll_period (a delayed task is moved when
+// a wait ends), each at machinery's default when unset (1000 and 500 ms).
+func TestMachineryPollPeriods(t *testing.T) {
+	for _, c := range []struct {
+		normal, delayed int
+		want            string
+	}{
+		{0, 0, "500ms"},
+		{1000, 0, "500ms"},
+		{100, 0, "100ms"},
+		{5000, 10000, "5000ms"},
+		{0, 200, "200ms"},
+		{1001, 23, "23ms"},
+	} {
+		s, err := FromMachinery(&Machinery{Broker: "redis://x:1", ResultBackend: "redis://x:1",
+			Redis: &MachineryRedis{NormalTasksPollPeriod: c.normal, DelayedTasksPollPeriod: c.delayed}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := url.Parse(s.Broker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		if got := q.Get("max_block"); got != c.want || q.Has("poll_interval") {
+			t.Errorf("normal_tasks_poll_period %d, delayed_tasks_poll_period %d -> %s; want max_block=%s and no poll_interval (an idle fetch waits on machinery's list, it does not poll)",
+				c.normal, c.delayed, s.Broker, c.want)
+		}
 	}
 }
 
@@ -162,10 +199,10 @@ func TestMachineryURLs(t *testing.T) {
 	for _, c := range []struct {
 		broker, master, want string
 	}{
-		{"redis://localhost:6379", "", "redis://localhost:6379?default_queue=machinery_tasks&format=machinery"},
-		{"redis://localhost:26379/2", "mymaster", "redis-sentinel://localhost:26379/2?default_queue=machinery_tasks&format=machinery&master=mymaster"},
+		{"redis://localhost:6379", "", "redis://localhost:6379?default_queue=machinery_tasks&format=machinery&max_block=500ms"},
+		{"redis://localhost:26379/2", "mymaster", "redis-sentinel://localhost:26379/2?default_queue=machinery_tasks&format=machinery&master=mymaster&max_block=500ms"},
 		{"https://sqs.eu-west-1.amazonaws.com/123456789012", "", "sqs:?format=machinery&region=eu-west-1"},
-		{"redis://localhost:26379", "m", "redis-sentinel://localhost:26379?default_queue=machinery_tasks&format=machinery&master=m"},
+		{"redis://localhost:26379", "m", "redis-sentinel://localhost:26379?default_queue=machinery_tasks&format=machinery&master=m&max_block=500ms"},
 		{"http://127.0.0.1:9324/000000000000", "", "sqs://127.0.0.1:9324?format=machinery&insecure=1"},
 	} {
 		s, err := FromMachinery(&Machinery{Broker: c.broker, ResultBackend: "redis://localhost:6379", Redis: &MachineryRedis{MasterName: c.master}})

@@ -76,11 +76,33 @@ type MachineryDynamoDB struct {
 	GroupMetasTable string `yaml:"group_metas_table"`
 }
 
-// machinery's defaults (config.defaultCnf) for what errand uses.
+// machinery's defaults (config.defaultCnf, and its Redis broker's own)
+// for what errand uses.
 const (
 	machineryDefaultQueue  = "machinery_tasks"
 	machineryResultsExpire = 3600
+	machineryNormalPoll    = 1000 // ms: redis.normal_tasks_poll_period, BLPOP's timeout
+	machineryDelayedPoll   = 500  // ms: redis.delayed_tasks_poll_period
 )
+
+// machineryMaxBlock is the Redis broker's max_block in ms: the longer a
+// machinery worker waits for anything, the smaller of its BLPOP's timeout
+// (normal_tasks_poll_period) and its delayed-set poll
+// (delayed_tasks_poll_period), each at machinery's default when unset. An
+// idle errand worker takes a new task the moment it is pushed whatever
+// this is (it waits on machinery's list, as BLPOP does); between two
+// waits it moves due delayed tasks, so a delayed task is not later than
+// machinery's poll would have it.
+func machineryMaxBlock(r MachineryRedis) int {
+	normal, delayed := r.NormalTasksPollPeriod, r.DelayedTasksPollPeriod
+	if normal <= 0 {
+		normal = machineryNormalPoll
+	}
+	if delayed <= 0 {
+		delayed = machineryDelayedPoll
+	}
+	return min(normal, delayed)
+}
 
 // LoadMachinery reads a machinery config: the YAML file at path (none if
 // empty), then machinery's environment variables over it (os.LookupEnv
@@ -202,8 +224,10 @@ func MachineryEnvNames() []string {
 // (seconds), max_idle, max_active and client_name become go-redis's URL
 // options (read_timeout, write_timeout, dial_timeout, max_idle_conns,
 // max_active_conns, client_name), sentinel_password goes with a
-// master_name, and normal_tasks_poll_period (ms) is the broker's
-// poll_interval; on SQS, receive_wait_time_seconds is the broker's wait
+// master_name, and the smaller of normal_tasks_poll_period and
+// delayed_tasks_poll_period (ms; machinery's defaults 1000 and 500 when
+// unset) is the broker's max_block, the longest one wait of an idle fetch
+// lasts (it takes a new task at once, as machinery's BLPOP does); on SQS, receive_wait_time_seconds is the broker's wait
 // (at most SQS's 20); on AMQP, exchange, exchange_type and binding_key
 // become the URL's parameters of the same names, prefetch_count its
 // prefetch, queue_declare_args and queue_binding_args JSON objects (a
@@ -268,9 +292,7 @@ func machineryBroker(raw, queue string, r MachineryRedis, sq MachinerySQS, a Mac
 		if r.DelayedTasksKey != "" {
 			q.Set("delayed_tasks_key", r.DelayedTasksKey)
 		}
-		if r.NormalTasksPollPeriod > 0 {
-			q.Set("poll_interval", strconv.Itoa(r.NormalTasksPollPeriod)+"ms")
-		}
+		q.Set("max_block", strconv.Itoa(machineryMaxBlock(r))+"ms")
 		return machineryRedisURL(u, q, r)
 	case "https", "http":
 		q := url.Values{"format": {"machinery"}}

@@ -29,6 +29,7 @@ func TestScriptPrologues(t *testing.T) {
 		{"start", startScript, b.startKeys("UUID")},
 		{"mcomplete", mComplete, mCompleteKeys("GROUP")},
 		{"mclaim", mClaim, mClaimKeys("GROUP")},
+		{"mstart", mStart, mStartKeys("UUID")},
 	}
 	if len(cases) != len(scriptText) {
 		t.Errorf("%d scripts made by newScript, %d checked here: add the new ones to the table", len(scriptText), len(cases))

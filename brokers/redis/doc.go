@@ -10,7 +10,7 @@
 //	                                    the CAs in that PEM file
 //	redis://[user:password@]host:port?addr=host2:port&addr=host3:port
 //	                                    Redis Cluster (several seed addresses)
-//	redis://...?format=machinery[&default_queue=Q&delayed_tasks_key=K&poll_interval=100ms]
+//	redis://...?format=machinery[&default_queue=Q&delayed_tasks_key=K&max_block=250ms]
 //	                                    machinery v2's queues (NewMachinery;
 //	                                    docs/migrating-from-machinery.md)
 //	redis-sentinel://[user:password@]sentinel1:port,sentinel2:port[/db]?master=NAME

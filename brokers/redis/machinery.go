@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -41,11 +44,21 @@ type MachineryOptions struct {
 	// Prefix starts the keys errand keeps beside machinery's (leases,
 	// leased bodies, set-aside messages). Default: "errand-machinery".
 	Prefix string
-	// PollInterval is how long an idle Fetch waits between two looks at
-	// the queue and the delayed set (machinery itself blocks up to its
-	// normal_tasks_poll_period, 1s, and polls the delayed set every
-	// delayed_tasks_poll_period, 500ms). Default: 100ms.
-	PollInterval time.Duration
+	// MaxBlock bounds one wait of an idle Fetch. Fetch waits on
+	// machinery's list itself (BLMOVE, as machinery's workers wait with
+	// BLPOP), so a task pushed there is taken the moment it arrives,
+	// whatever MaxBlock is. Between two waits Fetch puts back expired
+	// leases and moves due delayed tasks onto their lists: a delayed task
+	// already in the set when a wait began is moved at its due time, one
+	// added during a wait when the wait ends, within MaxBlock. A
+	// cancelled ctx or a Close is noticed within MaxBlock too. errandconfig
+	// sets it from machinery's normal_tasks_poll_period (its BLPOP
+	// timeout) and delayed_tasks_poll_period, the smaller of the two.
+	// The client's ReadTimeout bounds the wait's reply, so a wait is
+	// kept below it (ReadTimeout less half of it, at most 1s less). On a
+	// server without BLMOVE (Redis before 6.2) an idle Fetch looks again
+	// every 100ms instead (MaxBlock if shorter). Default: 250ms.
+	MaxBlock time.Duration
 	// DeadMax bounds each queue's list of set-aside messages (Reject).
 	// Default: DefaultArchiveMaxCount.
 	DeadMax int
@@ -63,8 +76,15 @@ type MachineryOptions struct {
 // Fetch moves a task from machinery's list into a lease held by errand in
 // one script: from that moment errand's guarantees hold (a worker that
 // dies leaves a lease that runs out, and the next Fetch puts the task back
-// at the head of machinery's list). A task a machinery worker popped
-// (BLPOP) is outside them: if that worker dies, machinery loses it.
+// at the head of machinery's list). An idle Fetch waits on machinery's
+// list with BLMOVE, which moves the task that wakes it into the queue's
+// hand-over list ({Prefix:queue}:moving), with the fetch script queued
+// behind it on the same connection: Redis runs the script the moment the
+// wait ends, and every fetch script leases what the hand-over list holds
+// before it takes from machinery's list, so a task never waits there
+// longer than until the next fetch of its queue. A task a machinery
+// worker popped (BLPOP) is outside these guarantees: if that worker dies,
+// machinery loses it.
 //
 // Single node and Sentinel only: machinery's keys carry no hash tags.
 type MachineryBroker struct {
@@ -73,7 +93,15 @@ type MachineryBroker struct {
 	opts    MachineryOptions
 	closed  chan struct{}
 	closeMu sync.Once
+	// polls: the server has no BLMOVE (Redis before 6.2, or the command
+	// renamed away), so an idle Fetch looks again every
+	// min(MaxBlock, machineryPoll) instead of waiting on the list.
+	polls atomic.Bool
 }
+
+// machineryPoll is how often an idle Fetch looks at a queue on a server
+// without BLMOVE.
+const machineryPoll = 100 * time.Millisecond
 
 var _ driver.Broker = (*MachineryBroker)(nil)
 
@@ -92,9 +120,10 @@ func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *Machiner
 	if o.Prefix == "" {
 		o.Prefix = "errand-machinery"
 	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = 100 * time.Millisecond
+	if o.MaxBlock <= 0 {
+		o.MaxBlock = 250 * time.Millisecond
 	}
+	o.MaxBlock = min(o.MaxBlock, blockCap(rdb))
 	if o.DeadMax <= 0 {
 		o.DeadMax = DefaultArchiveMaxCount
 	}
@@ -106,21 +135,22 @@ func NewMachinery(rdb goredis.UniversalClient, opts *MachineryOptions) *Machiner
 // queue), then errand's beside it under the hash tag {Prefix:queue}: the
 // lease set (token -> deadline in ms), the leased bodies (token -> body,
 // and token..':n' -> its delivery count), the token counter, the set-aside
-// list, and the start of each task's given-back key (count + UUID: the
+// list, the start of each task's given-back key (count + UUID: the
 // deliveries of a body errand put back onto the list or into the delayed
-// set, read by the fetch that takes it again). delayed is machinery's
-// delayed set, fallback its default queue's list.
-type mKeys struct{ list, leases, bodies, seq, dead, count, delayed, fallback string }
+// set, read by the fetch that takes it again), and the hand-over list a
+// waiting fetch's BLMOVE moves a task into. delayed is machinery's delayed
+// set, fallback its default queue's list.
+type mKeys struct{ list, leases, bodies, seq, dead, count, moving, delayed, fallback string }
 
 func (b *MachineryBroker) keys(queue string) mKeys {
 	k := "{" + b.opts.Prefix + ":" + queue + "}"
 	return mKeys{list: queue, leases: k + ":leases", bodies: k + ":bodies", seq: k + ":seq", dead: k + ":dead", count: k + ":n:",
-		delayed: b.opts.DelayedTasksKey, fallback: b.opts.DefaultQueue}
+		moving: k + ":moving", delayed: b.opts.DelayedTasksKey, fallback: b.opts.DefaultQueue}
 }
 
 // The scripts' key lists, in their prologues' order (see scripts.go, "How
 // a script reads"; TestScriptPrologues checks them).
-func (k mKeys) fetchKeys() []string   { return []string{k.list, k.leases, k.bodies, k.seq} }
+func (k mKeys) fetchKeys() []string   { return []string{k.list, k.leases, k.bodies, k.seq, k.moving} }
 func (k mKeys) dueKeys() []string     { return []string{k.delayed} }
 func (k mKeys) promoteKeys() []string { return []string{k.delayed, k.list, k.fallback} }
 func (k mKeys) settleKeys() []string  { return []string{k.leases, k.bodies} }
@@ -149,19 +179,22 @@ end
 
 // mFetch puts back expired leases at the head of machinery's list (each
 // with its delivery count in its given-back key, kept count_ttl), then
-// moves up to limit tasks from the list into leases: a task errand gave
-// back is delivery count+1 (its given-back key taken), any other body
-// delivery 1, so a second copy of a running task reads as a first
-// delivery, not a redelivery: {token1, body1, count1, token2, ...}.
+// moves up to limit tasks into leases, first those of the hand-over list
+// (moved there by a waiting fetch's BLMOVE from the list's head), then
+// from machinery's list: a task errand gave back is delivery count+1 (its
+// given-back key taken), any other body delivery 1, so a second copy of a
+// running task reads as a first delivery, not a redelivery: {token1,
+// body1, count1, token2, ...}.
 var mFetch = newScript(`
 -- mfetch
 -- KEYS[1] -> q
 -- KEYS[2] -> K:leases
 -- KEYS[3] -> K:bodies
 -- KEYS[4] -> K:seq
+-- KEYS[5] -> K:moving
 -- ARGV[1] -> count key prefix, ARGV[2] -> limit, ARGV[3] -> lease (ms),
 -- ARGV[4] -> count TTL (ms)
-local list, leases, bodies, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local list, leases, bodies, seq, moving = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local countprefix, limit, lease, countttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 `, luaNow, luaCountKey, `
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 100)
@@ -179,7 +212,7 @@ for i = #expired, 1, -1 do
 end
 local out = {}
 for i = 1, limit do
-  local body = redis.call('LPOP', list)
+  local body = redis.call('LPOP', moving) or redis.call('LPOP', list)
   if not body then break end
   local tok = tostring(redis.call('INCR', seq))
   local n = 1
@@ -206,7 +239,9 @@ return out
 const machineryCountTTL = 7 * 24 * time.Hour
 
 // mDue lists the due members of machinery's delayed set, past the first
-// skip (tasks promote could not move).
+// skip (tasks promote could not move), after the server's clock and the
+// due time of the first member not yet due (empty if none), both in Unix ns:
+// {now, next, member1, member2, ...}.
 var mDue = newScript(`
 -- mdue
 -- KEYS[1] -> delayed_tasks
@@ -214,7 +249,11 @@ var mDue = newScript(`
 local delayed = KEYS[1]
 local most, skip = tonumber(ARGV[1]), tonumber(ARGV[2])
 `, luaNow, luaNowNs, `
-return redis.call('ZRANGEBYSCORE', delayed, '-inf', nowns, 'LIMIT', skip, most)
+local out = redis.call('ZRANGEBYSCORE', delayed, '-inf', nowns, 'LIMIT', skip, most)
+local nxt = redis.call('ZRANGEBYSCORE', delayed, '(' .. nowns, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+table.insert(out, 1, nxt[2] or '')
+table.insert(out, 1, nowns)
+return out
 `)
 
 // mPromote moves one due task from the delayed set onto its list, once.
@@ -356,9 +395,13 @@ func (b *MachineryBroker) Publish(ctx context.Context, msgs ...driver.Message) e
 }
 
 // Fetch moves due delayed tasks onto their lists, then leases up to limit
-// tasks of queue, waiting PollInterval between looks while there are none.
+// tasks of queue. While there are none it waits on machinery's list (up to
+// MaxBlock at a time, see waitFetch), and takes a task the moment one is
+// pushed there, as machinery's BLPOP does.
 func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	k := b.keys(queue)
+	args := []any{k.count, max(limit, 1), lease.Milliseconds(), machineryCountTTL.Milliseconds()}
+	waited := false // the last wait's fetch script found nothing: wait again
 	for {
 		if err := b.isClosed(); err != nil {
 			return nil, err
@@ -366,58 +409,190 @@ func (b *MachineryBroker) Fetch(ctx context.Context, queue string, limit int, le
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := b.promote(ctx); err != nil {
+		due, err := b.promote(ctx)
+		if err != nil {
 			return nil, err
 		}
-		res, err := mFetch.Run(ctx, b.scr, k.fetchKeys(), k.count, max(limit, 1), lease.Milliseconds(), machineryCountTTL.Milliseconds()).StringSlice()
+		if !waited {
+			res, err := mFetch.Run(ctx, b.scr, k.fetchKeys(), args...).StringSlice()
+			if err != nil {
+				return nil, fmt.Errorf("redis machinery broker: fetch %q: %w", queue, err)
+			}
+			if len(res) > 0 {
+				return machineryDeliveries(queue, res), nil
+			}
+		}
+		if b.polls.Load() {
+			if err := b.sleep(ctx, min(b.opts.MaxBlock, machineryPoll)); err != nil {
+				return nil, err
+			}
+			waited = false
+			continue
+		}
+		res, err := b.waitFetch(ctx, k, args, due)
 		if err != nil {
+			if cerr := b.isClosed(); cerr != nil {
+				return nil, cerr // closed (and its client with it) while it waited
+			}
 			return nil, fmt.Errorf("redis machinery broker: fetch %q: %w", queue, err)
 		}
+		// The deliveries of a fetch script that ran are returned even when
+		// ctx ended during the wait: the caller holds them.
 		if len(res) > 0 {
-			out := make([]*driver.Delivery, 0, len(res)/3)
-			for i := 0; i+2 < len(res); i += 3 {
-				id, body := machinerywire.ErrandMessage([]byte(res[i+1]))
-				if id == "" {
-					id = queue + ":" + res[i]
-				}
-				n, _ := strconv.Atoi(res[i+2])
-				out = append(out, &driver.Delivery{
-					Message: driver.Message{ID: id, Queue: queue, Body: body},
-					Attempt: n,
-					Handle:  res[i],
-				})
-			}
-			return out, nil
+			return machineryDeliveries(queue, res), nil
 		}
-		t := time.NewTimer(b.opts.PollInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-b.closed:
-			t.Stop()
-			return nil, driver.ErrClosed
-		case <-t.C:
+		waited = true
+	}
+}
+
+func machineryDeliveries(queue string, res []string) []*driver.Delivery {
+	out := make([]*driver.Delivery, 0, len(res)/3)
+	for i := 0; i+2 < len(res); i += 3 {
+		id, body := machinerywire.ErrandMessage([]byte(res[i+1]))
+		if id == "" {
+			id = queue + ":" + res[i]
+		}
+		n, _ := strconv.Atoi(res[i+2])
+		out = append(out, &driver.Delivery{
+			Message: driver.Message{ID: id, Queue: queue, Body: body},
+			Attempt: n,
+			Handle:  res[i],
+		})
+	}
+	return out
+}
+
+// waitFetch waits on machinery's list for up to MaxBlock (less when ctx's
+// deadline is nearer), with BLMOVE from its head into the hand-over list,
+// and runs the fetch script with args as soon as the wait ends, both in
+// one pipeline: Redis runs a connection's commands in order, so the task
+// that ended the wait is leased the moment it arrived, in the wait's round
+// trip. A task pushed onto the list wakes the first waiter, errand's or
+// machinery's, as Redis serves blocked clients in the order they blocked.
+//
+// When the wait ends with the task moved and the script is not run (the
+// connection dropped between the two, a server that lost its script cache
+// answering NOSCRIPT, a crash), the task waits in the hand-over list,
+// where the next fetch script of the queue (this one's NOSCRIPT retry, or
+// any worker's next fetch) leases it first: at least once, as for a lease
+// that ran out. A reply read past the wait's bound (MaxBlock plus
+// blockMargin, or ctx's deadline) drops the connection; a script that ran
+// just then leased tasks whose reply is lost, and they are delivered again
+// when their leases run out, as for any fetch reply lost.
+//
+// due is when the first delayed task not yet due will be (negative: none
+// known): when it falls within the wait, a timer moves it onto its list at
+// that moment (a push that wakes the wait when it is this queue's).
+func (b *MachineryBroker) waitFetch(ctx context.Context, k mKeys, args []any, due time.Duration) ([]string, error) {
+	block := b.opts.MaxBlock
+	if d, ok := ctx.Deadline(); ok {
+		block = min(block, time.Until(d))
+	}
+	if due >= 0 && due < block {
+		defer b.promoteAfter(due)()
+	}
+	secs := strconv.FormatFloat(max(block, time.Millisecond).Seconds(), 'f', 3, 64)
+	bctx, cancel := context.WithTimeout(ctx, b.opts.MaxBlock+blockMargin)
+	defer cancel()
+	pipe := b.rdb.Pipeline()
+	move := pipe.Do(bctx, "BLMOVE", k.list, k.moving, "LEFT", "RIGHT", secs)
+	fetch := mFetch.EvalSha(bctx, redisconn.NoRetry(pipe), k.fetchKeys(), args...)
+	_, err := pipe.Exec(bctx)
+	if err := move.Err(); err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		b.polls.Store(true) // it did not wait: poll from now on (the script's reply still counts)
+	}
+	if isNoScript(fetch.Err()) {
+		return mFetch.Run(ctx, b.scr, k.fetchKeys(), args...).StringSlice()
+	}
+	// err may be the BLMOVE's redis.Nil (it timed out): the script's own
+	// reply decides. A script with neither reply nor error was not run or
+	// not read (go-redis does not stamp every failure on the commands).
+	if fetch.Err() == nil && fetch.Val() == nil {
+		if err == nil || err == goredis.Nil {
+			err = errors.New("fetch script queued behind BLMOVE: no reply")
+		}
+		return nil, err
+	}
+	return fetch.StringSlice()
+}
+
+// sleep waits d, or until ctx ends or the broker is closed.
+func (b *MachineryBroker) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.closed:
+		return driver.ErrClosed
+	case <-t.C:
+		return nil
+	}
+}
+
+// promoteAfter moves the due delayed tasks onto their lists d (and a
+// millisecond, for the clocks' rounding) from now, best effort (the fetch
+// after the wait does it too). The returned stop cancels it, or waits for
+// it to finish if it began.
+func (b *MachineryBroker) promoteAfter(d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	t := time.AfterFunc(d+time.Millisecond, func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.MaxBlock+blockMargin)
+		defer cancel()
+		b.promote(ctx)
+	})
+	return func() {
+		if !t.Stop() {
+			<-done
 		}
 	}
 }
 
+// blockCap is the longest wait waitFetch may ask of rdb: go-redis reads a
+// pipeline's replies under the client's ReadTimeout, so the wait stays
+// below it (by half of it, at most 1s). No cap for a client without a read
+// timeout, or one whose options it cannot see.
+func blockCap(rdb goredis.UniversalClient) time.Duration {
+	c, ok := rdb.(*goredis.Client)
+	if !ok {
+		return time.Duration(math.MaxInt64)
+	}
+	rt := c.Options().ReadTimeout
+	if rt <= 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return rt - min(rt/2, time.Second)
+}
+
 // promote moves the due tasks of machinery's delayed set onto their
 // queues' lists (each once, whoever else promotes: machinery's workers do
-// the same). A task neither its RoutingKey nor the default queue can take
-// (both name keys of another type) is kept in the set rather than lost,
-// and skipped by the next batches so it cannot hold up the tasks due after
-// it; the loop stops at a short batch or one that changed nothing, so it
-// never spins on such tasks.
-func (b *MachineryBroker) promote(ctx context.Context) error {
+// the same), and returns how long until the first task not yet due will
+// be (by the server's clock; negative when none). A task neither its
+// RoutingKey nor the default queue can take (both name keys of another
+// type) is kept in the set rather than lost, and skipped by the next
+// batches so it cannot hold up the tasks due after it; the loop stops at
+// a short batch or one that changed nothing, so it never spins on such
+// tasks.
+func (b *MachineryBroker) promote(ctx context.Context) (time.Duration, error) {
 	skip := 0
 	for {
-		due, err := mDue.Run(ctx, b.scr, b.keys("").dueKeys(), 100, skip).StringSlice()
+		res, err := mDue.Run(ctx, b.scr, b.keys("").dueKeys(), 100, skip).StringSlice()
 		if err != nil {
-			return fmt.Errorf("redis machinery broker: read delayed tasks: %w", err)
+			return -1, fmt.Errorf("redis machinery broker: read delayed tasks: %w", err)
 		}
+		if len(res) < 2 {
+			return -1, fmt.Errorf("redis machinery broker: read delayed tasks: %d replies, want at least 2", len(res))
+		}
+		next := time.Duration(-1)
+		if res[1] != "" {
+			now, _ := strconv.ParseFloat(res[0], 64)
+			at, _ := strconv.ParseFloat(res[1], 64)
+			next = max(time.Duration(at-now), 0)
+		}
+		due := res[2:]
 		if len(due) == 0 {
-			return nil
+			return next, nil
 		}
 		pipe := b.rdb.Pipeline()
 		cmds := make([]*goredis.Cmd, 0, len(due))
@@ -431,7 +606,7 @@ func (b *MachineryBroker) promote(ctx context.Context) error {
 			cmds = append(cmds, mPromote.Eval(ctx, redisconn.NoRetry(pipe), b.keys(q).promoteKeys(), m))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("redis machinery broker: promote delayed tasks: %w", err)
+			return -1, fmt.Errorf("redis machinery broker: promote delayed tasks: %w", err)
 		}
 		moved, stuck := 0, 0
 		for _, c := range cmds {
@@ -444,7 +619,7 @@ func (b *MachineryBroker) promote(ctx context.Context) error {
 		}
 		skip += stuck
 		if len(due) < 100 || moved+stuck == 0 {
-			return nil
+			return next, nil
 		}
 	}
 }
@@ -513,7 +688,8 @@ func (b *MachineryBroker) Reject(ctx context.Context, d *driver.Delivery, reason
 	return b.lost(mReject.Run(ctx, b.scr, k.rejectKeys(), d.Handle, reason, b.opts.DeadMax).Int64())
 }
 
-// Close makes blocked Fetch calls return, and closes the client if
+// Close makes every later call return driver.ErrClosed; a Fetch waiting
+// on machinery's list returns within MaxBlock. It closes the client if
 // CloseClient is set.
 func (b *MachineryBroker) Close() error {
 	var err error

@@ -26,7 +26,7 @@ func machineryHarness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 			// Each case its own delayed set (machinery has one per
 			// deployment, shared by every queue).
 			b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{
-				Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 20 * time.Millisecond})
+				Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), MaxBlock: 20 * time.Millisecond})
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
@@ -61,7 +61,7 @@ func TestMachineryLeaseReturnsToMachineryList(t *testing.T) {
 	rdb := singleServer(t)
 	ctx := context.Background()
 	q := "mq-" + rand.Text()
-	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 10 * time.Millisecond})
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), MaxBlock: 10 * time.Millisecond})
 	defer b.Close()
 	body := `{"UUID":"task_1","Name":"add","RoutingKey":"` + q + `","Args":[]}`
 	if err := rdb.RPush(ctx, q, body).Err(); err != nil {
@@ -138,7 +138,7 @@ func TestMachineryRetryMovedByMachineryWorker(t *testing.T) {
 	ctx := context.Background()
 	q, delayed := "mq-"+rand.Text(), "errand-mtest-delayed-"+rand.Text()
 	defer rdb.Del(ctx, q, delayed)
-	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, PollInterval: 10 * time.Millisecond})
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, MaxBlock: 10 * time.Millisecond})
 	srv, err := errand.NewServer(errand.Config{Broker: b, Backend: memorybackend.New(nil), DefaultQueue: q})
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestMachineryDeliveryCountIsPerMessage(t *testing.T) {
 	rdb := singleServer(t)
 	ctx := context.Background()
 	q := "mq-" + rand.Text()
-	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 10 * time.Millisecond})
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), MaxBlock: 10 * time.Millisecond})
 	defer b.Close()
 	body := `{"UUID":"task_` + rand.Text() + `","Name":"add","RoutingKey":"` + q + `","Args":[]}`
 	fetch := func(what string, want int) *driver.Delivery {
@@ -291,7 +291,7 @@ func TestMachinerySecondCopyOfRunningTaskSetAside(t *testing.T) {
 	rdb := singleServer(t)
 	ctx := context.Background()
 	q := "mq-" + rand.Text()
-	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), PollInterval: 10 * time.Millisecond})
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: "errand-mtest-delayed-" + rand.Text(), MaxBlock: 10 * time.Millisecond})
 	srv, err := errand.NewServer(errand.Config{Broker: b, Backend: memorybackend.New(nil), DefaultQueue: q})
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +362,7 @@ func TestMachineryPromoteWrongType(t *testing.T) {
 	if err := rdb.ZAdd(ctx, delayed, goredis.Z{Score: past, Member: body}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, DefaultQueue: def, PollInterval: 10 * time.Millisecond})
+	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, DefaultQueue: def, MaxBlock: 10 * time.Millisecond})
 	defer b.Close()
 	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	ds, err := b.Fetch(fctx, def, 1, time.Minute)
@@ -379,7 +379,7 @@ func TestMachineryPromoteWrongType(t *testing.T) {
 	if err := rdb.Set(ctx, strDef, "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, DefaultQueue: strDef, PollInterval: 10 * time.Millisecond})
+	b2 := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", DelayedTasksKey: delayed, DefaultQueue: strDef, MaxBlock: 10 * time.Millisecond})
 	defer b2.Close()
 	for i := range 101 {
 		m := fmt.Sprintf(`{"UUID":"stuck-%d","Name":"t","RoutingKey":"%s","Args":[]}`, i, hashKey)

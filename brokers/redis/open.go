@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -26,7 +27,7 @@ func init() {
 // (DefaultMaxPayload), a negative count (max_payload=-1) no limit;
 // timeout=DURATION sets Options.CallTimeout.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
-	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout", "format", "default_queue", "delayed_tasks_key", "poll_interval")
+	rdb, own, err := redisconn.Open(ctx, u, "prefix", "max_payload", "timeout", "format", "default_queue", "delayed_tasks_key", "max_block", "poll_interval")
 	if err != nil {
 		return nil, fmt.Errorf("redis broker: %w", err)
 	}
@@ -66,7 +67,12 @@ func openMachinery(rdb goredis.UniversalClient, own url.Values) (driver.Broker, 
 		DelayedTasksKey: own.Get("delayed_tasks_key"),
 		CloseClient:     true,
 	}
-	if err := driver.DurationParams(own, map[string]*time.Duration{"poll_interval": &opts.PollInterval}); err != nil {
+	if own.Has("poll_interval") {
+		// An idle fetch no longer polls: it waits on machinery's list.
+		rdb.Close()
+		return nil, errors.New("redis broker: format=machinery: poll_interval is gone: an idle fetch waits on machinery's list and takes a task at once; max_block=DURATION bounds one wait (machinery's normal_tasks_poll_period)")
+	}
+	if err := driver.DurationParams(own, map[string]*time.Duration{"max_block": &opts.MaxBlock}); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis broker: %w", err)
 	}
