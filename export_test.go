@@ -1,8 +1,10 @@
 package errand
 
+import "github.com/errand-go/errand/internal/uuid"
+
 // What the external tests (package errand_test) reach of the unexported.
 var (
-	NewUUID       = newUUID
+	NewUUID       = uuid.New
 	FibonacciNext = fibonacciNext
 )
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/errand-go/errand/internal/jsonenc"
+	"github.com/errand-go/errand/internal/wirejson"
 )
 
 // appendSignature appends s's wire form, byte for byte as encoding/json
@@ -26,19 +26,19 @@ func appendSignature(dst []byte, s *Signature, depth int) ([]byte, bool) {
 	n := len(dst)
 	var ok bool
 	dst = append(dst, `{"UUID":`...)
-	dst = jsonenc.AppendString(dst, s.UUID)
+	dst = wirejson.AppendString(dst, s.UUID)
 	dst = append(dst, `,"Name":`...)
-	dst = jsonenc.AppendString(dst, s.Name)
+	dst = wirejson.AppendString(dst, s.Name)
 	dst = append(dst, `,"RoutingKey":`...)
-	dst = jsonenc.AppendString(dst, s.RoutingKey)
+	dst = wirejson.AppendString(dst, s.RoutingKey)
 	dst = append(dst, `,"ETA":`...)
 	if s.ETA == nil {
 		dst = append(dst, "null"...)
-	} else if dst, ok = jsonenc.AppendTime(dst, *s.ETA); !ok {
+	} else if dst, ok = wirejson.AppendTime(dst, *s.ETA); !ok {
 		return dst[:n], false
 	}
 	dst = append(dst, `,"GroupUUID":`...)
-	dst = jsonenc.AppendString(dst, s.GroupUUID)
+	dst = wirejson.AppendString(dst, s.GroupUUID)
 	dst = append(dst, `,"GroupTaskCount":`...)
 	dst = strconv.AppendInt(dst, int64(s.GroupTaskCount), 10)
 	dst = append(dst, `,"Args":`...)
@@ -51,9 +51,9 @@ func appendSignature(dst []byte, s *Signature, depth int) ([]byte, bool) {
 				dst = append(dst, ',')
 			}
 			dst = append(dst, `{"name":`...)
-			dst = jsonenc.AppendString(dst, a.Name)
+			dst = wirejson.AppendString(dst, a.Name)
 			dst = append(dst, `,"type":`...)
-			dst = jsonenc.AppendString(dst, a.Type)
+			dst = wirejson.AppendString(dst, a.Type)
 			dst = append(dst, `,"value":`...)
 			if dst, ok = appendArgValue(dst, a.Value); !ok {
 				return dst[:n], false
@@ -114,13 +114,13 @@ func appendSignature(dst []byte, s *Signature, depth int) ([]byte, bool) {
 	}
 	if s.Deadline != nil {
 		dst = append(dst, `,"Deadline":`...)
-		if dst, ok = jsonenc.AppendTime(dst, *s.Deadline); !ok {
+		if dst, ok = wirejson.AppendTime(dst, *s.Deadline); !ok {
 			return dst[:n], false
 		}
 	}
 	if s.UniqueKey != "" {
 		dst = append(dst, `,"UniqueKey":`...)
-		dst = jsonenc.AppendString(dst, s.UniqueKey)
+		dst = wirejson.AppendString(dst, s.UniqueKey)
 	}
 	if s.UniqueFor != 0 {
 		dst = append(dst, `,"UniqueFor":`...)
@@ -130,14 +130,14 @@ func appendSignature(dst []byte, s *Signature, depth int) ([]byte, bool) {
 }
 
 // appendArgValue appends an argument's value: the basic types by
-// jsonenc, raw JSON (an argument decoded from the wire) as encoding/json
+// wirejson, raw JSON (an argument decoded from the wire) as encoding/json
 // writes a json.RawMessage, anything else by encoding/json.
 func appendArgValue(dst []byte, v any) ([]byte, bool) {
-	if out, ok := jsonenc.AppendValue(dst, v); ok {
+	if out, ok := wirejson.AppendValue(dst, v); ok {
 		return out, true
 	}
 	if raw, ok := v.(json.RawMessage); ok {
-		return jsonenc.AppendRaw(dst, raw)
+		return wirejson.AppendRaw(dst, raw)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

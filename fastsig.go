@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/errand-go/errand/internal/wirejson"
 )
 
 // fastSignature decodes b into s without reflection when b is what
@@ -20,11 +22,11 @@ import (
 // must be zero. Headers, when not null, are decoded by encoding/json on
 // their own.
 func fastSignature(s *Signature, b []byte) bool {
-	i := skipSpace(b, 0)
+	i := wirejson.SkipSpace(b, 0)
 	// The strings are taken from one copy of b (a signature's UUID, name
 	// and queue share one allocation).
 	end, ok := fastSigObject(s, b, string(b), i, 0)
-	return ok && skipSpace(b, end) == len(b)
+	return ok && wirejson.SkipSpace(b, end) == len(b)
 }
 
 // maxFastDepth bounds the nesting of linked signatures the fast path
@@ -38,21 +40,21 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 		return 0, false
 	}
 	var seen uint32
-	i = skipSpace(b, i+1)
+	i = wirejson.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
 	for {
-		kb, j, ok := plainBytes(b, i)
+		kb, j, ok := wirejson.Plain(b, i)
 		if !ok {
 			return 0, false
 		}
-		j = skipSpace(b, j)
+		j = wirejson.SkipSpace(b, j)
 		if j >= len(b) || b[j] != ':' {
 			return 0, false
 		}
-		j = skipSpace(b, j+1)
-		end := skipValue(b, j)
+		j = wirejson.SkipSpace(b, j+1)
+		end := wirejson.SkipValue(b, j)
 		if end < 0 || end <= j {
 			return 0, false
 		}
@@ -63,7 +65,7 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 		case fUUID, fName, fRoutingKey, fGroupUUID, fUniqueKey:
 			var str string
 			if !null {
-				_, e, ok := plainBytes(b, j)
+				_, e, ok := wirejson.Plain(b, j)
 				if !ok || e != end {
 					return 0, false
 				}
@@ -84,7 +86,7 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 		case fGroupTaskCount, fRetryCount, fRetryTimeout, fAttempt:
 			var n int64
 			if !null {
-				if n, ok = plainInt(v, strconv.IntSize); !ok {
+				if n, ok = wirejson.Int(v, strconv.IntSize); !ok {
 					return 0, false
 				}
 			}
@@ -101,7 +103,7 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 		case fTimeout, fUniqueFor:
 			var n int64
 			if !null {
-				if n, ok = plainInt(v, 64); !ok {
+				if n, ok = wirejson.Int(v, 64); !ok {
 					return 0, false
 				}
 			}
@@ -115,7 +117,7 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 				if v[0] == '-' {
 					return 0, false
 				}
-				n, ok := plainInt(v, 64)
+				n, ok := wirejson.Int(v, 64)
 				if !ok || n > 255 {
 					return 0, false
 				}
@@ -188,9 +190,9 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 			return 0, false
 		}
 		seen |= 1 << k
-		j = skipSpace(b, end)
+		j = wirejson.SkipSpace(b, end)
 		if j < len(b) && b[j] == ',' {
-			i = skipSpace(b, j+1)
+			i = wirejson.SkipSpace(b, j+1)
 			continue
 		}
 		if j < len(b) && b[j] == '}' {
@@ -273,50 +275,13 @@ func sigField(k []byte) uint {
 	return fUnknown
 }
 
-// plainInt parses v as a JSON integer (no fraction, no exponent) that
-// fits bits, as encoding/json accepts into an int field.
-func plainInt(v []byte, bits int) (int64, bool) {
-	for _, c := range v {
-		if c == '.' || c == 'e' || c == 'E' {
-			return 0, false
-		}
-	}
-	if len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
-		return 0, false
-	}
-	neg := v[0] == '-'
-	if neg {
-		v = v[1:]
-	}
-	if len(v) == 0 || len(v) > 18 {
-		return 0, false // longer ones (rare) left to encoding/json
-	}
-	if len(v) > 1 && v[0] == '0' {
-		return 0, false // not JSON
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if neg {
-		n = -n
-	}
-	if bits < 64 && (n < -1<<(bits-1) || n > 1<<(bits-1)-1) {
-		return 0, false
-	}
-	return n, true
-}
-
 // fastArgs decodes a JSON array of Arg objects. Their values share one
 // copy of v.
 func fastArgs(v []byte) ([]Arg, bool) {
 	if v[0] != '[' {
 		return nil, false
 	}
-	i := skipSpace(v, 1)
+	i := wirejson.SkipSpace(v, 1)
 	if i < len(v) && v[i] == ']' {
 		return make([]Arg, 0, 4), true
 	}
@@ -324,7 +289,7 @@ func fastArgs(v []byte) ([]Arg, bool) {
 	var buf [8]Arg // most tasks have fewer: one exact allocation below
 	args := buf[:0]
 	for {
-		end := skipValue(v, i)
+		end := wirejson.SkipValue(v, i)
 		if end < 0 || i >= len(v) || v[i] != '{' {
 			return nil, false
 		}
@@ -333,9 +298,9 @@ func fastArgs(v []byte) ([]Arg, bool) {
 			return nil, false
 		}
 		args = append(args, a)
-		i = skipSpace(v, end)
+		i = wirejson.SkipSpace(v, end)
 		if i < len(v) && v[i] == ',' {
-			i = skipSpace(v, i+1)
+			i = wirejson.SkipSpace(v, i+1)
 			continue
 		}
 		if i < len(v) && v[i] == ']' {
@@ -352,7 +317,7 @@ func fastLinks(b []byte, src string, i, end, depth int) ([]*Signature, bool) {
 		return nil, false
 	}
 	links := []*Signature{}
-	i = skipSpace(b, i+1)
+	i = wirejson.SkipSpace(b, i+1)
 	if i < end && b[i] == ']' {
 		return links, true
 	}
@@ -363,9 +328,9 @@ func fastLinks(b []byte, src string, i, end, depth int) ([]*Signature, bool) {
 			return nil, false
 		}
 		links = append(links, s)
-		i = skipSpace(b, e)
+		i = wirejson.SkipSpace(b, e)
 		if i < end && b[i] == ',' {
-			i = skipSpace(b, i+1)
+			i = wirejson.SkipSpace(b, i+1)
 			continue
 		}
 		if i < end && b[i] == ']' && i+1 == end {

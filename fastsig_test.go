@@ -160,16 +160,3 @@ func FuzzFastScalar(f *testing.F) {
 		}
 	})
 }
-
-// FuzzValidValue: the quick check of one argument's JSON agrees with
-// json.Valid.
-func FuzzValidValue(f *testing.F) {
-	for _, in := range []string{`1`, `-0`, `01`, `1.`, `1.5e+3`, `-`, `1e`, `"x"`, `"a\"b"`, `"\x01"`, `true`, `nul`, `[1]`, `{"a":1}`, `[1}`, ``} {
-		f.Add([]byte(in))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := validValue(b), json.Valid(b); got != want {
-			t.Fatalf("validValue(%q) = %v; json.Valid: %v", b, got, want)
-		}
-	})
-}

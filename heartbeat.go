@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/uuid"
 )
 
 // Live workers: each worker on a broker that keeps a registry
@@ -51,7 +52,7 @@ func (r *runningTasks) list() []RunningTask {
 // host:pid:random.
 func newWorkerID() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strings.ReplaceAll(newUUID(), "-", "")[:8])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strings.ReplaceAll(uuid.New(), "-", "")[:8])
 }
 
 // heartbeatParams are what a heartbeater needs of its worker.

@@ -12,6 +12,7 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/uuid"
 )
 
 // carrier is a memory broker that carries the PENDING writes of one
@@ -137,7 +138,7 @@ func TestSendTaskCarriedPending(t *testing.T) {
 	}
 
 	sig := NewSignature("add", 1, 2)
-	sig.UUID = newUUID()
+	sig.UUID = uuid.New()
 	if _, err := srv.SendTask(ctx, sig); err != nil {
 		t.Fatal(err)
 	}

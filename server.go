@@ -14,6 +14,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/coalesce"
+	"github.com/errand-go/errand/internal/uuid"
 )
 
 // DefaultQueue is the queue used when neither a signature's RoutingKey nor
@@ -222,7 +223,7 @@ func (s *Server) prepare(sig *Signature) {
 		return
 	}
 	if sig.UUID == "" {
-		sig.UUID = newUUID()
+		sig.UUID = uuid.New()
 	}
 	sig.madeUUID = "" // sent: a state may exist under its UUID from now on
 	if sig.RoutingKey == "" {

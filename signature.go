@@ -2,13 +2,13 @@ package errand
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"time"
-	"unicode/utf8"
+
+	"github.com/errand-go/errand/internal/uuid"
+	"github.com/errand-go/errand/internal/wirejson"
 )
 
 // Signature is one task invocation on the wire: a registered task name, its
@@ -108,41 +108,41 @@ func fastArg(a *Arg, b []byte, owned bool) bool {
 	var name, typ string
 	var value []byte
 	var seen [3]bool
-	i := skipSpace(b, 0)
+	i := wirejson.SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
-	i = skipSpace(b, i+1)
+	i = wirejson.SkipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		i++
 	} else {
 		for {
-			kb, j, ok := plainBytes(b, i)
+			kb, j, ok := wirejson.Plain(b, i)
 			if !ok {
 				return false
 			}
-			j = skipSpace(b, j)
+			j = wirejson.SkipSpace(b, j)
 			if j >= len(b) || b[j] != ':' {
 				return false
 			}
-			j = skipSpace(b, j+1)
+			j = wirejson.SkipSpace(b, j+1)
 			var k int
 			switch string(kb) { // no copy: the compiler compares in place
 			case "name":
-				v, end, ok := plainString(b, j)
+				v, end, ok := wirejson.Plain(b, j)
 				if !ok {
 					return false
 				}
-				k, name, j = 0, v, end
+				k, name, j = 0, string(v), end
 			case "type":
-				v, end, ok := plainBytes(b, j)
+				v, end, ok := wirejson.Plain(b, j)
 				if !ok {
 					return false
 				}
 				k, typ, j = 1, knownType(v), end
 			case "value":
-				end := skipValue(b, j)
-				if end < 0 || !validValue(b[j:end]) { // skipped, not checked: b may be invalid (fastArgs)
+				end := wirejson.SkipValue(b, j)
+				if end < 0 || !wirejson.ValidValue(b[j:end]) { // skipped, not checked: b may be invalid (fastArgs)
 					return false
 				}
 				k, value = 2, b[j:end]
@@ -154,9 +154,9 @@ func fastArg(a *Arg, b []byte, owned bool) bool {
 				return false
 			}
 			seen[k] = true
-			j = skipSpace(b, j)
+			j = wirejson.SkipSpace(b, j)
 			if j < len(b) && b[j] == ',' {
-				i = skipSpace(b, j+1)
+				i = wirejson.SkipSpace(b, j+1)
 				continue
 			}
 			if j < len(b) && b[j] == '}' {
@@ -166,7 +166,7 @@ func fastArg(a *Arg, b []byte, owned bool) bool {
 			return false
 		}
 	}
-	if skipSpace(b, i) != len(b) {
+	if wirejson.SkipSpace(b, i) != len(b) {
 		return false
 	}
 	a.Name, a.Type = name, typ
@@ -210,154 +210,6 @@ func knownType(t []byte) string {
 	return string(t)
 }
 
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// plainString reads the JSON string at b[i] when it has no escape and is
-// valid UTF-8 (encoding/json would replace what is not), returning its
-// text and the index after it.
-func plainString(b []byte, i int) (string, int, bool) {
-	t, j, ok := plainBytes(b, i)
-	return string(t), j, ok
-}
-
-// plainBytes is plainString without the copy: the text is b's.
-func plainBytes(b []byte, i int) ([]byte, int, bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	ascii := true
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '\\' || c < 0x20: // an escape, or a control character JSON refuses
-			return nil, 0, false
-		case c == '"':
-			if !ascii && !utf8.Valid(b[i+1:j]) {
-				return nil, 0, false
-			}
-			return b[i+1 : j], j + 1, true
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
-	}
-	return nil, 0, false
-}
-
-// validValue is json.Valid(v), without encoding/json's scanner for a
-// plain string, a number or a literal.
-func validValue(v []byte) bool {
-	switch {
-	case len(v) == 0:
-		return false
-	case v[0] == '"':
-		if _, e, ok := plainBytes(v, 0); ok && e == len(v) {
-			return true
-		}
-	case v[0] == '-' || (v[0] >= '0' && v[0] <= '9'):
-		if validNumber(v) {
-			return true
-		}
-	case string(v) == "true" || string(v) == "false" || string(v) == "null":
-		return true
-	}
-	return json.Valid(v) // anything else, whitespace around it too
-
-}
-
-// validNumber reports whether v is a JSON number:
-// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-func validNumber(v []byte) bool {
-	i := 0
-	digits := func() bool {
-		j := i
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-			i++
-		}
-		return i > j
-	}
-	if i < len(v) && v[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(v) && v[i] == '0':
-		i++
-	case !digits():
-		return false
-	}
-	if i < len(v) && v[i] == '.' {
-		i++
-		if !digits() {
-			return false
-		}
-	}
-	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
-		i++
-		if i < len(v) && (v[i] == '+' || v[i] == '-') {
-			i++
-		}
-		if !digits() {
-			return false
-		}
-	}
-	return i == len(v)
-}
-
-// skipValue returns the index after the valid JSON value at b[i], or -1.
-func skipValue(b []byte, i int) int {
-	depth := 0
-	for i < len(b) {
-		switch b[i] {
-		case '"':
-			start := i + 1
-			for {
-				k := bytes.IndexByte(b[i+1:], '"')
-				if k < 0 {
-					return -1
-				}
-				i += 1 + k // at a quote: the string's end unless escaped
-				n := 0     // the backslashes right before it
-				for p := i - 1; p >= start && b[p] == '\\'; p-- {
-					n++
-				}
-				if n%2 == 0 {
-					break
-				}
-			}
-			i++
-			if depth == 0 {
-				return i
-			}
-		case '{', '[':
-			depth++
-			i++
-		case '}', ']':
-			if depth == 0 {
-				return i // the end of a number or literal
-			}
-			depth--
-			i++
-			if depth == 0 {
-				return i
-			}
-		case ',', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return i
-			}
-			i++
-		default:
-			i++
-		}
-	}
-	if depth == 0 {
-		return i
-	}
-	return -1
-}
-
 // ArgOf returns an Arg for v with its Go type name.
 func ArgOf(v any) Arg {
 	return Arg{Type: typeName(v), Value: v}
@@ -366,7 +218,7 @@ func ArgOf(v any) Arg {
 // NewSignature returns a signature for the task name with args, each
 // converted by ArgOf, and a fresh UUID.
 func NewSignature(name string, args ...any) *Signature {
-	s := &Signature{UUID: newUUID(), Name: name}
+	s := &Signature{UUID: uuid.New(), Name: name}
 	s.madeUUID = s.UUID
 	if len(args) > 0 {
 		s.Args = make([]Arg, 0, len(args))
@@ -375,27 +227,6 @@ func NewSignature(name string, args ...any) *Signature {
 		s.Args = append(s.Args, ArgOf(a))
 	}
 	return s
-}
-
-// newUUID returns a random (version 4) UUID in its canonical text form.
-func newUUID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("errand: crypto/rand failed: " + err.Error())
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], b[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], b[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], b[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], b[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:], b[10:])
-	return string(out[:])
 }
 
 // Copy returns a deep copy of s: arguments, headers and every linked

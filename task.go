@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+
+	"github.com/errand-go/errand/internal/wirejson"
 )
 
 var (
@@ -209,12 +211,13 @@ var (
 
 // plainScalar is fastScalar for a t of scalarType.
 func plainScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
-	i := skipSpace(raw, 0)
+	i := wirejson.SkipSpace(raw, 0)
 	if t.Kind() == reflect.String {
-		str, end, ok := plainString(raw, i)
-		if !ok || skipSpace(raw, end) != len(raw) {
+		b, end, ok := wirejson.Plain(raw, i)
+		if !ok || wirejson.SkipSpace(raw, end) != len(raw) {
 			return reflect.Value{}, false
 		}
+		str := string(b)
 		if t == stringType {
 			return reflect.ValueOf(str), true
 		}
@@ -226,10 +229,10 @@ func plainScalar(raw []byte, t reflect.Type) (reflect.Value, bool) {
 	for end < len(raw) && raw[end] != ' ' && raw[end] != '\t' && raw[end] != '\n' && raw[end] != '\r' {
 		end++
 	}
-	if skipSpace(raw, end) != len(raw) {
+	if wirejson.SkipSpace(raw, end) != len(raw) {
 		return reflect.Value{}, false
 	}
-	n, ok := plainInt(raw[i:end], t.Bits())
+	n, ok := wirejson.Int(raw[i:end], t.Bits())
 	if !ok {
 		return reflect.Value{}, false
 	}

@@ -1,6 +1,10 @@
 package errand
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/errand-go/errand/internal/uuid"
+)
 
 // Group is a set of tasks that run in parallel.
 type Group struct {
@@ -14,10 +18,10 @@ func NewGroup(tasks ...*Signature) (*Group, error) {
 	if len(tasks) == 0 {
 		return nil, errors.New("errand: NewGroup: no tasks")
 	}
-	g := &Group{GroupUUID: newUUID(), Tasks: tasks}
+	g := &Group{GroupUUID: uuid.New(), Tasks: tasks}
 	for _, t := range tasks {
 		if t.UUID == "" {
-			t.UUID = newUUID()
+			t.UUID = uuid.New()
 		}
 		t.GroupUUID = g.GroupUUID
 		t.GroupTaskCount = len(tasks)
@@ -42,7 +46,7 @@ func NewChord(group *Group, callback *Signature) (*Chord, error) {
 		return nil, errors.New("errand: NewChord: group and callback are required")
 	}
 	if callback.UUID == "" {
-		callback.UUID = newUUID()
+		callback.UUID = uuid.New()
 	}
 	return &Chord{Group: group, Callback: callback}, nil
 }
@@ -62,7 +66,7 @@ func NewChain(tasks ...*Signature) (*Chain, error) {
 	}
 	for _, t := range tasks {
 		if t.UUID == "" {
-			t.UUID = newUUID()
+			t.UUID = uuid.New()
 		}
 	}
 	for i := len(tasks) - 2; i >= 0; i-- {

@@ -1,8 +1,6 @@
 package schedule
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/errand-go/errand"
+	"github.com/errand-go/errand/internal/uuid"
 )
 
 // Missed says what happens to the ticks of a schedule that passed while no
@@ -99,26 +98,7 @@ func TickUUID(id string, tick time.Time) string {
 // namespace is the UUID namespace of errand's scheduled tasks.
 var namespace = [16]byte{0x6b, 0x1e, 0x2f, 0x55, 0x0c, 0x3d, 0x4a, 0x8e, 0x9b, 0x21, 0x77, 0x5c, 0xe0, 0x43, 0x19, 0xa6}
 
-func nameUUID(name string) string {
-	h := sha1.New()
-	h.Write(namespace[:])
-	h.Write([]byte(name))
-	var b [16]byte
-	copy(b[:], h.Sum(nil))
-	b[6] = b[6]&0x0f | 0x50
-	b[8] = b[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], b[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], b[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], b[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], b[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:], b[10:])
-	return string(out[:])
-}
+func nameUUID(name string) string { return uuid.SHA1(namespace, name) }
 
 // parser reads the standard 5 fields and the descriptors (robfig/cron's
 // ParseStandard).

@@ -1,4 +1,4 @@
-package jsonenc
+package wirejson
 
 import (
 	"bytes"

@@ -1,13 +1,28 @@
-// Package jsonenc writes errand's own JSON — the pieces of a Signature's
-// wire form — without reflection, byte for byte as
-// encoding/json's Marshal writes them (HTML characters, U+2028 and U+2029
-// escaped, invalid UTF-8 replaced, floats in ES6 form, times in RFC 3339
-// with nanoseconds). What it cannot write so (a value of another type, a
-// time outside years 0-9999, a float that is NaN or infinite, raw JSON
-// that is not valid) it reports, and the caller encodes the whole value
-// with encoding/json instead, so that output and errors stay
-// encoding/json's. The fuzz tests compare both encoders byte for byte.
-package jsonenc
+// Package wirejson reads and writes errand's own JSON — a Signature's
+// wire form (package errand) and a task state's (package statejson) —
+// without reflection, byte for byte as encoding/json does.
+//
+// # Writing
+//
+// The Append functions write as encoding/json's Marshal writes (HTML
+// characters, U+2028 and U+2029 escaped, invalid UTF-8 replaced, floats
+// in ES6 form, times in RFC 3339 with nanoseconds). What they cannot
+// write so (a value of another type, a time outside years 0-9999, a
+// float that is NaN or infinite, raw JSON that is not valid) they
+// report, and the caller encodes the whole value with encoding/json
+// instead, so that output and errors stay encoding/json's.
+//
+// # Reading
+//
+// The scanning functions (scan.go) read the plain forms those writers
+// produce — strings without escapes, integers without fraction or
+// exponent, times in UTC — from a string or a []byte, and decline
+// anything else, which the caller then leaves to encoding/json's
+// Unmarshal. They never take what encoding/json would refuse.
+//
+// The fuzz tests of both callers, and this package's own, compare the
+// results with encoding/json's.
+package wirejson
 
 import (
 	"bytes"
