@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -150,17 +149,14 @@ func (b *Backend) groupKeys(g string) groupKeys {
 	return groupKeys{k + "meta", k + "members", k + "done"}
 }
 
-// scriptText is the text of every script made by newScript, for the test
-// of prologues. It is written only while the package initialises.
-var scriptText = map[*goredis.Script]string{}
-
-// newScript is a script whose text is parts joined.
-func newScript(parts ...string) *goredis.Script {
-	text := strings.Join(parts, "")
-	s := goredis.NewScript(text)
-	scriptText[s] = text
-	return s
-}
+// scripts holds every script of the package with its text, for the test
+// of prologues; newScript makes one of its parts: its prologue, the
+// snippets it uses, its body. Both are used only while the package
+// initialises.
+var (
+	scripts   redisconn.Scripts
+	newScript = scripts.New
+)
 
 func (b *Backend) err(ctx context.Context, err error) error {
 	switch {

@@ -2,7 +2,6 @@ package redisbackend_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -10,19 +9,13 @@ import (
 
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // BenchmarkWorker drains no-op tasks from the memory broker with the Redis
 // backend (single server) and reports the backend's calls per task.
 func BenchmarkWorker(b *testing.B) {
-	u := os.Getenv("ERRAND_REDIS_URL")
-	if u == "" {
-		conformance.ServiceUnavailable(b, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")
-	}
-	o, err := goredis.ParseURL(u)
-	if err != nil {
-		b.Fatalf("ERRAND_REDIS_URL: %v", err)
-	}
+	o := redistest.URLOptions(b)
 	rdb := goredis.NewClient(o)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

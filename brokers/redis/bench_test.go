@@ -2,26 +2,19 @@ package redisbroker_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // BenchmarkWorker drains no-op tasks from the Redis broker (single server)
 // into the memory backend and reports the broker's calls per task.
 func BenchmarkWorker(b *testing.B) {
-	u := os.Getenv("ERRAND_REDIS_URL")
-	if u == "" {
-		conformance.ServiceUnavailable(b, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")
-	}
-	o, err := goredis.ParseURL(u)
-	if err != nil {
-		b.Fatalf("ERRAND_REDIS_URL: %v", err)
-	}
+	o := redistest.URLOptions(b)
 	rdb := goredis.NewClient(o)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

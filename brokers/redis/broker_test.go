@@ -13,38 +13,12 @@ import (
 	"github.com/errand-go/errand"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
-// servers returns the Redis deployments named by the environment: the
-// single node (ERRAND_REDIS_URL) and the cluster (ERRAND_REDIS_CLUSTER_ADDRS).
-// A missing or unreachable server skips, or fails when
-// ERRAND_REQUIRE_SERVICES=1.
-func servers(t *testing.T) map[string]goredis.UniversalClient {
-	out := map[string]goredis.UniversalClient{}
-	if u := os.Getenv("ERRAND_REDIS_URL"); u != "" {
-		o, err := goredis.ParseURL(u)
-		if err != nil {
-			t.Fatalf("ERRAND_REDIS_URL: %v", err)
-		}
-		out["Single"] = goredis.NewClient(o)
-	}
-	if a := os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"); a != "" {
-		out["Cluster"] = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(a, ",")})
-	}
-	for name, c := range out {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err != nil {
-			conformance.ServiceUnavailable(t, name+" Redis unreachable: "+err.Error())
-		}
-		t.Cleanup(func() { c.Close() })
-	}
-	if len(out) < 2 {
-		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL and ERRAND_REDIS_CLUSTER_ADDRS must both be set (scripts/services start exports them)")
-	}
-	return out
-}
+// servers returns the single node and the cluster named by the
+// environment (redistest.Servers).
+func servers(t *testing.T) map[string]goredis.UniversalClient { return redistest.Servers(t) }
 
 func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 	return conformance.BrokerHarness{

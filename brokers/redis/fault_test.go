@@ -5,14 +5,12 @@ package redisbroker_test
 // (AOF on) restarted mid-chord under running workers.
 
 import (
-	"context"
-	"os/exec"
-	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 func singleServer(t *testing.T) goredis.UniversalClient {
@@ -35,18 +33,9 @@ func TestWorkerKilled(t *testing.T) {
 // file fsynced on every write: the broker declares Durable, so nothing may
 // be lost.
 func TestServerRestart(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
-	}
-	addr, dir := conformance.FreeAddr(t), t.TempDir()
-	host, port, _ := strings.Cut(addr, ":")
+	addr, server := redistest.PrivateServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: 3})
 	t.Cleanup(func() { rdb.Close() })
-	server := conformance.StartServerProcess(t, func() *exec.Cmd {
-		return exec.Command(bin, "--port", port, "--bind", host, "--save", "",
-			"--appendonly", "yes", "--appendfsync", "always", "--dir", dir)
-	}, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 	conformance.RunServerRestart(t, conformance.RestartHarness{
 		Broker:   harness(rdb),
 		Backend:  conformance.MemoryBackend(),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // TestForeignTextIsSetAside reproduces issue 14, item 1: text pushed
@@ -25,14 +25,7 @@ import (
 // worker, which sets it aside in the archive with a reason and tells
 // its ErrorHandler.
 func TestForeignTextIsSetAside(t *testing.T) {
-	u := os.Getenv("ERRAND_REDIS_URL")
-	if u == "" {
-		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")
-	}
-	o, err := goredis.ParseURL(u)
-	if err != nil {
-		t.Fatalf("ERRAND_REDIS_URL: %v", err)
-	}
+	o := redistest.URLOptions(t)
 	rdb := goredis.NewClient(o)
 	t.Cleanup(func() { rdb.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

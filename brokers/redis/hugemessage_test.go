@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -23,8 +22,8 @@ import (
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // hugeSize is the size of each huge message: several hundred MB, under
@@ -38,17 +37,9 @@ const hugeHead = `{"foreign":"a producer without a bound"`
 // and returns a client of it.
 func privateRedis(t *testing.T) *goredis.Client {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
-	}
-	addr := conformance.FreeAddr(t)
-	host, port, _ := strings.Cut(addr, ":")
+	addr, _ := redistest.PrivateServer(t)
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { rdb.Close() })
-	conformance.StartServerProcess(t, func() *exec.Cmd {
-		return exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	}, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 	return rdb
 }
 

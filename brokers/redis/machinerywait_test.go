@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,8 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // TestMachineryIdleFetchWakesOnPush: an idle Fetch on machinery's queue
@@ -106,17 +105,9 @@ func TestMachineryFetchLeasesHandedOverTask(t *testing.T) {
 // 100ms: no error, a pushed task is delivered, and an idle wait of half a
 // second sends a handful of commands, not a spin of fetch scripts.
 func TestMachineryFetchWithoutBLMOVE(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
-	}
-	addr := conformance.FreeAddr(t)
-	host, port, _ := strings.Cut(addr, ":")
+	addr, _ := redistest.PrivateServer(t, "--rename-command", "BLMOVE", "")
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	conformance.StartServerProcess(t, func() *exec.Cmd {
-		return exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no", "--rename-command", "BLMOVE", "")
-	}, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 	ctx := context.Background()
 	q := "mq-" + rand.Text()
 	b := redisbroker.NewMachinery(rdb, &redisbroker.MachineryOptions{Prefix: "errand-mtest", MaxBlock: 10 * time.Second})

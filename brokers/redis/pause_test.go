@@ -9,8 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,23 +18,13 @@ import (
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // pausable starts a private redis-server and returns its address.
 func pausable(t *testing.T) string {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
-	}
-	addr := conformance.FreeAddr(t)
-	host, port, _ := strings.Cut(addr, ":")
-	ping := goredis.NewClient(&goredis.Options{Addr: addr})
-	t.Cleanup(func() { ping.Close() })
-	conformance.StartServerProcess(t, func() *exec.Cmd {
-		return exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no")
-	}, func(ctx context.Context) error { return ping.Ping(ctx).Err() })
+	addr, _ := redistest.PrivateServer(t)
 	return addr
 }
 

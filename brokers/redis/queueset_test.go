@@ -8,9 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // TestQueueSetHeals: a producer, a worker and an operator keep running
@@ -31,20 +30,12 @@ import (
 // by the worker's next fetch. Server.Queue answers both queues' counts
 // throughout.
 func TestQueueSetHeals(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
-	}
 	for _, loss := range []string{"FLUSHDB", "RestartWithoutPersistence"} {
 		t.Run(loss, func(t *testing.T) {
 			t.Parallel()
-			addr := conformance.FreeAddr(t)
-			host, port, _ := strings.Cut(addr, ":")
+			addr, server := redistest.PrivateServer(t)
 			rdb := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: 3})
 			t.Cleanup(func() { rdb.Close() })
-			server := conformance.StartServerProcess(t, func() *exec.Cmd {
-				return exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no")
-			}, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 			lose := func(t *testing.T) {
 				t.Helper()
 				if loss == "FLUSHDB" {

@@ -20,8 +20,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,7 +31,7 @@ import (
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
-	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // captureStderr points file descriptor 2 (and os.Stderr, which is fd 2) at
@@ -112,19 +110,9 @@ func (h *recorder) goRedisLines() (lines []string, wrong []string) {
 // 2s, starts it again and waits for the worker to run a task sent after
 // the restart. logger is the broker's Options.Logger.
 func outage(t *testing.T, logger *slog.Logger) []byte {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		conformance.ServiceUnavailable(t, "redis-server not installed (scripts/services start installs it)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	addr := conformance.FreeAddr(t)
-	host, port, _ := strings.Cut(addr, ":")
-	ping := goredis.NewClient(&goredis.Options{Addr: addr})
-	t.Cleanup(func() { ping.Close() })
-	server := conformance.StartServerProcess(t, func() *exec.Cmd {
-		return exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no")
-	}, func(ctx context.Context) error { return ping.Ping(ctx).Err() })
+	addr, server := redistest.PrivateServer(t)
 
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })

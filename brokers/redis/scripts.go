@@ -2,9 +2,8 @@ package redisbroker
 
 import (
 	"fmt"
-	"strings"
 
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/errand-go/errand/internal/redisconn"
 )
 
 // Every script takes all its keys in KEYS, and every key of a queue shares
@@ -88,18 +87,14 @@ import (
 // builds its KEYS in the prologue's order, so no call site assembles a key
 // list of its own; TestScriptPrologues checks that the two agree.
 
-// scriptText is the text of every script made by newScript, for the test
-// of prologues. It is written only while the package initialises.
-var scriptText = map[*goredis.Script]string{}
-
-// newScript is a script whose text is parts joined: its prologue, the
-// snippets it uses, its body.
-func newScript(parts ...string) *goredis.Script {
-	text := strings.Join(parts, "")
-	s := goredis.NewScript(text)
-	scriptText[s] = text
-	return s
-}
+// scripts holds every script of the package with its text, for the test
+// of prologues; newScript makes one of its parts: its prologue, the
+// snippets it uses, its body. Both are used only while the package
+// initialises.
+var (
+	scripts   redisconn.Scripts
+	newScript = scripts.New
+)
 
 // luaNow sets now: the server's clock (TIME) in whole ms.
 const luaNow = `

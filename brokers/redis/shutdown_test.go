@@ -1,7 +1,6 @@
 package redisbroker_test
 
 import (
-	"os"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -9,20 +8,14 @@ import (
 	"github.com/errand-go/errand"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // TestShutdownWhileServerSilent: a worker's Shutdown returns by its deadline
 // while redis-server accepts but never answers (a proxy that stops
 // forwarding), and its tasks are finished by another worker afterwards.
 func TestShutdownWhileServerSilent(t *testing.T) {
-	u := os.Getenv("ERRAND_REDIS_URL")
-	if u == "" {
-		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")
-	}
-	o, err := goredis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := redistest.URLOptions(t)
 	conformance.RunShutdownSilentServer(t, conformance.SilentServerHarness{
 		Target: o.Addr,
 		Broker: func(t testing.TB, addr string) errand.Broker {

@@ -11,9 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,72 +19,8 @@ import (
 
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
-
-// slowLink shapes the connections of a go-redis client: the reply to any
-// command whose bytes hold late arrives after the read deadline, and
-// replies are read at no more than rate bytes a second (0: no bound).
-type slowLink struct {
-	late []byte
-	rate int
-}
-
-func (s slowLink) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &slowConn{Conn: c, link: s}, nil
-}
-
-type slowConn struct {
-	net.Conn
-	link slowLink
-	mu   sync.Mutex
-	late bool
-	dl   time.Time
-}
-
-func (c *slowConn) Write(p []byte) (int, error) {
-	if c.link.late != nil && bytes.Contains(p, c.link.late) {
-		c.mu.Lock()
-		c.late = true
-		c.mu.Unlock()
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *slowConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.dl = t
-	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *slowConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.dl = t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
-}
-
-// Read is the simulated link: its latency and its bandwidth.
-func (c *slowConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	late, dl := c.late, c.dl
-	c.late = false
-	c.mu.Unlock()
-	if late && !dl.IsZero() {
-		time.Sleep(time.Until(dl) + 10*time.Millisecond) // the reply comes in after the deadline
-	}
-	if c.link.rate <= 0 {
-		return c.Conn.Read(p)
-	}
-	const chunk = 64 << 10
-	n, err := c.Conn.Read(p[:min(len(p), chunk)])
-	time.Sleep(time.Duration(n) * time.Second / time.Duration(c.link.rate))
-	return n, err
-}
 
 // slowReadTimeout is the slow clients' read timeout: long enough for a
 // script that sets 6 MiB aside on a loaded CI machine (200ms was not),
@@ -96,12 +30,12 @@ const slowReadTimeout = 2 * time.Second
 // slowClient is a client of the single-node server with go-redis's
 // default retries (MaxRetries 3) and a read timeout of slowReadTimeout,
 // on link.
-func slowClient(t *testing.T, fast goredis.UniversalClient, link slowLink) *goredis.Client {
+func slowClient(t *testing.T, fast goredis.UniversalClient, link redistest.SlowLink) *goredis.Client {
 	t.Helper()
 	o := *fast.(*goredis.Client).Options()
 	o.MaxRetries = 3
 	o.ReadTimeout = slowReadTimeout
-	o.Dialer = link.dial
+	o.Dialer = link.Dial
 	o.OnConnect = nil
 	c := goredis.NewClient(&o)
 	t.Cleanup(func() { c.Close() })
@@ -146,7 +80,7 @@ func TestSlowFetchLeasesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fetch script names K:inflight; no other call of this test does.
-	slow := slowClient(t, fast, slowLink{late: []byte("{" + prefix + ":q}:inflight")})
+	slow := slowClient(t, fast, redistest.SlowLink{Late: []byte("{" + prefix + ":q}:inflight")})
 	consumer := redisbroker.New(slow, &redisbroker.Options{Prefix: prefix})
 	defer consumer.Close()
 	if _, err := consumer.Fetch(ctx, "q", 1, time.Minute); err == nil {
@@ -188,7 +122,7 @@ func TestOversizedMessageSetAside(t *testing.T) {
 		driver.Message{ID: "small", Queue: "q", Body: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
-	slow := slowClient(t, fast, slowLink{rate: 512 << 10})
+	slow := slowClient(t, fast, redistest.SlowLink{Rate: 512 << 10})
 	consumer := redisbroker.New(slow, &redisbroker.Options{Prefix: prefix})
 	defer consumer.Close()
 	ds, err := consumer.Fetch(ctx, "q", 10, time.Minute)

@@ -15,6 +15,7 @@ import (
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
 
 // namedClient returns a client of its own to the deployment name names
@@ -28,14 +29,7 @@ func namedClient(t *testing.T, name string, readTimeout time.Duration) (goredis.
 	var rdb goredis.UniversalClient
 	switch name {
 	case "Single":
-		u := os.Getenv("ERRAND_REDIS_URL")
-		if u == "" {
-			conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")
-		}
-		o, err := goredis.ParseURL(u)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o := redistest.URLOptions(t)
 		o.ClientName, o.ContextTimeoutEnabled, o.ReadTimeout = cname, true, readTimeout
 		rdb = goredis.NewClient(o)
 	case "Cluster":

@@ -1,74 +1,15 @@
 package redisconn
 
 import (
-	"bytes"
 	"context"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/internal/redisconn/redistest"
 )
-
-// slowLink is a dialer whose connections deliver the reply to any command
-// naming marker (a key) after the client's read deadline: the command
-// reaches the server and runs, its reply is merely late, as on a slow
-// network or for a reply too large to read in time.
-type slowLink struct{ marker []byte }
-
-func (s slowLink) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &slowConn{Conn: c, marker: s.marker}, nil
-}
-
-type slowConn struct {
-	net.Conn
-	marker []byte
-	mu     sync.Mutex
-	late   bool
-	dl     time.Time
-}
-
-func (c *slowConn) Write(p []byte) (int, error) {
-	if bytes.Contains(p, c.marker) {
-		c.mu.Lock()
-		c.late = true
-		c.mu.Unlock()
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *slowConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.dl = t
-	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *slowConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.dl = t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *slowConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	late, dl := c.late, c.dl
-	c.late = false
-	c.mu.Unlock()
-	if late && !dl.IsZero() {
-		// The simulated link's latency: the reply comes in just after the
-		// deadline, so the read fails with a timeout.
-		time.Sleep(time.Until(dl) + 10*time.Millisecond)
-	}
-	return c.Conn.Read(p)
-}
 
 // countScript counts its runs.
 var countScript = goredis.NewScript(`return redis.call('INCR', KEYS[1])`)
@@ -93,7 +34,7 @@ func TestNoRetryRunsOnce(t *testing.T) {
 	key := "errand-test:noretry:" + time.Now().Format("150405.000000000")
 	o.MaxRetries = 3
 	o.ReadTimeout = 200 * time.Millisecond
-	o.Dialer = slowLink{marker: []byte(key)}.dial
+	o.Dialer = redistest.SlowLink{Late: []byte(key)}.Dial
 	slow := goredis.NewClient(o)
 	defer slow.Close()
 	ctx := context.Background()
