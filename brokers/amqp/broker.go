@@ -45,10 +45,20 @@ type Options struct {
 	// Default: 16 MiB.
 	MaxPayload int
 	// Prefetch is the least basic.qos prefetch count of a queue's
-	// consumer; by default it is the largest limit a Fetch of the queue
-	// asked for (a worker's free slots), so a worker holds no more
-	// messages than it has slots. Default: 0.
+	// consumer (see PrefetchMultiplier). Default: 0.
 	Prefetch int
+	// PrefetchMultiplier sets a queue's consumer's basic.qos prefetch
+	// count to this many times the largest limit a Fetch of the queue
+	// asked for (a worker's slots), or Prefetch when larger; RabbitMQ
+	// counts every delivery not yet acked against it. A worker of N
+	// slots holds up to N deliveries running and N more settling (their
+	// states being recorded, their ack on its way), so 1 lets settling
+	// deliveries hold back the next ones; 3 leaves room for N more,
+	// pushed ahead and buffered in the broker (leased to no one, handed
+	// out by the next Fetch, given back after HoldBuffered without one).
+	// Set 1 for long tasks, so that a busy worker holds nothing buffered
+	// an idle one could run. Default: 3.
+	PrefetchMultiplier int
 	// CallTimeout bounds every call to RabbitMQ (dial, declare, publish
 	// and its confirm, stats), so a call whose ctx has no deadline still
 	// returns when the server accepts connections but never answers. A ctx
@@ -145,6 +155,9 @@ func New(url string, opts *Options) *Broker {
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 5 * time.Second
+	}
+	if o.PrefetchMultiplier <= 0 {
+		o.PrefetchMultiplier = 3
 	}
 	if o.HoldBuffered <= 0 {
 		o.HoldBuffered = time.Second
@@ -297,20 +310,26 @@ func (b *Broker) ensureQueue(ctx context.Context, name string) error {
 	return b.declare(ctx, name, b.queueArgs(name), false)
 }
 
-// Close closes the connections (deliveries not acked go back to their
-// queues) and wakes blocked Fetch calls. A second Close is harmless.
+// Close wakes blocked Fetch calls, gives back the messages its consumers
+// hold buffered (never handed out: sent again as copies, so that no
+// delivery is counted, within CallTimeout), then closes the connections
+// (deliveries not acked go back to their queues). A second Close is
+// harmless.
 func (b *Broker) Close() error {
 	if !b.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	close(b.done)
 	b.cmu.Lock()
 	ps := b.pullers
 	b.pullers = map[string]*puller{}
 	b.cmu.Unlock()
+	var wg sync.WaitGroup
 	for _, p := range ps {
-		p.stop()
+		ch, gen, tag, back := p.stop()
+		wg.Go(func() { p.release(ch, gen, tag, back) })
 	}
+	wg.Wait()
+	close(b.done)
 	err := errors.Join(b.pub.close(), b.con.close())
 	b.wg.Wait()
 	return err

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,10 +16,10 @@ import (
 )
 
 // A puller is the consumer of one queue on the consuming connection: its
-// own channel, a basic.consume with a prefetch as large as the largest
-// Fetch asked for (a worker's free slots), and a buffer of what RabbitMQ
-// pushed and no Fetch has taken yet. Every delivery handed out carries a
-// lease (see lease).
+// own channel, a basic.consume with a prefetch of PrefetchMultiplier times
+// the largest Fetch asked for (a worker's free slots), and a buffer of
+// what RabbitMQ pushed and no Fetch has taken yet. Every delivery handed
+// out carries a lease (see lease).
 type puller struct {
 	b     *Broker
 	queue string // errand's name
@@ -33,7 +32,7 @@ type puller struct {
 	gen       uint64        // counts channels; a lease of an older one is lost
 	tag       string        // the running consumer's tag; "" when none
 	prefetch  int           // the running consumer's prefetch
-	want      int           // the prefetch the next consumer needs
+	want      int           // the largest Fetch limit (or sum of waiting limits) so far
 	settingUp bool
 	err       error // the last setup failure, for the next Fetch
 	buf       []buffered
@@ -48,7 +47,6 @@ type puller struct {
 
 type buffered struct {
 	gen uint64
-	tag string // the consumer's
 	d   amqp.Delivery
 }
 
@@ -60,7 +58,6 @@ type buffered struct {
 type lease struct {
 	p        *puller
 	gen      uint64
-	consumer string
 	ch       *amqp.Channel
 	tag      uint64
 	deadline time.Time
@@ -101,7 +98,7 @@ func (p *puller) notify() {
 // Fetch waits until the queue's consumer has at least one due message and
 // returns up to limit of them, each leased for lease. The first Fetch of a
 // queue starts its consumer (declaring the queue); a Fetch asking for more
-// than the consumer's prefetch raises it. A message that arrives before its
+// than any before raises the consumer's prefetch (see window). A message that arrives before its
 // not-before time is sent on to the next delay level (and acked once
 // RabbitMQ confirmed the copy), never returned.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
@@ -131,7 +128,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		p.armIdle()
 		p.mu.Unlock()
 	}()
-	p.want = max(p.want, limit, b.opts.Prefetch)
+	p.want = max(p.want, limit)
 	began, retries := time.Now(), 0
 	for {
 		if p.stopped {
@@ -140,11 +137,13 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		if out := p.take(limit, lease); len(out) > 0 {
 			return out, nil
 		}
-		// A consumer is (re)started when there is none, or when what it
-		// holds and what the waiting Fetch calls ask for exceed its
-		// prefetch: a worker's Fetch asks for at most its free slots, so
-		// its consumer keeps the prefetch of the worker's concurrency.
-		if (p.tag == "" || p.held(p.tag)+p.asking > p.prefetch) && !p.settingUp && p.err == nil {
+		// A consumer is (re)started when there is none, or when the
+		// window the Fetch calls ask for is larger than its prefetch: a
+		// worker's Fetch asks for at most its free slots, so its consumer
+		// keeps the window of the worker's concurrency. A consumer whose
+		// window is full (deliveries settling) is not restarted for a
+		// fresh one: RabbitMQ sends more as acks arrive.
+		if (p.tag == "" || p.window() > p.prefetch) && !p.settingUp && p.err == nil {
 			p.settingUp = true
 			b.wg.Add(1)
 			go p.setup()
@@ -210,7 +209,7 @@ func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 			go p.hop(bd)
 			continue
 		}
-		l := &lease{p: p, gen: bd.gen, consumer: bd.tag, ch: p.ch, tag: bd.d.DeliveryTag, deadline: now.Add(leaseFor)}
+		l := &lease{p: p, gen: bd.gen, ch: p.ch, tag: bd.d.DeliveryTag, deadline: now.Add(leaseFor)}
 		l.timer = time.AfterFunc(leaseFor, l.expire)
 		p.leases[l] = struct{}{}
 		out = append(out, p.b.delivery(p.queue, bd.d, l))
@@ -220,21 +219,14 @@ func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 	return out
 }
 
-// held counts the deliveries of consumer tag not yet settled, leased or
-// buffered: what counts against its prefetch. Call with p.mu held.
-func (p *puller) held(tag string) int {
-	n := 0
-	for l := range p.leases {
-		if l.consumer == tag {
-			n++
-		}
-	}
-	for _, bd := range p.buf {
-		if bd.tag == tag {
-			n++
-		}
-	}
-	return n
+// window is the prefetch the queue's consumer needs: PrefetchMultiplier
+// times the largest Fetch limit (or sum of the limits of the Fetch calls
+// waiting at once), or Options.Prefetch when larger. RabbitMQ counts every
+// unacked delivery against it, those settling too: a worker of N slots
+// holds up to N running and N settling, so a window of 3N keeps up to N
+// more ready, buffered, for the slots that free. Call with p.mu held.
+func (p *puller) window() int {
+	return max(p.b.opts.PrefetchMultiplier*max(p.want, p.asking), p.b.opts.Prefetch)
 }
 
 // delivery decodes d. Attempt counts every delivery: errand's own count of
@@ -290,7 +282,7 @@ func (p *puller) consume(ctx context.Context) error {
 		return err
 	}
 	p.mu.Lock()
-	ch, gen, oldTag, want := p.ch, p.gen, p.tag, max(p.want, p.asking)
+	ch, gen, oldTag, want := p.ch, p.gen, p.tag, p.window()
 	p.mu.Unlock()
 	if ch == nil || ch.IsClosed() {
 		conn, err := b.con.connection(ctx)
@@ -377,7 +369,7 @@ func (p *puller) read(gen uint64, tag string, deliveries <-chan amqp.Delivery) {
 		case p.stopped:
 			// Close is closing the channel: RabbitMQ takes it back.
 		default:
-			p.buf = append(p.buf, buffered{gen: gen, tag: tag, d: d})
+			p.buf = append(p.buf, buffered{gen: gen, d: d})
 			p.notify()
 			p.armIdle()
 		}
@@ -478,6 +470,13 @@ func (p *puller) giveBack() {
 	}
 	ctx, cancel := p.b.lifeCtx()
 	defer cancel()
+	p.sendBack(ctx, ch, gen, back)
+}
+
+// sendBack gives buffered messages back as giveBack says: a copy of each
+// is published, and the original acked once the copy is confirmed, or
+// given back with basic.nack when the copy failed.
+func (p *puller) sendBack(ctx context.Context, ch *amqp.Channel, gen uint64, back []buffered) {
 	for len(back) > 0 {
 		chunk := back[:min(len(back), maxBatch)]
 		back = back[len(chunk):]
@@ -485,18 +484,19 @@ func (p *puller) giveBack() {
 		for i, bd := range chunk {
 			outs[i] = outgoing{queue: p.name, p: copyOf(bd.d)}
 		}
-		err := p.b.send(ctx, outs)
+		sent := p.b.send(ctx, outs)
 		p.mu.Lock()
 		current := p.gen == gen
 		p.mu.Unlock()
 		if !current {
 			return // the channel is gone: RabbitMQ has the originals back
 		}
-		if err != nil {
-			p.b.log.Warn("amqp broker: send a buffered message back; giving it back with basic.nack", "queue", p.queue, "err", err)
+		if sent != nil {
+			p.b.log.Warn("amqp broker: send a buffered message back; giving it back with basic.nack", "queue", p.queue, "err", sent)
 		}
 		for _, bd := range chunk {
-			if err == nil {
+			var err error
+			if sent == nil {
 				err = ch.Ack(bd.d.DeliveryTag, false)
 			} else {
 				err = ch.Nack(bd.d.DeliveryTag, false, true)
@@ -605,8 +605,11 @@ func withoutServerHeaders(t amqp.Table) amqp.Table {
 	return c
 }
 
-// stop ends the puller (Close): waiting Fetch calls return ErrClosed.
-func (p *puller) stop() {
+// stop ends the puller (Close): waiting Fetch calls return ErrClosed,
+// and what RabbitMQ pushes from now on is left to the channel's close.
+// It returns the buffered messages, for Close to give back, with the
+// channel they came on, its generation and the consumer's tag.
+func (p *puller) stop() (ch *amqp.Channel, gen uint64, tag string, back []buffered) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped = true
@@ -618,7 +621,34 @@ func (p *puller) stop() {
 		l.state = lost
 	}
 	clear(p.leases)
+	for _, bd := range p.buf {
+		if bd.gen == p.gen {
+			back = append(back, bd)
+		}
+	}
+	p.buf = nil
 	p.notify()
+	return p.ch, p.gen, p.tag, back
+}
+
+// release gives back, before Close closes the connections, the messages
+// stop returned: a buffered message never ran, and the channel's close
+// would count a delivery (see giveBack). Bounded by CallTimeout and 2s,
+// as the connections' close is (a silent server must not hold Close);
+// what it cannot give back goes back with the channel's close.
+func (p *puller) release(ch *amqp.Channel, gen uint64, tag string, back []buffered) {
+	if ch == nil || len(back) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(p.b.opts.CallTimeout, 2*time.Second))
+	defer cancel()
+	if tag != "" {
+		if err := p.b.con.call(ctx, ch, func() error { return ch.Cancel(tag, false) }); err != nil {
+			p.b.log.Warn("amqp broker: cancel the consumer at Close", "queue", p.queue, "err", err)
+			return
+		}
+	}
+	p.sendBack(ctx, ch, gen, back)
 }
 
 // ---- leases ----
@@ -684,41 +714,22 @@ func (l *lease) ack() error {
 	return nil
 }
 
-// Ack acks each delivery on its channel (basic.ack of its tag), then
-// makes one round trip on each channel it used (a passive declare of
-// amq.direct): RabbitMQ handles a channel's frames in order, so its answer
-// says the acks were handled, and a silent server is an error within ctx
-// and CallTimeout instead of acks lost unseen. A delivery whose lease ran
-// out, or whose channel closed since (RabbitMQ then gave the message
-// back), fails with driver.ErrLeaseLost.
+// Ack acks each delivery on its channel (basic.ack of its tag) and
+// returns: AMQP 0-9-1 does not confirm acks, and Ack waits for no answer.
+// A delivery whose lease ran out, or whose channel closed since (RabbitMQ
+// then gave the message back), fails with driver.ErrLeaseLost. An ack the
+// connection loses before RabbitMQ reads it leaves the message unacked, so
+// RabbitMQ delivers it again once it notices the loss: at-least-once, as
+// any crash after the task's outcome was recorded (the worker then finds
+// the outcome in the backend and acks without running the task again).
 func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
-	var chans []*amqp.Channel
-	errs := driver.EachItem(len(ds), func(i int) error {
+	return driver.EachItem(len(ds), func(i int) error {
 		l, err := handle(ds[i])
 		if err != nil {
 			return err
 		}
-		if err := l.ack(); err != nil {
-			return err
-		}
-		if !slices.Contains(chans, l.ch) {
-			chans = append(chans, l.ch)
-		}
-		return nil
+		return l.ack()
 	})
-	for _, ch := range chans {
-		if err := b.roundTrip(ctx, ch); err != nil {
-			for i, d := range ds {
-				if l, _ := d.Handle.(*lease); l != nil && l.ch == ch && (errs == nil || errs[i] == nil) {
-					if errs == nil {
-						errs = make([]error, len(ds))
-					}
-					errs[i] = fmt.Errorf("amqp broker: ack not confirmed: %w", err)
-				}
-			}
-		}
-	}
-	return errs
 }
 
 // roundTrip makes one synchronous call on ch, bounded by ctx and
