@@ -115,10 +115,12 @@ type row struct {
 }
 
 type report struct {
-	rdb     *goredis.Client
-	rows    []row
-	peer    peerRuns
-	profile []profileRun
+	rdb       *goredis.Client
+	rows      []row
+	peer      peerRuns
+	amqp      peerRuns // the AMQP drains, by workers and subject
+	amqpTotal int      // tasks per AMQP drain
+	profile   []profileRun
 }
 
 // clean deletes every key the scenarios left on Redis (their prefixes all
@@ -172,6 +174,7 @@ func (r *report) markdown() string {
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(&b, "This run (flags: %q) took %s.\n\n", strings.Join(os.Args[1:], " "), time.Since(began).Round(time.Second))
 	b.WriteString(r.peerMarkdown())
+	b.WriteString(r.amqpMarkdown())
 	b.WriteString(r.profileMarkdown())
 	b.WriteString("## errand against raw floors\n\n")
 	fmt.Fprintf(&b, "Every scenario ran its raw floor in the same run and checked that each task ran exactly once. Throughputs: higher is better; ratio = errand / floor.\n\n")

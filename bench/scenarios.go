@@ -24,6 +24,7 @@ func scenarios() []scenario {
 		{"drain by result backend", backendDrains},
 		{"SQS", sqsScenarios},
 		{"AMQP", amqpScenarios},
+		{"AMQP drain", amqpDrains},
 	}
 }
 
