@@ -57,7 +57,14 @@ type Options struct {
 	// pushed ahead and buffered in the broker (leased to no one, handed
 	// out by the next Fetch, given back after HoldBuffered without one).
 	// Set 1 for long tasks, so that a busy worker holds nothing buffered
-	// an idle one could run. Default: 3.
+	// an idle one could run. Queues with priorities (MaxPriority, or
+	// machinery's x-max-priority) default to 1: RabbitMQ orders by
+	// priority only what it has not sent yet, so a message of higher
+	// priority published later would wait behind those buffered. The
+	// window grows beyond this to what the process holds unacked and its
+	// Fetch calls ask for, when that is more (a Fetch is never starved by
+	// the deliveries its caller holds). Default: 3 (1 on queues with
+	// priorities).
 	PrefetchMultiplier int
 	// CallTimeout bounds every call to RabbitMQ (dial, declare, publish
 	// and its confirm, stats), so a call whose ctx has no deadline still
@@ -106,6 +113,7 @@ type Broker struct {
 	known map[string]struct{} // errand queues published to, fetched from or named by an operator call
 
 	chLocks  sync.Map // *amqp.Channel → chan struct{}: one synchronous call at a time (session.call)
+	acks     sync.Map // consuming *amqp.Channel → its *ackSync
 	rets     sync.Map // publishing *amqp.Channel → its chan amqp.Return
 	returned sync.Map // publish token → RabbitMQ's reply text: messages it could not route
 	token    atomic.Uint64
@@ -156,9 +164,6 @@ func New(url string, opts *Options) *Broker {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 5 * time.Second
 	}
-	if o.PrefetchMultiplier <= 0 {
-		o.PrefetchMultiplier = 3
-	}
 	if o.HoldBuffered <= 0 {
 		o.HoldBuffered = time.Second
 	}
@@ -166,6 +171,12 @@ func New(url string, opts *Options) *Broker {
 		m := *o.Machinery
 		m.defaults()
 		o.Machinery = &m
+	}
+	if o.PrefetchMultiplier <= 0 {
+		o.PrefetchMultiplier = 3
+		if b.maxPriority() > 0 {
+			o.PrefetchMultiplier = 1 // messages buffered ahead escape RabbitMQ's priority order
+		}
 	}
 	b.log = o.Logger
 	if b.log == nil {

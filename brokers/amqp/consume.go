@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ type puller struct {
 	tag       string        // the running consumer's tag; "" when none
 	prefetch  int           // the running consumer's prefetch
 	want      int           // the largest Fetch limit (or sum of waiting limits) so far
+	need      int           // the most held unacked and asked for at once by a Fetch that found the window full
 	settingUp bool
 	err       error // the last setup failure, for the next Fetch
 	buf       []buffered
@@ -47,6 +49,7 @@ type puller struct {
 
 type buffered struct {
 	gen uint64
+	tag string // the consumer's
 	d   amqp.Delivery
 }
 
@@ -58,6 +61,7 @@ type buffered struct {
 type lease struct {
 	p        *puller
 	gen      uint64
+	consumer string // the tag of the consumer it came on
 	ch       *amqp.Channel
 	tag      uint64
 	deadline time.Time
@@ -137,13 +141,18 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		if out := p.take(limit, lease); len(out) > 0 {
 			return out, nil
 		}
-		// A consumer is (re)started when there is none, or when the
-		// window the Fetch calls ask for is larger than its prefetch: a
-		// worker's Fetch asks for at most its free slots, so its consumer
-		// keeps the window of the worker's concurrency. A consumer whose
-		// window is full (deliveries settling) is not restarted for a
-		// fresh one: RabbitMQ sends more as acks arrive.
-		if (p.tag == "" || p.window() > p.prefetch) && !p.settingUp && p.err == nil {
+		// A consumer is (re)started, with a larger prefetch, when there
+		// is none or it is too small: for the window the Fetch limits ask
+		// for, or for what the process holds unacked on it and the
+		// waiting Fetch calls ask for (a caller holding more than the
+		// window must not be starved). Windows only grow, so a consumer
+		// is restarted a few times at most, never once per Fetch: a
+		// worker's Fetch asks for at most its free slots, and what it
+		// holds (running and settling) and asks for fits in 3× its slots.
+		if held := p.held(p.tag) + p.asking; (p.tag == "" || held > p.prefetch || p.window() > p.prefetch) && !p.settingUp && p.err == nil {
+			if p.tag != "" {
+				p.need = max(p.need, held)
+			}
 			p.settingUp = true
 			b.wg.Add(1)
 			go p.setup()
@@ -191,13 +200,20 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 }
 
 // take hands out up to limit due buffered messages under leases, and sends
-// early ones on. Call with p.mu held.
+// early ones on. On queues with priorities it hands out the highest first
+// (as RabbitMQ would have; in arrival order within one priority): a
+// message RabbitMQ pushed later, a released one say, may rank above those
+// buffered before it. Call with p.mu held.
 func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 	var out []*driver.Delivery
 	now := time.Now()
+	if top := p.b.maxPriority(); top > 0 && len(p.buf) > 1 {
+		rank := func(bd buffered) int { return min(int(bd.d.Priority), top) }
+		slices.SortStableFunc(p.buf, func(a, b buffered) int { return rank(b) - rank(a) })
+	}
 	keep := p.buf[:0]
 	for _, bd := range p.buf {
-		if bd.gen != p.gen {
+		if bd.gen != p.gen || p.ch == nil {
 			continue // its channel is gone: RabbitMQ has it back
 		}
 		if len(out) >= limit {
@@ -209,7 +225,7 @@ func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 			go p.hop(bd)
 			continue
 		}
-		l := &lease{p: p, gen: bd.gen, ch: p.ch, tag: bd.d.DeliveryTag, deadline: now.Add(leaseFor)}
+		l := &lease{p: p, gen: bd.gen, consumer: bd.tag, ch: p.ch, tag: bd.d.DeliveryTag, deadline: now.Add(leaseFor)}
 		l.timer = time.AfterFunc(leaseFor, l.expire)
 		p.leases[l] = struct{}{}
 		out = append(out, p.b.delivery(p.queue, bd.d, l))
@@ -219,14 +235,45 @@ func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 	return out
 }
 
+// maxPriority is the x-max-priority of the broker's queues, 0 when they
+// have no priorities.
+func (b *Broker) maxPriority() int {
+	if m := b.opts.Machinery; m != nil {
+		n, _ := toInt(m.QueueDeclareArgs["x-max-priority"])
+		return int(n)
+	}
+	if b.opts.Classic {
+		return int(b.opts.MaxPriority)
+	}
+	return 0
+}
+
+// held counts the deliveries of consumer tag not yet settled, leased or
+// buffered: what counts against its prefetch. Call with p.mu held.
+func (p *puller) held(tag string) int {
+	n := 0
+	for l := range p.leases {
+		if l.consumer == tag {
+			n++
+		}
+	}
+	for _, bd := range p.buf {
+		if bd.tag == tag {
+			n++
+		}
+	}
+	return n
+}
+
 // window is the prefetch the queue's consumer needs: PrefetchMultiplier
 // times the largest Fetch limit (or sum of the limits of the Fetch calls
-// waiting at once), or Options.Prefetch when larger. RabbitMQ counts every
-// unacked delivery against it, those settling too: a worker of N slots
-// holds up to N running and N settling, so a window of 3N keeps up to N
-// more ready, buffered, for the slots that free. Call with p.mu held.
+// waiting at once), Options.Prefetch, or the most a Fetch that found the
+// consumer full held and asked for, whichever is largest. RabbitMQ counts
+// every unacked delivery against it, those settling too: a worker of N
+// slots holds up to N running and N settling, so a window of 3N keeps up
+// to N more ready, buffered, for the slots that free. Call with p.mu held.
 func (p *puller) window() int {
-	return max(p.b.opts.PrefetchMultiplier*max(p.want, p.asking), p.b.opts.Prefetch)
+	return max(p.b.opts.PrefetchMultiplier*max(p.want, p.asking), p.b.opts.Prefetch, p.need)
 }
 
 // delivery decodes d. Attempt counts every delivery: errand's own count of
@@ -365,11 +412,13 @@ func (p *puller) read(gen uint64, tag string, deliveries <-chan amqp.Delivery) {
 	for d := range deliveries {
 		p.mu.Lock()
 		switch {
-		case p.gen != gen:
+		case p.gen != gen || p.ch == nil:
+			// Its channel is gone (amqp091 hands over what it had
+			// read before the close): RabbitMQ has it back.
 		case p.stopped:
 			// Close is closing the channel: RabbitMQ takes it back.
 		default:
-			p.buf = append(p.buf, buffered{gen: gen, d: d})
+			p.buf = append(p.buf, buffered{gen: gen, tag: tag, d: d})
 			p.notify()
 			p.armIdle()
 		}
@@ -392,6 +441,7 @@ func (p *puller) watch(gen uint64, closes chan *amqp.Error) {
 	defer p.mu.Unlock()
 	if p.ch != nil && p.gen == gen {
 		p.b.chLocks.Delete(p.ch)
+		p.b.acks.Delete(p.ch)
 	}
 	if err != nil && !p.stopped {
 		p.b.log.Warn("amqp broker: consumer channel closed; its unacked messages go back to the queue", "queue", p.queue, "err", err)
@@ -711,35 +761,8 @@ func (l *lease) ack() error {
 	if err := l.ch.Ack(l.tag, false); err != nil {
 		return fmt.Errorf("amqp broker: ack: %w (%w)", driver.ErrLeaseLost, err)
 	}
+	l.p.b.acksOn(l.ch).wrote()
 	return nil
-}
-
-// Ack acks each delivery on its channel (basic.ack of its tag) and
-// returns: AMQP 0-9-1 does not confirm acks, and Ack waits for no answer.
-// A delivery whose lease ran out, or whose channel closed since (RabbitMQ
-// then gave the message back), fails with driver.ErrLeaseLost. An ack the
-// connection loses before RabbitMQ reads it leaves the message unacked, so
-// RabbitMQ delivers it again once it notices the loss: at-least-once, as
-// any crash after the task's outcome was recorded (the worker then finds
-// the outcome in the backend and acks without running the task again).
-func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
-	return driver.EachItem(len(ds), func(i int) error {
-		l, err := handle(ds[i])
-		if err != nil {
-			return err
-		}
-		return l.ack()
-	})
-}
-
-// roundTrip makes one synchronous call on ch, bounded by ctx and
-// CallTimeout; a channel or connection that is gone or silent fails it.
-func (b *Broker) roundTrip(ctx context.Context, ch *amqp.Channel) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	return b.con.call(ctx, ch, func() error {
-		return ch.ExchangeDeclarePassive("amq.direct", "direct", true, false, false, false, nil)
-	})
 }
 
 // Extend moves the lease's deadline lease from now: a local timer, since
