@@ -534,8 +534,8 @@ once.
   PrefetchMultiplier): the slots, as many deliveries settling (SUCCESS
   being recorded, the ack on its way) and as many buffered in the broker,
   leased to no one until a slot frees, so a free slot finds its next
-  message already in the process; acks go without waiting for an answer
-  (AMQP has no ack confirm). Each task still records RECEIVED, STARTED and
+  message already in the process; the round trips that confirm acks are
+  shared by concurrent Ack calls. Each task still records RECEIVED, STARTED and
   SUCCESS in Redis. errand's queue is a quorum queue (its default,
   replicated), machinery's a classic one; the raw floor consumes a quorum
   queue at a prefetch of the worker count, which at 10 workers errand's

@@ -29,15 +29,17 @@
 //
 // At-least-once: a delivery stays unacked on its channel until errand acks
 // it, and RabbitMQ gives back what a lost connection held. One consumer per
-// queue, with a prefetch of Options.PrefetchMultiplier (3) times the
-// largest Fetch limit (a worker's free slots): room for the deliveries a
-// worker runs, as many it settles, and as many buffered in the broker,
+// queue, with a prefetch of Options.PrefetchMultiplier (3; 1 on queues
+// with priorities) times the largest Fetch limit (a worker's free slots):
+// room for the deliveries a worker runs, as many it settles, and as many
+// buffered in the broker,
 // handed out by the next Fetch and given back (as copies, counting no
 // delivery) after Options.HoldBuffered without one, and by Close. The
 // lease is the broker's own timer: a delivery not settled or extended in
 // time is given back (basic.nack, requeue) and a late settle answers
 // driver.ErrLeaseLost. Extend makes one round trip on the delivery's
-// channel; Ack sends basic.ack and waits for no answer (AMQP has none).
+// channel; Ack waits for one sent after its acks, shared by concurrent
+// Ack calls.
 // Release publishes a copy (carrying the count of deliveries) and acks the
 // delivery. RabbitMQ's consumer_timeout (30 min by
 // default) closes the channel of a delivery held longer: raise it for
