@@ -535,11 +535,11 @@ once.
   being recorded, the ack on its way) and as many buffered in the broker,
   leased to no one until a slot frees, so a free slot finds its next
   message already in the process; the round trips that confirm acks are
-  shared by concurrent Ack calls. Each task still records RECEIVED, STARTED and
-  SUCCESS in Redis. errand's queue is a quorum queue (its default,
-  replicated), machinery's a classic one; the raw floor consumes a quorum
-  queue at a prefetch of the worker count, which at 10 workers errand's
-  larger window passes (docs/amqp.md, "Performance").
+  shared by concurrent Ack calls. Each task still records RECEIVED,
+  STARTED and SUCCESS in Redis. errand's queue is a quorum queue (its
+  default, replicated), machinery's a classic one; the raw floor consumes
+  a quorum queue at a prefetch of the worker count (docs/amqp.md,
+  "Performance").
 - **SQS and memory drains, batch enqueue**: unchanged by this work; the
   generic path (other backends, SQS) keeps its numbers within the noise.
 
