@@ -125,6 +125,9 @@ func (s *ackSync) confirm(ctx context.Context, b *Broker, ch *amqp.Channel) erro
 			close(f.done)
 			if f.err != nil {
 				s.mu.Unlock()
+				if ch.IsClosed() {
+					b.acks.Delete(ch) // the channel's watch may have gone first
+				}
 				return f.err
 			}
 			continue

@@ -102,9 +102,9 @@ func (p *puller) notify() {
 // Fetch waits until the queue's consumer has at least one due message and
 // returns up to limit of them, each leased for lease. The first Fetch of a
 // queue starts its consumer (declaring the queue); a Fetch asking for more
-// than any before raises the consumer's prefetch (see window). A message that arrives before its
-// not-before time is sent on to the next delay level (and acked once
-// RabbitMQ confirmed the copy), never returned.
+// than any before raises the consumer's prefetch (see window). A message
+// that arrives before its not-before time is sent on to the next delay
+// level (and acked once RabbitMQ confirmed the copy), never returned.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	if err := b.checkClosed(); err != nil {
 		return nil, err
