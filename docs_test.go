@@ -820,7 +820,8 @@ func linkRefs(idx *docIndex, p *docPkg, parser *comment.Parser, file string, lin
 //     each one the package declares, the package's New among them.
 //
 // README.md and docs/drivers.md must each have a drivers table with all
-// four columns. The driver packages are read with go/parser from the
+// four columns. And no driver imports the root package errand, as
+// docs/drivers.md says ("errand wraps drivers"). The driver packages are read with go/parser from the
 // repository's files, so no module needs building and no server is used.
 func TestDocsDriverTables(t *testing.T) {
 	t.Parallel()
@@ -849,6 +850,11 @@ func TestDocsDriverTables(t *testing.T) {
 			t.Errorf("%s (a drivers table must match the code)", f)
 		}
 	}
+	for _, path := range slices.Sorted(maps.Keys(drivers)) {
+		if d := drivers[path]; d.rootImport != "" {
+			t.Errorf("%s: the driver %s imports the root package errand, but docs/drivers.md says a driver never does (errand wraps drivers)", d.rootImport, path)
+		}
+	}
 	t.Logf("checked %d drivers tables against %d drivers", len(tables), len(drivers))
 }
 
@@ -857,6 +863,7 @@ type docDriver struct {
 	path, name string
 	schemes    map[string]string // registered scheme → where (file:line)
 	funcs      map[string]string // exported top-level New... function → its signature, "New(opts *Options) *Broker"
+	rootImport string            // where a non-test file imports the root package errand, if one does
 }
 
 // workspaceDrivers finds, under root, every package whose non-test files
@@ -864,7 +871,8 @@ type docDriver struct {
 // schemes and constructors.
 func workspaceDrivers(t *testing.T, root string) map[string]*docDriver {
 	t.Helper()
-	const driverPath = "github.com/errand-go/errand/driver"
+	const rootPath = "github.com/errand-go/errand"
+	const driverPath = rootPath + "/driver"
 	dirs := map[string][]string{} // dir → its non-test Go files
 	var registering []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -910,6 +918,11 @@ func workspaceDrivers(t *testing.T, root string) map[string]*docDriver {
 			}
 			d.name = f.Name.Name
 			imports := fileImports(f)
+			for _, im := range f.Imports {
+				if ip, _ := strconv.Unquote(im.Path.Value); ip == rootPath {
+					d.rootImport = fmt.Sprintf("%s:%d", filepath.ToSlash(path), fset.Position(im.Pos()).Line)
+				}
+			}
 			for _, decl := range f.Decls {
 				switch x := decl.(type) {
 				case *ast.FuncDecl:
