@@ -821,8 +821,9 @@ func linkRefs(idx *docIndex, p *docPkg, parser *comment.Parser, file string, lin
 //
 // README.md and docs/drivers.md must each have a drivers table with all
 // four columns. And no driver imports the root package errand, as
-// docs/drivers.md says ("errand wraps drivers"). The driver packages are read with go/parser from the
-// repository's files, so no module needs building and no server is used.
+// docs/drivers.md says ("errand wraps drivers"). The driver packages are
+// read with go/parser from the repository's files, so no module needs
+// building and no server is used.
 func TestDocsDriverTables(t *testing.T) {
 	t.Parallel()
 	root := "."
