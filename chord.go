@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/errand-go/errand/driver"
 )
@@ -83,10 +82,11 @@ func (w *Worker) failChord(ctx context.Context, cb *Signature, errText string) e
 		return fmt.Errorf("errand: chord callback %s: read state: %w", cb.UUID, err)
 	}
 	if prev == nil || !prev.State.Terminal() {
+		now := stateTime()
 		st := &TaskState{TaskUUID: cb.UUID, TaskName: cb.Name, State: StateFailure, Attempt: cb.attempt(),
-			Error: errText, ErrorKind: string(KindFailed), CreatedAt: time.Now().UTC(), FinishedAt: time.Now().UTC()}
+			Error: errText, ErrorKind: string(KindFailed), CreatedAt: now, FinishedAt: now}
 		if prev != nil {
-			st.CreatedAt = prev.CreatedAt
+			st.CreatedAt, st.FinishedAt = prev.CreatedAt, notBefore(now, prev.CreatedAt)
 		}
 		if err := be.setState(ctx, st); err != nil {
 			return fmt.Errorf("errand: chord callback %s: set FAILURE: %w", cb.UUID, err)

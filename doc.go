@@ -232,8 +232,10 @@
 //	github.com/errand-go/errand/backends/mongo    mongobackend     mongodb://, mongodb+srv://
 //	github.com/errand-go/errand/backends/memcache memcachebackend  memcache://
 //
-// A driver's constructor (New) takes an injected client and an *Options;
-// pass its value to [Config]. Or, database/sql style, open drivers by URL:
+// A driver's constructor, New, takes an *Options and, for most drivers, an
+// injected client (the AMQP broker takes a URL, the MongoDB backend also a
+// ctx, and returns an error; the README's drivers table gives each); pass
+// its value to [Config]. Or, database/sql style, open drivers by URL:
 // importing a driver registers its schemes, and [OpenBroker] and
 // [OpenBackend] find them:
 //

@@ -6,8 +6,10 @@ import (
 	"go/ast"
 	"go/doc/comment"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -800,4 +802,417 @@ func linkRefs(idx *docIndex, p *docPkg, parser *comment.Parser, file string, lin
 		refs = append(refs, r)
 	}
 	return refs
+}
+
+// TestDocsDriverTables keeps the promise that the tables of errand's
+// drivers say what the code does. Every table of a page (README.md,
+// docs/*.md) with an "import path" column, and the table of the root
+// package doc (doc.go), is a drivers table: each row names a driver of the
+// workspace (a package that registers URL schemes with
+// driver.RegisterBroker or driver.RegisterBackend), and every such driver
+// has exactly one row. Of each row:
+//
+//   - the "package" column is the package's name;
+//   - the "URL schemes" column (`redis://`, ...) is exactly the set of
+//     schemes the package registers, read from the registration calls;
+//   - the "constructor" column holds the constructors' signatures as go
+//     doc prints them (`New(opts *Options) *Broker`, "func " optional),
+//     each one the package declares, the package's New among them.
+//
+// README.md and docs/drivers.md must each have a drivers table with all
+// four columns. And no driver imports the root package errand, as
+// docs/drivers.md says ("errand wraps drivers"). The driver packages are
+// read with go/parser from the repository's files, so no module needs
+// building and no server is used.
+func TestDocsDriverTables(t *testing.T) {
+	t.Parallel()
+	root := "."
+	drivers := workspaceDrivers(t, root)
+	if len(drivers) < 8 {
+		t.Fatalf("found only %d driver packages registering URL schemes under %s: the drivers-table test cannot read the workspace", len(drivers), root)
+	}
+	var tables []driverTable
+	for _, page := range markdownPages(t, root) {
+		tables = append(tables, markdownDriverTables(t, page)...)
+	}
+	tables = append(tables, packageDocDriverTables(t, filepath.Join(root, "doc.go"))...)
+
+	full := []string{"import path", "package", "url schemes", "constructor"}
+	for _, page := range []string{"README.md", filepath.Join("docs", "drivers.md")} {
+		page = filepath.Join(root, page)
+		if !slices.ContainsFunc(tables, func(tb driverTable) bool {
+			return tb.file == page && !slices.ContainsFunc(full, func(c string) bool { return !slices.Contains(tb.columns, c) })
+		}) {
+			t.Errorf("%s has no drivers table with the columns import path, package, URL schemes and constructor (docs state each driver's constructor and schemes, checked against the code)", page)
+		}
+	}
+	for _, tb := range tables {
+		for _, f := range tb.check(drivers) {
+			t.Errorf("%s (a drivers table must match the code)", f)
+		}
+	}
+	for _, path := range slices.Sorted(maps.Keys(drivers)) {
+		if d := drivers[path]; d.rootImport != "" {
+			t.Errorf("%s: the driver %s imports the root package errand, but docs/drivers.md says a driver never does (errand wraps drivers)", d.rootImport, path)
+		}
+	}
+	t.Logf("checked %d drivers tables against %d drivers", len(tables), len(drivers))
+}
+
+// A docDriver is what one driver package's source says about it.
+type docDriver struct {
+	path, name string
+	schemes    map[string]string // registered scheme → where (file:line)
+	funcs      map[string]string // exported top-level New... function → its signature, "New(opts *Options) *Broker"
+	rootImport string            // where a non-test file imports the root package errand, if one does
+}
+
+// workspaceDrivers finds, under root, every package whose non-test files
+// call driver.RegisterBroker or driver.RegisterBackend, and reads its
+// schemes and constructors.
+func workspaceDrivers(t *testing.T, root string) map[string]*docDriver {
+	t.Helper()
+	const rootPath = "github.com/errand-go/errand"
+	const driverPath = rootPath + "/driver"
+	dirs := map[string][]string{} // dir → its non-test Go files
+	var registering []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		dir := filepath.Dir(path)
+		dirs[dir] = append(dirs[dir], path)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(src), ".RegisterBroker(") || strings.Contains(string(src), ".RegisterBackend(") {
+			if !slices.Contains(registering, dir) {
+				registering = append(registering, dir)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the workspace's Go files: %v", err)
+	}
+	out := map[string]*docDriver{}
+	for _, dir := range registering {
+		fset := token.NewFileSet()
+		d := &docDriver{path: importPath(t, dir), schemes: map[string]string{}, funcs: map[string]string{}}
+		consts := map[string]string{} // the package's string constants, for a scheme named by one
+		var calls []*ast.CallExpr
+		callFile := map[*ast.CallExpr]string{}
+		for _, path := range dirs[dir] {
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatalf("parsing %s: %v", path, err)
+			}
+			d.name = f.Name.Name
+			imports := fileImports(f)
+			for _, im := range f.Imports {
+				if ip, _ := strconv.Unquote(im.Path.Value); ip == rootPath {
+					d.rootImport = fmt.Sprintf("%s:%d", filepath.ToSlash(path), fset.Position(im.Pos()).Line)
+				}
+			}
+			for _, decl := range f.Decls {
+				switch x := decl.(type) {
+				case *ast.FuncDecl:
+					if x.Recv == nil && x.Name.IsExported() && strings.HasPrefix(x.Name.Name, "New") {
+						var b strings.Builder
+						if err := printer.Fprint(&b, fset, &ast.FuncDecl{Name: x.Name, Type: x.Type}); err != nil {
+							t.Fatal(err)
+						}
+						d.funcs[x.Name.Name] = strings.TrimPrefix(b.String(), "func ")
+					}
+				case *ast.GenDecl:
+					if x.Tok != token.CONST {
+						continue
+					}
+					for _, spec := range x.Specs {
+						vs := spec.(*ast.ValueSpec)
+						for i, n := range vs.Names {
+							if i < len(vs.Values) {
+								if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+									consts[n.Name], _ = strconv.Unquote(lit.Value)
+								}
+							}
+						}
+					}
+				}
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || (sel.Sel.Name != "RegisterBroker" && sel.Sel.Name != "RegisterBackend") {
+					return true
+				}
+				if pkg, ok := sel.X.(*ast.Ident); ok && imports[pkg.Name] == driverPath {
+					calls = append(calls, call)
+					callFile[call] = path
+				}
+				return true
+			})
+		}
+		for _, call := range calls {
+			where := fset.Position(call.Pos())
+			at := fmt.Sprintf("%s:%d", filepath.ToSlash(callFile[call]), where.Line)
+			var scheme string
+			switch arg := call.Args[0].(type) {
+			case *ast.BasicLit:
+				scheme, _ = strconv.Unquote(arg.Value)
+			case *ast.Ident:
+				scheme = consts[arg.Name]
+			}
+			if scheme == "" {
+				t.Fatalf("%s: registers a scheme this test cannot read (a string literal or a constant of the package): teach workspaceDrivers to read it", at)
+			}
+			d.schemes[scheme] = at
+		}
+		if len(d.schemes) > 0 {
+			out[d.path] = d
+		}
+	}
+	return out
+}
+
+// A driverTable is one drivers table of a page or package doc.
+type driverTable struct {
+	file    string
+	line    int      // its header's
+	columns []string // lower-case headers; the package doc's table has import path, package and url schemes
+	rows    []driverRow
+}
+
+// A driverRow is one row of a drivers table: each column's code spans
+// (the package doc's: its words).
+type driverRow struct {
+	line  int
+	cells map[string][]string
+}
+
+// markdownDriverTables finds the tables of page whose header has an
+// "import path" column.
+func markdownDriverTables(t *testing.T, page string) []driverTable {
+	t.Helper()
+	data, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []driverTable
+	var cur *driverTable
+	inBlock := false
+	for n, line := range slices.Collect(strings.Lines(string(data))) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+		}
+		if inBlock || !strings.HasPrefix(line, "|") {
+			if cur != nil {
+				tables = append(tables, *cur)
+				cur = nil
+			}
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		switch {
+		case cur == nil:
+			// A header; a table without an import path column is not ours.
+			var cols []string
+			for _, c := range cells {
+				cols = append(cols, strings.ToLower(c))
+			}
+			if slices.Contains(cols, "import path") {
+				cur = &driverTable{file: page, line: n + 1, columns: cols}
+			} else {
+				cur = &driverTable{file: page, line: -1}
+			}
+		case cur.line < 0 || strings.Trim(line, "|-: ") == "":
+			// another table's row, or the separator
+		default:
+			row := driverRow{line: n + 1, cells: map[string][]string{}}
+			for i, c := range cells {
+				if i < len(cur.columns) {
+					row.cells[cur.columns[i]] = codeSpans(c)
+				}
+			}
+			cur.rows = append(cur.rows, row)
+		}
+	}
+	if cur != nil {
+		tables = append(tables, *cur)
+	}
+	return slices.DeleteFunc(tables, func(tb driverTable) bool { return tb.line < 0 })
+}
+
+var codeSpanPattern = regexp.MustCompile("`([^`]+)`")
+
+// codeSpans returns the contents of a table cell's code spans.
+func codeSpans(cell string) []string {
+	var out []string
+	for _, m := range codeSpanPattern.FindAllStringSubmatch(cell, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// packageDocDriverTables finds the drivers table of the package doc in
+// file: its rows are the doc's lines that begin with an import path of the
+// project, then the package name, then the URL schemes.
+func packageDocDriverTables(t *testing.T, file string) []driverTable {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", file, err)
+	}
+	if f.Doc == nil {
+		t.Fatalf("%s has no package doc", file)
+	}
+	tb := driverTable{file: file, columns: []string{"import path", "package", "url schemes"}}
+	lines, nums := commentLines(fset, f.Doc)
+	for i, l := range lines {
+		fields := strings.Fields(l)
+		if len(fields) < 3 || !strings.HasPrefix(fields[0], "github.com/errand-go/errand/") || !strings.Contains(fields[2], "://") {
+			continue
+		}
+		row := driverRow{line: nums[i], cells: map[string][]string{"import path": {fields[0]}, "package": {fields[1]}}}
+		for _, w := range fields[2:] {
+			if w = strings.TrimSuffix(w, ","); strings.HasSuffix(w, "://") {
+				row.cells["url schemes"] = append(row.cells["url schemes"], w)
+			}
+		}
+		if tb.line == 0 {
+			tb.line = nums[i]
+		}
+		tb.rows = append(tb.rows, row)
+	}
+	if len(tb.rows) == 0 {
+		t.Fatalf("%s: the package doc has no drivers table (lines of import path, package, URL schemes)", file)
+	}
+	return []driverTable{tb}
+}
+
+// check returns how tb differs from the drivers' code.
+func (tb driverTable) check(drivers map[string]*docDriver) []string {
+	var out []string
+	listed := map[string]int{}
+	for _, r := range tb.rows {
+		at := fmt.Sprintf("%s:%d", filepath.ToSlash(tb.file), r.line)
+		paths := r.cells["import path"]
+		if len(paths) != 1 {
+			out = append(out, fmt.Sprintf("%s: a row's import path column holds %q, not one import path in a code span", at, paths))
+			continue
+		}
+		d := drivers[paths[0]]
+		if d == nil {
+			out = append(out, fmt.Sprintf("%s: the row %s names no driver: no package at that import path registers a URL scheme", at, paths[0]))
+			continue
+		}
+		if prev, ok := listed[d.path]; ok {
+			out = append(out, fmt.Sprintf("%s: the row %s repeats the row of line %d", at, d.path, prev))
+		}
+		listed[d.path] = r.line
+		row := d.path + " (" + d.name + ")"
+		if slices.Contains(tb.columns, "package") {
+			if got := r.cells["package"]; len(got) != 1 || got[0] != d.name {
+				out = append(out, fmt.Sprintf("%s: the row %s says package %q, but the package is named %s", at, d.path, got, d.name))
+			}
+		}
+		if slices.Contains(tb.columns, "url schemes") {
+			var said []string
+			for _, s := range r.cells["url schemes"] {
+				scheme, ok := strings.CutSuffix(s, "://")
+				if !ok {
+					out = append(out, fmt.Sprintf("%s: the row %s lists %q among its URL schemes, which is not written scheme://", at, row, s))
+					continue
+				}
+				said = append(said, scheme)
+			}
+			registered := slices.Sorted(maps.Keys(d.schemes))
+			var where []string
+			for _, s := range registered {
+				where = append(where, d.schemes[s])
+			}
+			slices.Sort(said)
+			if !slices.Equal(said, registered) {
+				out = append(out, fmt.Sprintf("%s: the row %s lists the URL schemes %s, but the package registers %s (%s)%s",
+					at, row, schemeList(said), schemeList(registered), strings.Join(where, ", "), schemeDiff(said, registered)))
+			}
+		}
+		if slices.Contains(tb.columns, "constructor") {
+			sigs := r.cells["constructor"]
+			hasNew := false
+			for _, s := range sigs {
+				s = strings.Join(strings.Fields(strings.TrimPrefix(s, "func ")), " ")
+				name, _, _ := strings.Cut(s, "(")
+				hasNew = hasNew || name == "New"
+				switch code, ok := d.funcs[name]; {
+				case !ok:
+					out = append(out, fmt.Sprintf("%s: the row %s gives the constructor %s, but the package declares no function %s", at, row, s, name))
+				case code != s:
+					out = append(out, fmt.Sprintf("%s: the row %s gives the constructor %s, but the package declares %s", at, row, s, code))
+				}
+			}
+			if code, ok := d.funcs["New"]; ok && !hasNew {
+				out = append(out, fmt.Sprintf("%s: the row %s does not give the package's constructor %s (a code span in its constructor column)", at, row, code))
+			}
+		}
+	}
+	var missing []string
+	for path, d := range drivers {
+		if _, ok := listed[path]; !ok {
+			missing = append(missing, fmt.Sprintf("%s (%s, registering %s)", path, d.name, schemeList(slices.Sorted(maps.Keys(d.schemes)))))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		out = append(out, fmt.Sprintf("%s:%d: the drivers table has no row for %s", filepath.ToSlash(tb.file), tb.line, strings.Join(missing, "; ")))
+	}
+	return out
+}
+
+func schemeList(schemes []string) string {
+	if len(schemes) == 0 {
+		return "none"
+	}
+	return strings.Join(schemes, "://, ") + "://"
+}
+
+// schemeDiff says which schemes a row lacks and which it has too many.
+func schemeDiff(said, registered []string) string {
+	var lacks, extra []string
+	for _, s := range registered {
+		if !slices.Contains(said, s) {
+			lacks = append(lacks, s)
+		}
+	}
+	for _, s := range said {
+		if !slices.Contains(registered, s) {
+			extra = append(extra, s)
+		}
+	}
+	var parts []string
+	if len(lacks) > 0 {
+		parts = append(parts, "the row lacks "+schemeList(lacks))
+	}
+	if len(extra) > 0 {
+		parts = append(parts, "no registration for "+schemeList(extra))
+	}
+	return ": " + strings.Join(parts, "; ")
 }

@@ -194,7 +194,7 @@ func (dv *delivery) begin() bool {
 	ctx, cancel := w.call()
 	defer cancel()
 	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
-	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: time.Now().UTC()})
+	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: stateTime()})
 	if !oneCall {
 		prev, err := be.GetState(ctx, sig.UUID)
 		switch {
@@ -246,7 +246,8 @@ func (dv *delivery) begin() bool {
 	ctx, cancel = w.call() // recording RECEIVED and STARTED is a step of its own
 	defer cancel()
 	dv.started = dv.state(1, dv.st)
-	dv.started.State, dv.started.StartedAt = StateStarted, time.Now().UTC()
+	// Never before its task was created, whatever the producer's clock.
+	dv.started.State, dv.started.StartedAt = StateStarted, notBefore(stateTime(), dv.st.CreatedAt)
 	if oneCall {
 		begun, outcome, err := w.begin(ctx, sig, d, dv.st, dv.started)
 		if !begun {
@@ -289,7 +290,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	final := dv.started
 	if runErr == nil {
 		final = dv.state(2, dv.started)
-		final.State, final.Results, final.FinishedAt = StateSuccess, results, time.Now().UTC()
+		final.State, final.Results, final.FinishedAt = StateSuccess, results, notBefore(stateTime(), dv.started.StartedAt)
 		if w.srv.settled != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
 			// nothing called here.
@@ -564,7 +565,7 @@ func (w *Worker) retryLimit(sig *Signature) int {
 // the state it recorded.
 func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause error) (settle, *TaskState, error) {
 	st = st.Copy()
-	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), time.Now().UTC()
+	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), notBefore(stateTime(), notBefore(st.StartedAt, st.CreatedAt))
 	st.ErrorKind, st.ErrorDetail = classify(cause)
 	if err := w.srv.backend.setState(ctx, st); err != nil {
 		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/coalesce"
@@ -109,10 +108,10 @@ func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Mes
 			err = s.backend.before(ctx)
 		}
 		if err == nil {
-			published, err = s.fresh.Do(ctx, m.Queue, freshSend{pendingState(sig, time.Now().UTC()), m})
+			published, err = s.fresh.Do(ctx, m.Queue, freshSend{pendingState(sig, stateTime()), m})
 		}
 	case fresh && s.backend.pending != nil:
-		published, err = s.pendingBesidePublish(ctx, pendingState(sig, time.Now().UTC()), m)
+		published, err = s.pendingBesidePublish(ctx, pendingState(sig, stateTime()), m)
 	default:
 		if err := s.setPending(ctx, sig); err != nil {
 			return false, fmt.Errorf("errand: send %s: set PENDING: %w", sig.Name, err)

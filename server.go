@@ -291,7 +291,7 @@ func (s *Server) publishNow(ctx context.Context, sigs []*Signature) error {
 }
 
 func (s *Server) setPending(ctx context.Context, sig *Signature) error {
-	return s.backend.setState(ctx, pendingState(sig, time.Now().UTC()))
+	return s.backend.setState(ctx, pendingState(sig, stateTime()))
 }
 
 func pendingState(sig *Signature, now time.Time) *TaskState {
@@ -302,7 +302,7 @@ func pendingState(sig *Signature, now time.Time) *TaskState {
 // batches writes.
 func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 	sts := make([]*TaskState, len(sigs))
-	now := time.Now().UTC()
+	now := stateTime()
 	for i, sig := range sigs {
 		sts[i] = pendingState(sig, now)
 	}

@@ -95,7 +95,8 @@ func (b *backend) setPendingIfAbsent(ctx context.Context, st *TaskState) error {
 // driver.Starter call, which also reads the task's previous state. begun
 // says the attempt may run; otherwise outcome and err say how to settle d,
 // exactly as process decides from a GetState (resume). st and started get
-// the previous state's CreatedAt.
+// the previous state's CreatedAt, and started a StartedAt no earlier than
+// it, as the starter wrote them.
 func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, st, started *TaskState) (begun bool, outcome settle, err error) {
 	req := driver.StartRequest{Received: st, Started: started, FirstDelivery: d.Attempt == 1}
 	res, err := w.srv.backend.start(ctx, req)
@@ -104,8 +105,9 @@ func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, 
 	}
 	prev := res.Prev
 	if res.Written {
-		if prev != nil {
+		if prev != nil { // as the starter wrote them
 			st.CreatedAt, started.CreatedAt = prev.CreatedAt, prev.CreatedAt
+			started.StartedAt = notBefore(started.StartedAt, prev.CreatedAt)
 		}
 		return true, ack, nil
 	}

@@ -106,8 +106,9 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 		dv.outcome, dv.err = outcome, err
 		return false
 	}
-	if prev := res.Prev; prev != nil {
+	if prev := res.Prev; prev != nil { // as the fetch wrote them (driver.FetchStartFunc)
 		dv.st.CreatedAt, dv.started.CreatedAt = prev.CreatedAt, prev.CreatedAt
+		dv.started.StartedAt = notBefore(now, prev.CreatedAt)
 	}
 	if dv.tk == nil { // not reached: the fetch starts registered tasks only
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker", ErrUnknownTask, sig.Name, sig.UUID)

@@ -18,8 +18,8 @@ import (
 
 // The AMQP rows: errand's AMQP broker (quorum queues) with the Redis
 // backend against raw amqp091 floors on the same RabbitMQ (ERRAND_AMQP_URL)
-// in the same run: publish with a confirm per message, and consume with
-// manual acks at a prefetch of the worker count.
+// in the same run: publish with a confirm per message; delayed tasks; a
+// chord. The drains, beside machinery's AMQP broker, are in amqppeers.go.
 
 // amqpServer is errand on the AMQP broker with the Redis backend.
 func amqpServer(r *report) *errand.Server {
@@ -103,68 +103,10 @@ func amqpScenarios(r *report) error {
 	r.compare(sc, "errand SendTask (AMQP broker, Redis backend)", rate(total, time.Since(t0)), "tasks/s", floorOne, "")
 	srv.Close()
 
-	for _, w := range []int{10, 50} {
-		if err := amqpDrain(ctx, r, total, w); err != nil {
-			return err
-		}
-	}
 	if err := amqpDelayed(ctx, r); err != nil {
 		return err
 	}
 	return amqpChord(ctx, r, 1000)
-}
-
-func amqpDrain(ctx context.Context, r *report, total, w int) error {
-	sc := fmt.Sprintf("AMQP drain %d no-op, %d workers", total, w)
-	conn, ch, q, err := rawAMQP()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := rawPublish(ctx, ch, q, total); err != nil {
-		return err
-	}
-	// Floor: one consumer, prefetch w, w goroutines acking what they take.
-	cch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	if err := cch.Qos(w, 0, false); err != nil {
-		return err
-	}
-	o := newOnce(total)
-	t0 := time.Now()
-	deliveries, err := cch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	for range w {
-		wg.Go(func() {
-			for d := range deliveries {
-				o.mark(string(d.Body))
-				d.Ack(false)
-			}
-		})
-	}
-	err = o.wait(ctx)
-	d := time.Since(t0)
-	cch.Close()
-	wg.Wait()
-	ch.QueueDelete(q, false, false, false)
-	if err != nil {
-		return fmt.Errorf("raw AMQP drain: %w", err)
-	}
-	const floor = "raw amqp091 consume (prefetch = workers) + ack"
-	r.add(sc, floor, rate(total, d), "tasks/s")
-
-	srv := amqpServer(r)
-	defer srv.Close()
-	if d, err = errandDrain(ctx, srv, total, w, nil); err != nil {
-		return err
-	}
-	r.compare(sc, "errand AMQP broker + Redis backend, states recorded", rate(total, d), "tasks/s", floor, "≥ 0.7×")
-	return nil
 }
 
 // amqpDelayed: 200 tasks due over 5 s through the TTL delay levels.

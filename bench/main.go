@@ -115,11 +115,13 @@ type row struct {
 }
 
 type report struct {
-	rdb     *goredis.Client
-	rows    []row
-	peer    peerRuns
-	profile []profileRun
-	mq      mqRuns
+	rdb       *goredis.Client
+	rows      []row
+	peer      peerRuns
+	amqp      peerRuns // the AMQP drains, by workers and subject
+	amqpTotal int      // tasks per AMQP drain
+	profile   []profileRun
+	mq        mqRuns
 }
 
 // clean deletes every key the scenarios left on Redis (their prefixes all
@@ -174,6 +176,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "This run (flags: %q) took %s.\n\n", strings.Join(os.Args[1:], " "), time.Since(began).Round(time.Second))
 	b.WriteString(r.peerMarkdown())
 	b.WriteString(r.mqMarkdown())
+	b.WriteString(r.amqpMarkdown())
 	b.WriteString(r.profileMarkdown())
 	b.WriteString("## errand against raw floors\n\n")
 	fmt.Fprintf(&b, "Every scenario ran its raw floor in the same run and checked that each task ran exactly once. Throughputs: higher is better; ratio = errand / floor.\n\n")

@@ -25,6 +25,7 @@ func scenarios() []scenario {
 		{"drain by result backend", backendDrains},
 		{"SQS", sqsScenarios},
 		{"AMQP", amqpScenarios},
+		{"AMQP drain", amqpDrains},
 	}
 }
 
@@ -526,12 +527,20 @@ once.
 
 ### Other rows
 
-- **AMQP drain (target ≥ 0.7× the raw consume + ack).** A worker slot
-  waits for the task's Redis states (the carriers are Redis-only) and a
-  confirmed ack before RabbitMQ, with prefetch equal to the free slots,
-  sends the next message; the floor acks at once and records nothing.
-  The process used about a fifth of a core: the limit is waiting, not
-  CPU (docs/amqp.md, "Performance").
+- **AMQP drains beside machinery (issue 31; targets: at 10 workers
+  errand ≥ 1.0× machinery, and ≥ 0.7× the raw consume + ack).**
+  machinery's worker acks a delivery once its states are written, and
+  RabbitMQ then sends the next (prefetch = its concurrency). errand's
+  consumer has a window of 3× the worker's slots (the AMQP broker's
+  PrefetchMultiplier): the slots, as many deliveries settling (SUCCESS
+  being recorded, the ack on its way) and as many buffered in the broker,
+  leased to no one until a slot frees, so a free slot finds its next
+  message already in the process; the round trips that confirm acks are
+  shared by concurrent Ack calls. Each task still records RECEIVED,
+  STARTED and SUCCESS in Redis. errand's queue is a quorum queue (its
+  default, replicated), machinery's a classic one; the raw floor consumes
+  a quorum queue at a prefetch of the worker count (docs/amqp.md,
+  "Performance").
 - **SQS and memory drains, batch enqueue**: unchanged by this work; the
   generic path (other backends, SQS) keeps its numbers within the noise.
 

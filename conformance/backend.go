@@ -42,6 +42,7 @@ var backendCases = []kase[BackendHarness]{
 	{"Start/Batch", startBatch, parallel},
 	{"Start/SameTask", startSameTask, parallel},
 	{"Start/Concurrent", startConcurrent, parallel},
+	{"Start/NeverBeforeCreated", startNeverBeforeCreated, parallel},
 	{"State/PendingIfAbsent", pendingIfAbsent, parallel},
 }
 

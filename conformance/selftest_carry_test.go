@@ -310,6 +310,24 @@ var brokenPairs = map[string]workerPair{
 			return out
 		}
 	}),
+	// Starts by the table, but a task created after the fetch's time (a
+	// producer's clock ahead) is left STARTED at the fetch's time, before
+	// its CreatedAt.
+	"start-carrier-starts-before-created": carrierPair(func(c *memCarrier) {
+		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
+			out := startCorrectly(be, ctx, ds, tasks, at)
+			for i, r := range out {
+				if r == nil || !r.Written || r.Prev == nil {
+					continue
+				}
+				if st, err := be.GetState(ctx, ds[i].ID); err == nil {
+					st.StartedAt = at
+					be.SetStates(ctx, []*errand.TaskState{st})
+				}
+			}
+			return out
+		}
+	}),
 	// Answers each start as written and writes nothing.
 	"start-carrier-writes-nothing": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, _ time.Time) []*driver.StartResult {
@@ -370,6 +388,7 @@ func init() {
 		target{"Start/CarriedStart", "pair:start-carrier-starts-any-task"},
 		target{"Start/CarriedStart", "pair:start-carrier-writes-nothing"},
 		target{"Start/CarriedStart", "pair:start-carrier-restarts-failure"},
+		target{"Start/CarriedStart", "pair:start-carrier-starts-before-created"},
 		target{"Start/CarriedStart", "pair:carrier-carries-unknown-backend"},
 	)
 	// A carrier its harness does not declare.

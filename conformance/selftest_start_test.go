@@ -85,6 +85,13 @@ var brokenStarts = map[string]BackendHarness{
 			return readThenWrite(b, ctx, reqs, 2*time.Millisecond, false, true)
 		}
 	}),
+	// Keeps the previous state's CreatedAt but writes the request's own
+	// StartedAt even when it is earlier (a producer's clock ahead).
+	"start-before-created": brokenStartHarness(func(b *brokenStart) {
+		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
+			return readThenWrite(b, ctx, reqs, 0, false, true)
+		}
+	}),
 	// Writes the request's own CreatedAt over the previous state's.
 	"start-resets-created-at": brokenStartHarness(func(b *brokenStart) {
 		b.start = func(b *brokenStart, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
@@ -139,5 +146,6 @@ func init() {
 	backendTargets["Start/SameTask"] = "start-batch-reads-first"
 	backendTargets["Start/Concurrent"] = "start-not-atomic"
 	backendTargets["State/PendingIfAbsent"] = "pending-overwrites"
+	backendTargets["Start/NeverBeforeCreated"] = "start-before-created"
 	moreBackendTargets["Start/Table"] = "start-resets-created-at"
 }

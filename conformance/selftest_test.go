@@ -616,6 +616,19 @@ var brokenBackends = map[string]BackendHarness{
 			return len(done[g]), total[g], nil
 		}
 	}),
+	// Stores every state that has a StartedAt with one a millisecond
+	// before its CreatedAt (issue 31: a start cut to another clock's
+	// milliseconds): a worker's task reads back started before it was
+	// created.
+	"started-before-created": brokenBackendHarness(func(b *brokenBackend) {
+		b.setState = func(b *brokenBackend, ctx context.Context, st *errand.TaskState) error {
+			if !st.StartedAt.IsZero() {
+				st = st.Copy()
+				st.StartedAt = st.CreatedAt.Add(-time.Millisecond)
+			}
+			return errors.Join(b.Backend.SetStates(ctx, []*errand.TaskState{st})...)
+		}
+	}),
 	"every-claimer-wins": brokenBackendHarness(func(b *brokenBackend) {
 		b.claim = func(*brokenBackend, context.Context, string, string) (bool, error) { return true, nil }
 	}),
@@ -887,6 +900,12 @@ var workerTargets = map[string]string{
 // init functions). A worker target "pair:NAME" names a broken broker and
 // backend pair of brokenPairs; its healthy run is the correct pair.
 var extraBrokerTargets, extraWorkerTargets []target
+
+func init() {
+	// Every worker case reads its tasks' states back when it ends: the
+	// order of their times is checked there (recorder.checkPaths).
+	extraWorkerTargets = append(extraWorkerTargets, target{"Task/ArgumentRoundTrip", "backend:started-before-created"})
+}
 
 func TestEveryCaseHasATarget(t *testing.T) {
 	check := func(kind string, names []string, targets map[string]string) {

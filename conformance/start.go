@@ -218,6 +218,41 @@ func startConcurrent(t testing.TB, h BackendHarness) {
 	}
 }
 
+// startNeverBeforeCreated: a task created by a producer whose clock is an
+// hour ahead of the worker's is started with StartedAt its CreatedAt, not
+// the request's own earlier StartedAt: an attempt never starts before its
+// task was created, in every row of the table that writes over a state.
+func startNeverBeforeCreated(t testing.TB, h BackendHarness) {
+	c := newBeCase(t, h, 0)
+	s, ok := c.b.(driver.Starter)
+	if !ok {
+		return
+	}
+	ahead := time.Now().UTC().Add(time.Hour).Truncate(time.Millisecond)
+	for i, r := range startRows() {
+		if r.prev == nil || !r.writes {
+			continue
+		}
+		id := name(t, fmt.Sprint("task", i))
+		p := r.prev.Copy()
+		p.TaskUUID, p.CreatedAt = id, ahead
+		c.set(p)
+		req := startRequest(id, r, time.Now().UTC().Truncate(time.Millisecond))
+		res := s.Start(c.ctx, []driver.StartRequest{req})
+		if len(res) != 1 || res[0].Err != nil || !res[0].Written {
+			t.Fatalf("Start (%s, created an hour ahead): %+v; want one result, written", r.what, res)
+		}
+		got, err := c.b.GetState(c.ctx, id)
+		switch {
+		case err != nil:
+			t.Fatalf("GetState after Start (%s): %v", r.what, err)
+		case !got.CreatedAt.Equal(ahead) || !got.StartedAt.Equal(ahead):
+			t.Errorf("start promise broken: %s created at %v (a producer's clock an hour ahead), started with StartedAt %v: the written STARTED has CreatedAt %v, StartedAt %v; want both %v (driver.Starter: StartedAt no earlier than the CreatedAt kept)",
+				r.what, ahead, req.Started.StartedAt, got.CreatedAt, got.StartedAt, ahead)
+		}
+	}
+}
+
 // pendingIfAbsent: PENDING lands where a task has no state and leaves
 // every existing state alone, within one batch.
 func pendingIfAbsent(t testing.TB, h BackendHarness) {

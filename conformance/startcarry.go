@@ -18,9 +18,10 @@ import (
 // backend no driver can know gets no carrier; a pair the broker cannot
 // carry (nil) is logged and checked no further. Otherwise:
 //
-//   - one carried fetch of eight messages, each a task in another state,
+//   - one carried fetch of nine messages, each a task in another state,
 //     starts exactly those driver.Starter's table allows (no state;
-//     PENDING, whose CreatedAt is kept), refuses the others (SUCCESS,
+//     PENDING, whose CreatedAt is kept, and with it a StartedAt no earlier
+//     than that CreatedAt when a producer's clock is ahead), refuses the others (SUCCESS,
 //     FAILURE, a later attempt's state, another task's name, STARTED under a first
 //     delivery) leaving their states untouched and answering each with its
 //     previous state, and does not try a task outside spec.Tasks;
@@ -104,10 +105,11 @@ func carriedStart(t testing.TB, p workerPair) {
 	startThroughWorker(t, p, c.drv, carrier, be)
 }
 
-// carriedStartTable: one carried fetch of eight messages, each finding its task in
+// carriedStartTable: one carried fetch of nine messages, each finding its task in
 // another state.
 func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc) {
 	created := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	ahead := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond) // a producer's clock an hour ahead
 	type row struct {
 		what    string
 		prev    *errand.TaskState // nil: none
@@ -121,6 +123,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 	rows := []row{
 		{what: "no state", written: true, tried: true},
 		{what: "PENDING", prev: st(errand.StatePending, startTask, 1), written: true, tried: true},
+		{what: "PENDING created an hour ahead of the broker's clock", prev: &errand.TaskState{TaskName: startTask, State: errand.StatePending, Attempt: 1, CreatedAt: ahead}, written: true, tried: true},
 		{what: "SUCCESS", prev: st(errand.StateSuccess, startTask, 1), tried: true},
 		{what: "FAILURE", prev: st(errand.StateFailure, startTask, 1), tried: true},
 		{what: "a later attempt's RETRY", prev: st(errand.StateRetry, startTask, 3), tried: true},
@@ -198,9 +201,11 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 		switch {
 		case r.written && (err != nil || got.State != errand.StateStarted || got.TaskName != startTask || got.Attempt != 1):
 			c.t.Errorf("%s left %s; want STARTED (attempt 1, named %s)", promise, describeState(got, err), startTask)
-		case r.written && r.prev != nil && !got.CreatedAt.Equal(created):
-			c.t.Errorf("%s wrote STARTED created at %v; want the previous state's CreatedAt %v", promise, got.CreatedAt, created)
-		case r.written && (at.IsZero() || !got.StartedAt.Equal(at)):
+		case r.written && r.prev != nil && !got.CreatedAt.Equal(r.prev.CreatedAt):
+			c.t.Errorf("%s wrote STARTED created at %v; want the previous state's CreatedAt %v", promise, got.CreatedAt, r.prev.CreatedAt)
+		case r.written && r.prev != nil && r.prev.CreatedAt.After(at) && !got.StartedAt.Equal(r.prev.CreatedAt):
+			c.t.Errorf("%s wrote STARTED started at %v; want its CreatedAt %v, later than the fetch's time %v (a task never starts before it was created, whichever clock wrote its creation)", promise, got.StartedAt, r.prev.CreatedAt, at)
+		case r.written && (r.prev == nil || !r.prev.CreatedAt.After(at)) && (at.IsZero() || !got.StartedAt.Equal(at)):
 			c.t.Errorf("%s wrote STARTED started at %v; want the fetch's time %v (the time the carried fetch answered)", promise, got.StartedAt, at)
 		case !r.written && (err != nil || got.State != r.prev.State || got.Attempt != r.prev.Attempt || got.TaskName != r.prev.TaskName):
 			c.t.Errorf("%s changed it to %s; want it untouched", promise, describeState(got, err))

@@ -20,7 +20,8 @@ import (
 // shutdown, redelivery — through errand's real worker loop on a broker and
 // a backend, as subtests named Worker/<Case>/<Subcase>. Every task's
 // recorded state sequence is checked against the state graph with
-// [driver.ValidPath].
+// [driver.ValidPath], and its state as stored when the case ends keeps its
+// times in order: CreatedAt ≤ StartedAt ≤ FinishedAt.
 func RunWorker(t *testing.T, bh BrokerHarness, beh BackendHarness) {
 	bh.Timing = bh.Timing.withDefaults()
 	beh.Timing = beh.Timing.withDefaults()
@@ -97,17 +98,48 @@ func (r *recorder) writeCalls() map[string]int {
 }
 
 // checkPaths checks, when t's case ends, that every task went through an
-// allowed sequence of states.
+// allowed sequence of states, and that the state each has then (read back
+// from the backend: what every writer left, the carried ones too) keeps
+// its times in order.
 func (r *recorder) checkPaths(t testing.TB) {
 	t.Cleanup(func() {
 		r.mu.Lock()
-		defer r.mu.Unlock()
+		ids := make([]string, 0, len(r.paths))
 		for id, p := range r.paths {
+			ids = append(ids, id)
 			if err := driver.ValidPath(p); err != nil {
 				t.Errorf("states promise broken: task %s went through %v: %v", id, p, err)
 			}
 		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, id := range ids {
+			st, err := r.Backend.GetState(ctx, id)
+			if err != nil {
+				continue // expired, or never written: nothing to order
+			}
+			if why := timesOutOfOrder(st); why != "" {
+				t.Errorf("states promise broken: task %s is stored %s with %s; want CreatedAt <= StartedAt <= FinishedAt (a task never starts before it was created, nor ends before it started, whichever clock wrote each time)", id, st.State, why)
+			}
+		}
 	})
+}
+
+// timesOutOfOrder says how st's times break CreatedAt <= StartedAt <=
+// FinishedAt (each compared where set), or returns "".
+func timesOutOfOrder(st *errand.TaskState) string {
+	created, started, finished := st.CreatedAt, st.StartedAt, st.FinishedAt
+	stamp := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	switch {
+	case !started.IsZero() && started.Before(created):
+		return fmt.Sprintf("StartedAt %s before CreatedAt %s", stamp(started), stamp(created))
+	case !finished.IsZero() && !started.IsZero() && finished.Before(started):
+		return fmt.Sprintf("FinishedAt %s before StartedAt %s", stamp(finished), stamp(started))
+	case !finished.IsZero() && finished.Before(created):
+		return fmt.Sprintf("FinishedAt %s before CreatedAt %s", stamp(finished), stamp(created))
+	}
+	return ""
 }
 
 // SetStates records the states before writing them, so a waiter woken by

@@ -115,7 +115,10 @@ type Expirer interface {
 //
 // ([StartRequest.Allows] is the table as code.) When it writes, Received
 // then Started are stored as the task's state, each with prev's CreatedAt
-// when prev exists (their own otherwise), restarting its result expiry as
+// when prev exists (their own otherwise), Started with a StartedAt no
+// earlier than that CreatedAt (prev's when it is later than Started's own:
+// the producer's clock may be ahead of the worker's, and an attempt never
+// starts before its task was created), restarting its result expiry as
 // SetStates does; a backend that keeps only the current state may store
 // Started alone, since nobody can read RECEIVED between two writes of one
 // atomic step. When it does not write, nothing changes. Either way the

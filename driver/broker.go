@@ -240,6 +240,8 @@ type StartSpec struct {
 // never handed out with its start undecided. Err set on a start says its
 // answer could not be read (Written still says whether STARTED was
 // written): errand gives that delivery back. at is the time the broker
-// read for the step that leased ds: the StartedAt it wrote, and the
-// CreatedAt of a task that had no state.
+// read for the step that leased ds, at least to the microsecond (the
+// resolution errand records states at): the StartedAt it wrote — or the
+// previous state's CreatedAt when that is later, as Start writes it — and
+// the CreatedAt of a task that had no state.
 type FetchStartFunc func(ctx context.Context, queue string, limit int, lease time.Duration, spec StartSpec) (ds []*Delivery, starts []*StartResult, at time.Time, err error)

@@ -45,10 +45,12 @@
 //
 // Settlement is batch-shaped: [Broker.Ack], [Backend.SetStates],
 // [Starter.Start] and [PendingWriter.SetPendingIfAbsent] each take a batch
-// (errand joins the acks, state writes and starts of concurrent worker
-// slots; a group's PENDING states go in chunks of errand's
-// Config.PublishBatch) and answer for each
-// item on its own, by one convention:
+// and answer for each item on its own, by one convention. errand joins the
+// acks, starts and single state writes of concurrent callers (worker
+// slots, producers) into shared calls, and writes a group's PENDING states
+// in chunks of errand's Config.PublishBatch; it calls SetPendingIfAbsent
+// with one state, a SendTask's, each time, and a driver answers it by the
+// same convention:
 //
 //   - the items are independent: each succeeds or fails on its own, and the
 //     batch need not be atomic;

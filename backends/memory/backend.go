@@ -128,6 +128,9 @@ func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) []driver.
 		started := r.Started.Copy()
 		if prev != nil {
 			started.CreatedAt = prev.CreatedAt
+			if prev.CreatedAt.After(started.StartedAt) { // never started before created
+				started.StartedAt = prev.CreatedAt
+			}
 		}
 		b.keep(started, now)
 		out[i].Written = true

@@ -12,7 +12,8 @@
 // The database defaults to "errand"; driver options (authSource,
 // replicaSet, maxPoolSize, ...) pass through. Import the package
 // (github.com/errand-go/errand/backends/mongo) for its side effect to register
-// both schemes with errand.OpenBackend; New takes an injected *mongo.Client.
+// both schemes with errand.OpenBackend; New takes ctx and an injected
+// *mongo.Client, and returns an error (it creates the indexes).
 // Passwords never appear in errors or logs.
 //
 // # Timeouts

@@ -26,8 +26,10 @@ var (
 //
 // Only STARTED is stored: a key holds the current state alone, and no
 // reader can see RECEIVED between two writes of one script. A written
-// state keeps prev's created_at, spliced in as a JSON string, so the rest
-// of the JSON is Go's own encoding, never re-encoded by cjson.
+// state keeps prev's created_at, spliced in as a JSON string, and its
+// started_at is no earlier than that (notBefore: the producer's clock may
+// be ahead of the worker's), so the rest of the JSON is Go's own encoding,
+// never re-encoded by cjson.
 var startScript = newScript(`
 -- start
 -- KEYS[1] -> prefix:task:UUID
@@ -37,11 +39,12 @@ var startScript = newScript(`
 -- ARGV[4] -> expiry (ms)
 -- ARGV[5] -> the STARTED state's JSON up to and including "created_at":
 -- ARGV[6] -> its own created_at (a JSON string)
--- ARGV[7] -> the rest of its JSON
+-- ARGV[7] -> its own started_at (a JSON string; '': none)
+-- ARGV[8] -> the rest of its JSON, after started_at
 local task = KEYS[1]
 local name, attempt, first, expiry = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local head, created, tail = ARGV[5], ARGV[6], ARGV[7]
-`, fmt.Sprintf(`
+local head, created, started, tail = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+`, redisconn.LuaNotBefore, fmt.Sprintf(`
 local WRITTEN = %d
 `, startWritten), `
 local raw = redis.call('GET', task)
@@ -55,9 +58,13 @@ if raw then
   if st == 'SUCCESS' or st == 'FAILURE' then return {0, raw} end
   if att > attempt then return {0, raw} end
   if st == 'STARTED' and first == '1' then return {0, raw} end
-  if type(p.created_at) == 'string' then created = cjson.encode(p.created_at) end
+  if type(p.created_at) == 'string' then
+    created = cjson.encode(p.created_at)
+    if started ~= '' then started = notBefore(started, created) end
+  end
 end
-redis.call('SET', task, head .. created .. tail, 'PX', expiry)
+if started ~= '' then started = ',"started_at":' .. started end
+redis.call('SET', task, head .. created .. started .. tail, 'PX', expiry)
 return {WRITTEN, raw or false}
 `)
 
@@ -69,8 +76,12 @@ func (b *Backend) startKeys(id string) []string { return []string{b.taskKey(id)}
 
 // createdKey is where encoding/json puts a TaskState's created_at: the
 // last occurrence in its encoding (only times follow it, and an earlier
-// occurrence inside a result's raw JSON comes before).
-var createdKey = []byte(`"created_at":`)
+// occurrence inside a result's raw JSON comes before). startedKey follows
+// it in a STARTED state.
+var (
+	createdKey = []byte(`"created_at":`)
+	startedKey = []byte(`,"started_at":`)
+)
 
 // startArgs returns the script's ARGV for r.
 func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
@@ -93,11 +104,25 @@ func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
 		return nil, fmt.Errorf("redis backend: encode state of %s: created_at is not a string in %s", st.TaskUUID, v)
 	}
 	own, tail := rest[:j+2], rest[j+2:]
+	// tail is ,"started_at":"…" (a JSON string with no escapes, as
+	// created_at) and what follows it, or without started_at (none set).
+	var started []byte
+	if bytes.HasPrefix(tail, startedKey) {
+		rest := tail[len(startedKey):]
+		k := -1
+		if len(rest) > 0 && rest[0] == '"' {
+			k = bytes.IndexByte(rest[1:], '"')
+		}
+		if k < 0 {
+			return nil, fmt.Errorf("redis backend: encode state of %s: started_at is not a string in %s", st.TaskUUID, v)
+		}
+		started, tail = rest[:k+2], rest[k+2:]
+	}
 	first := "0"
 	if r.FirstDelivery {
 		first = "1"
 	}
-	return []any{st.TaskName, st.Attempt, first, b.opts.ResultExpiry.Milliseconds(), head, own, tail}, nil
+	return []any{st.TaskName, st.Attempt, first, b.opts.ResultExpiry.Milliseconds(), head, own, started, tail}, nil
 }
 
 // Start begins each request's attempt with one script per request (the

@@ -45,10 +45,27 @@ type Options struct {
 	// Default: 16 MiB.
 	MaxPayload int
 	// Prefetch is the least basic.qos prefetch count of a queue's
-	// consumer; by default it is the largest limit a Fetch of the queue
-	// asked for (a worker's free slots), so a worker holds no more
-	// messages than it has slots. Default: 0.
+	// consumer (see PrefetchMultiplier). Default: 0.
 	Prefetch int
+	// PrefetchMultiplier sets a queue's consumer's basic.qos prefetch
+	// count to this many times the largest limit a Fetch of the queue
+	// asked for (a worker's slots), or Prefetch when larger; RabbitMQ
+	// counts every delivery not yet acked against it. A worker of N
+	// slots holds up to N deliveries running and N more settling (their
+	// states being recorded, their ack on its way), so 1 lets settling
+	// deliveries hold back the next ones; 3 leaves room for N more,
+	// pushed ahead and buffered in the broker (leased to no one, handed
+	// out by the next Fetch, given back after HoldBuffered without one).
+	// Set 1 for long tasks, so that a busy worker holds nothing buffered
+	// an idle one could run. Queues with priorities (MaxPriority, or
+	// machinery's x-max-priority) default to 1: RabbitMQ orders by
+	// priority only what it has not sent yet, so a message of higher
+	// priority published later would wait behind those buffered. The
+	// window grows beyond this to what the process holds unacked and its
+	// Fetch calls ask for, when that is more (a Fetch is never starved by
+	// the deliveries its caller holds). Default: 3 (1 on queues with
+	// priorities).
+	PrefetchMultiplier int
 	// CallTimeout bounds every call to RabbitMQ (dial, declare, publish
 	// and its confirm, stats), so a call whose ctx has no deadline still
 	// returns when the server accepts connections but never answers. A ctx
@@ -96,6 +113,7 @@ type Broker struct {
 	known map[string]struct{} // errand queues published to, fetched from or named by an operator call
 
 	chLocks  sync.Map // *amqp.Channel → chan struct{}: one synchronous call at a time (session.call)
+	acks     sync.Map // consuming *amqp.Channel → its *ackSync
 	rets     sync.Map // publishing *amqp.Channel → its chan amqp.Return
 	returned sync.Map // publish token → RabbitMQ's reply text: messages it could not route
 	token    atomic.Uint64
@@ -153,6 +171,12 @@ func New(url string, opts *Options) *Broker {
 		m := *o.Machinery
 		m.defaults()
 		o.Machinery = &m
+	}
+	if o.PrefetchMultiplier <= 0 {
+		o.PrefetchMultiplier = 3
+		if b.maxPriority() > 0 {
+			o.PrefetchMultiplier = 1 // messages buffered ahead escape RabbitMQ's priority order
+		}
 	}
 	b.log = o.Logger
 	if b.log == nil {
@@ -297,20 +321,26 @@ func (b *Broker) ensureQueue(ctx context.Context, name string) error {
 	return b.declare(ctx, name, b.queueArgs(name), false)
 }
 
-// Close closes the connections (deliveries not acked go back to their
-// queues) and wakes blocked Fetch calls. A second Close is harmless.
+// Close wakes blocked Fetch calls, gives back the messages its consumers
+// hold buffered (never handed out: sent again as copies, so that no
+// delivery is counted, within CallTimeout), then closes the connections
+// (deliveries not acked go back to their queues). A second Close is
+// harmless.
 func (b *Broker) Close() error {
 	if !b.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	close(b.done)
 	b.cmu.Lock()
 	ps := b.pullers
 	b.pullers = map[string]*puller{}
 	b.cmu.Unlock()
+	var wg sync.WaitGroup
 	for _, p := range ps {
-		p.stop()
+		ch, gen, tag, back := p.stop()
+		wg.Go(func() { p.release(ch, gen, tag, back) })
 	}
+	wg.Wait()
+	close(b.done)
 	err := errors.Join(b.pub.close(), b.con.close())
 	b.wg.Wait()
 	return err

@@ -17,10 +17,10 @@ import (
 )
 
 // A puller is the consumer of one queue on the consuming connection: its
-// own channel, a basic.consume with a prefetch as large as the largest
-// Fetch asked for (a worker's free slots), and a buffer of what RabbitMQ
-// pushed and no Fetch has taken yet. Every delivery handed out carries a
-// lease (see lease).
+// own channel, a basic.consume with a prefetch of PrefetchMultiplier times
+// the largest Fetch asked for (a worker's free slots), and a buffer of
+// what RabbitMQ pushed and no Fetch has taken yet. Every delivery handed
+// out carries a lease (see lease).
 type puller struct {
 	b     *Broker
 	queue string // errand's name
@@ -33,7 +33,8 @@ type puller struct {
 	gen       uint64        // counts channels; a lease of an older one is lost
 	tag       string        // the running consumer's tag; "" when none
 	prefetch  int           // the running consumer's prefetch
-	want      int           // the prefetch the next consumer needs
+	want      int           // the largest Fetch limit (or sum of waiting limits) so far
+	need      int           // the most held unacked and asked for at once by a Fetch that found the window full
 	settingUp bool
 	err       error // the last setup failure, for the next Fetch
 	buf       []buffered
@@ -60,7 +61,7 @@ type buffered struct {
 type lease struct {
 	p        *puller
 	gen      uint64
-	consumer string
+	consumer string // the tag of the consumer it came on
 	ch       *amqp.Channel
 	tag      uint64
 	deadline time.Time
@@ -101,9 +102,9 @@ func (p *puller) notify() {
 // Fetch waits until the queue's consumer has at least one due message and
 // returns up to limit of them, each leased for lease. The first Fetch of a
 // queue starts its consumer (declaring the queue); a Fetch asking for more
-// than the consumer's prefetch raises it. A message that arrives before its
-// not-before time is sent on to the next delay level (and acked once
-// RabbitMQ confirmed the copy), never returned.
+// than any before raises the consumer's prefetch (see window). A message
+// that arrives before its not-before time is sent on to the next delay
+// level (and acked once RabbitMQ confirmed the copy), never returned.
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
 	if err := b.checkClosed(); err != nil {
 		return nil, err
@@ -131,7 +132,7 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		p.armIdle()
 		p.mu.Unlock()
 	}()
-	p.want = max(p.want, limit, b.opts.Prefetch)
+	p.want = max(p.want, limit)
 	began, retries := time.Now(), 0
 	for {
 		if p.stopped {
@@ -140,11 +141,18 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		if out := p.take(limit, lease); len(out) > 0 {
 			return out, nil
 		}
-		// A consumer is (re)started when there is none, or when what it
-		// holds and what the waiting Fetch calls ask for exceed its
-		// prefetch: a worker's Fetch asks for at most its free slots, so
-		// its consumer keeps the prefetch of the worker's concurrency.
-		if (p.tag == "" || p.held(p.tag)+p.asking > p.prefetch) && !p.settingUp && p.err == nil {
+		// A consumer is (re)started, with a larger prefetch, when there
+		// is none or it is too small: for the window the Fetch limits ask
+		// for, or for what the process holds unacked on it and the
+		// waiting Fetch calls ask for (a caller holding more than the
+		// window must not be starved). Windows only grow, so a consumer
+		// is restarted a few times at most, never once per Fetch: a
+		// worker's Fetch asks for at most its free slots, and what it
+		// holds (running and settling) and asks for fits in 3× its slots.
+		if held := p.held(p.tag) + p.asking; (p.tag == "" || held > p.prefetch || p.window() > p.prefetch) && !p.settingUp && p.err == nil {
+			if p.tag != "" {
+				p.need = max(p.need, held)
+			}
 			p.settingUp = true
 			b.wg.Add(1)
 			go p.setup()
@@ -192,13 +200,20 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 }
 
 // take hands out up to limit due buffered messages under leases, and sends
-// early ones on. Call with p.mu held.
+// early ones on. On queues with priorities it hands out the highest first
+// (as RabbitMQ would have; in arrival order within one priority): a
+// message RabbitMQ pushed later, a released one say, may rank above those
+// buffered before it. Call with p.mu held.
 func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 	var out []*driver.Delivery
 	now := time.Now()
+	if top := p.b.maxPriority(); top > 0 && len(p.buf) > 1 {
+		rank := func(bd buffered) int { return min(int(bd.d.Priority), top) }
+		slices.SortStableFunc(p.buf, func(a, b buffered) int { return rank(b) - rank(a) })
+	}
 	keep := p.buf[:0]
 	for _, bd := range p.buf {
-		if bd.gen != p.gen {
+		if bd.gen != p.gen || p.ch == nil {
 			continue // its channel is gone: RabbitMQ has it back
 		}
 		if len(out) >= limit {
@@ -220,6 +235,19 @@ func (p *puller) take(limit int, leaseFor time.Duration) []*driver.Delivery {
 	return out
 }
 
+// maxPriority is the x-max-priority of the broker's queues, 0 when they
+// have no priorities.
+func (b *Broker) maxPriority() int {
+	if m := b.opts.Machinery; m != nil {
+		n, _ := toInt(m.QueueDeclareArgs["x-max-priority"])
+		return int(n)
+	}
+	if b.opts.Classic {
+		return int(b.opts.MaxPriority)
+	}
+	return 0
+}
+
 // held counts the deliveries of consumer tag not yet settled, leased or
 // buffered: what counts against its prefetch. Call with p.mu held.
 func (p *puller) held(tag string) int {
@@ -235,6 +263,17 @@ func (p *puller) held(tag string) int {
 		}
 	}
 	return n
+}
+
+// window is the prefetch the queue's consumer needs: PrefetchMultiplier
+// times the largest Fetch limit (or sum of the limits of the Fetch calls
+// waiting at once), Options.Prefetch, or the most a Fetch that found the
+// consumer full held and asked for, whichever is largest. RabbitMQ counts
+// every unacked delivery against it, those settling too: a worker of N
+// slots holds up to N running and N settling, so a window of 3N keeps up
+// to N more ready, buffered, for the slots that free. Call with p.mu held.
+func (p *puller) window() int {
+	return max(p.b.opts.PrefetchMultiplier*max(p.want, p.asking), p.b.opts.Prefetch, p.need)
 }
 
 // delivery decodes d. Attempt counts every delivery: errand's own count of
@@ -290,7 +329,7 @@ func (p *puller) consume(ctx context.Context) error {
 		return err
 	}
 	p.mu.Lock()
-	ch, gen, oldTag, want := p.ch, p.gen, p.tag, max(p.want, p.asking)
+	ch, gen, oldTag, want := p.ch, p.gen, p.tag, p.window()
 	p.mu.Unlock()
 	if ch == nil || ch.IsClosed() {
 		conn, err := b.con.connection(ctx)
@@ -373,7 +412,9 @@ func (p *puller) read(gen uint64, tag string, deliveries <-chan amqp.Delivery) {
 	for d := range deliveries {
 		p.mu.Lock()
 		switch {
-		case p.gen != gen:
+		case p.gen != gen || p.ch == nil:
+			// Its channel is gone (amqp091 hands over what it had
+			// read before the close): RabbitMQ has it back.
 		case p.stopped:
 			// Close is closing the channel: RabbitMQ takes it back.
 		default:
@@ -400,6 +441,7 @@ func (p *puller) watch(gen uint64, closes chan *amqp.Error) {
 	defer p.mu.Unlock()
 	if p.ch != nil && p.gen == gen {
 		p.b.chLocks.Delete(p.ch)
+		p.b.acks.Delete(p.ch)
 	}
 	if err != nil && !p.stopped {
 		p.b.log.Warn("amqp broker: consumer channel closed; its unacked messages go back to the queue", "queue", p.queue, "err", err)
@@ -478,6 +520,13 @@ func (p *puller) giveBack() {
 	}
 	ctx, cancel := p.b.lifeCtx()
 	defer cancel()
+	p.sendBack(ctx, ch, gen, back)
+}
+
+// sendBack gives buffered messages back as giveBack says: a copy of each
+// is published, and the original acked once the copy is confirmed, or
+// given back with basic.nack when the copy failed.
+func (p *puller) sendBack(ctx context.Context, ch *amqp.Channel, gen uint64, back []buffered) {
 	for len(back) > 0 {
 		chunk := back[:min(len(back), maxBatch)]
 		back = back[len(chunk):]
@@ -485,18 +534,19 @@ func (p *puller) giveBack() {
 		for i, bd := range chunk {
 			outs[i] = outgoing{queue: p.name, p: copyOf(bd.d)}
 		}
-		err := p.b.send(ctx, outs)
+		sent := p.b.send(ctx, outs)
 		p.mu.Lock()
 		current := p.gen == gen
 		p.mu.Unlock()
 		if !current {
 			return // the channel is gone: RabbitMQ has the originals back
 		}
-		if err != nil {
-			p.b.log.Warn("amqp broker: send a buffered message back; giving it back with basic.nack", "queue", p.queue, "err", err)
+		if sent != nil {
+			p.b.log.Warn("amqp broker: send a buffered message back; giving it back with basic.nack", "queue", p.queue, "err", sent)
 		}
 		for _, bd := range chunk {
-			if err == nil {
+			var err error
+			if sent == nil {
 				err = ch.Ack(bd.d.DeliveryTag, false)
 			} else {
 				err = ch.Nack(bd.d.DeliveryTag, false, true)
@@ -605,8 +655,11 @@ func withoutServerHeaders(t amqp.Table) amqp.Table {
 	return c
 }
 
-// stop ends the puller (Close): waiting Fetch calls return ErrClosed.
-func (p *puller) stop() {
+// stop ends the puller (Close): waiting Fetch calls return ErrClosed,
+// and what RabbitMQ pushes from now on is left to the channel's close.
+// It returns the buffered messages, for Close to give back, with the
+// channel they came on, its generation and the consumer's tag.
+func (p *puller) stop() (ch *amqp.Channel, gen uint64, tag string, back []buffered) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped = true
@@ -618,7 +671,34 @@ func (p *puller) stop() {
 		l.state = lost
 	}
 	clear(p.leases)
+	for _, bd := range p.buf {
+		if bd.gen == p.gen {
+			back = append(back, bd)
+		}
+	}
+	p.buf = nil
 	p.notify()
+	return p.ch, p.gen, p.tag, back
+}
+
+// release gives back, before Close closes the connections, the messages
+// stop returned: a buffered message never ran, and the channel's close
+// would count a delivery (see giveBack). Bounded by CallTimeout and 2s,
+// as the connections' close is (a silent server must not hold Close);
+// what it cannot give back goes back with the channel's close.
+func (p *puller) release(ch *amqp.Channel, gen uint64, tag string, back []buffered) {
+	if ch == nil || len(back) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(p.b.opts.CallTimeout, 2*time.Second))
+	defer cancel()
+	if tag != "" {
+		if err := p.b.con.call(ctx, ch, func() error { return ch.Cancel(tag, false) }); err != nil {
+			p.b.log.Warn("amqp broker: cancel the consumer at Close", "queue", p.queue, "err", err)
+			return
+		}
+	}
+	p.sendBack(ctx, ch, gen, back)
 }
 
 // ---- leases ----
@@ -681,54 +761,8 @@ func (l *lease) ack() error {
 	if err := l.ch.Ack(l.tag, false); err != nil {
 		return fmt.Errorf("amqp broker: ack: %w (%w)", driver.ErrLeaseLost, err)
 	}
+	l.p.b.acksOn(l.ch).wrote()
 	return nil
-}
-
-// Ack acks each delivery on its channel (basic.ack of its tag), then
-// makes one round trip on each channel it used (a passive declare of
-// amq.direct): RabbitMQ handles a channel's frames in order, so its answer
-// says the acks were handled, and a silent server is an error within ctx
-// and CallTimeout instead of acks lost unseen. A delivery whose lease ran
-// out, or whose channel closed since (RabbitMQ then gave the message
-// back), fails with driver.ErrLeaseLost.
-func (b *Broker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
-	var chans []*amqp.Channel
-	errs := driver.EachItem(len(ds), func(i int) error {
-		l, err := handle(ds[i])
-		if err != nil {
-			return err
-		}
-		if err := l.ack(); err != nil {
-			return err
-		}
-		if !slices.Contains(chans, l.ch) {
-			chans = append(chans, l.ch)
-		}
-		return nil
-	})
-	for _, ch := range chans {
-		if err := b.roundTrip(ctx, ch); err != nil {
-			for i, d := range ds {
-				if l, _ := d.Handle.(*lease); l != nil && l.ch == ch && (errs == nil || errs[i] == nil) {
-					if errs == nil {
-						errs = make([]error, len(ds))
-					}
-					errs[i] = fmt.Errorf("amqp broker: ack not confirmed: %w", err)
-				}
-			}
-		}
-	}
-	return errs
-}
-
-// roundTrip makes one synchronous call on ch, bounded by ctx and
-// CallTimeout; a channel or connection that is gone or silent fails it.
-func (b *Broker) roundTrip(ctx context.Context, ch *amqp.Channel) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	return b.con.call(ctx, ch, func() error {
-		return ch.ExchangeDeclarePassive("amq.direct", "direct", true, false, false, false, nil)
-	})
 }
 
 // Extend moves the lease's deadline lease from now: a local timer, since

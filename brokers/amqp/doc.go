@@ -4,7 +4,7 @@
 //
 // # URL form
 //
-//	amqp://USER:PASS@HOST:5672/VHOST[?prefix=errand.&queue_type=quorum&max_priority=0&max_delay=298h&prefetch=0&max_payload=16777216&timeout=10s&heartbeat=5s&hold=1s]
+//	amqp://USER:PASS@HOST:5672/VHOST[?prefix=errand.&queue_type=quorum&max_priority=0&max_delay=298h&prefetch=0&prefetch_multiplier=3&max_payload=16777216&timeout=10s&heartbeat=5s&hold=1s]
 //	amqps://USER:PASS@HOST:5671/VHOST?...
 //	amqp://...?format=machinery[&exchange=machinery_exchange&exchange_type=direct&binding_key=machinery_task&default_queue=machinery_tasks&queue_declare_args={...}&queue_binding_args={...}]
 //	                                  machinery v2's exchange, queues and JSON
@@ -29,12 +29,19 @@
 //
 // At-least-once: a delivery stays unacked on its channel until errand acks
 // it, and RabbitMQ gives back what a lost connection held. One consumer per
-// queue, with a prefetch as large as the largest Fetch limit (a worker's
-// free slots). The lease is the broker's own timer: a delivery not settled
-// or extended in time is given back (basic.nack, requeue) and a late settle
-// answers driver.ErrLeaseLost. Extend and Ack each make one round trip on
-// the delivery's channel. Release publishes a copy (carrying the count of
-// deliveries) and acks the delivery. RabbitMQ's consumer_timeout (30 min by
+// queue, with a prefetch of Options.PrefetchMultiplier (3; 1 on queues
+// with priorities) times the largest Fetch limit (a worker's free slots):
+// room for the deliveries a worker runs, as many it settles, and as many
+// buffered in the broker,
+// handed out by the next Fetch and given back (as copies, counting no
+// delivery) after Options.HoldBuffered without one, and by Close. The
+// lease is the broker's own timer: a delivery not settled or extended in
+// time is given back (basic.nack, requeue) and a late settle answers
+// driver.ErrLeaseLost. Extend makes one round trip on the delivery's
+// channel; Ack waits for one sent after its acks, shared by concurrent
+// Ack calls.
+// Release publishes a copy (carrying the count of deliveries) and acks the
+// delivery. RabbitMQ's consumer_timeout (30 min by
 // default) closes the channel of a delivery held longer: raise it for
 // longer tasks.
 //

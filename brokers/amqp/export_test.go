@@ -23,3 +23,15 @@ func Buffered(b *Broker, queue string) (n int, consuming bool) {
 	defer p.mu.Unlock()
 	return len(p.buf), p.tag != ""
 }
+
+// Consumer reports queue's running consumer: its tag ("" when none) and
+// its prefetch.
+func Consumer(b *Broker, queue string) (tag string, prefetch int) {
+	p, err := b.puller(queue)
+	if err != nil {
+		return "", 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tag, p.prefetch
+}

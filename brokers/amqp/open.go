@@ -35,7 +35,7 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	default:
 		return nil, fmt.Errorf("amqp broker: queue_type=%q: want quorum or classic", t)
 	}
-	for key, dst := range map[string]*int{"max_priority": nil, "prefetch": &opts.Prefetch, "max_payload": &opts.MaxPayload} {
+	for key, dst := range map[string]*int{"max_priority": nil, "prefetch": &opts.Prefetch, "prefetch_multiplier": &opts.PrefetchMultiplier, "max_payload": &opts.MaxPayload} {
 		v := q.Get(key)
 		if v == "" {
 			continue
@@ -61,7 +61,7 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	default:
 		return nil, fmt.Errorf("amqp broker: format %q is not known (only format=machinery)", f)
 	}
-	for _, k := range []string{"prefix", "max_delay", "timeout", "heartbeat", "hold", "queue_type", "max_priority", "prefetch", "max_payload",
+	for _, k := range []string{"prefix", "max_delay", "timeout", "heartbeat", "hold", "queue_type", "max_priority", "prefetch", "prefetch_multiplier", "max_payload",
 		"format", "exchange", "exchange_type", "binding_key", "default_queue", "queue_declare_args", "queue_binding_args"} {
 		q.Del(k)
 	}

@@ -41,7 +41,7 @@ func TestConsumeAfterSilence(t *testing.T) {
 
 	px.Stall()
 	fctx, fcancel := context.WithTimeout(ctx, 3*callTimeout)
-	ds, err := b.Fetch(fctx, q, 4, time.Minute) // restarts the consumer: prefetch 1 → 4
+	ds, err := b.Fetch(fctx, q, 4, time.Minute) // restarts the consumer: prefetch 3 → 12
 	fcancel()
 	if err == nil {
 		t.Fatalf("Fetch while RabbitMQ is silent returned %d deliveries", len(ds))

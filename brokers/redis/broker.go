@@ -590,8 +590,8 @@ func deliveries(queue string, res []any) ([]*driver.Delivery, []*driver.StartRes
 	}
 	var at time.Time
 	if len(res)%fetchReply == 1 {
-		ms, _ := res[len(res)-1].(int64)
-		at = time.UnixMilli(ms).UTC()
+		us, _ := res[len(res)-1].(int64)
+		at = time.UnixMicro(us).UTC()
 	}
 	return out, starts, at, nil
 }

@@ -96,7 +96,8 @@ var (
 	newScript = scripts.New
 )
 
-// luaNow sets now: the server's clock (TIME) in whole ms.
+// luaNow sets now: the server's clock (TIME) in whole ms; t is TIME's
+// answer (seconds, microseconds).
 const luaNow = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -205,8 +206,8 @@ const promoteBatch = 1000
 // ID, envelope, lease token, deliveries so far, priority, whether it
 // began the task's attempt (notTried, startWritten, startRefused), the
 // task's state before (false: none, or not tried), the attempt and name
-// it started ("attempt\nname"; false: not tried). The server's time (ms)
-// follows the last delivery.
+// it started ("attempt\nname"; false: not tried). The server's time (µs:
+// the time of the starts) follows the last delivery.
 const fetchReply = 8
 
 // What fetchScript answers for a delivery's start (luaStart's begin).
@@ -261,11 +262,11 @@ end
 // writer) is decoded with cjson. STARTED is written from the task's UUID,
 // name (both in a message ID only when JSON keeps them as they are:
 // messageID), state and attempt, with prev's created_at (else now) and
-// started_at now.
-var luaStart = fmt.Sprintf(`
+// started_at now to the microsecond (TIME's t), or prev's created_at when
+// that is later (notBefore: the producer's clock may be ahead of Redis's).
+var luaStart = redisconn.LuaNotBefore + fmt.Sprintf(`
 local NOT_TRIED, START_WRITTEN, START_REFUSED = %d, %d, %d
-local function rfc3339(ms)
-  local s = math.floor(ms / 1000)
+local function rfc3339(s, us)
   local days = math.floor(s / 86400)
   local secs = s - days * 86400
   local z = days + 719468
@@ -278,10 +279,10 @@ local function rfc3339(ms)
   local m = mp < 10 and mp + 3 or mp - 9
   local y = yoe + era * 400
   if m <= 2 then y = y + 1 end
-  return string.format('"%%04d-%%02d-%%02dT%%02d:%%02d:%%02d.%%03dZ"', y, m, d, math.floor(secs / 3600),
-    math.floor(secs %% 3600 / 60), secs %% 60, ms %% 1000)
+  return string.format('"%%04d-%%02d-%%02dT%%02d:%%02d:%%02d.%%06dZ"', y, m, d, math.floor(secs / 3600),
+    math.floor(secs %% 3600 / 60), secs %% 60, us)
 end
-local nowJSON -- rfc3339(now), made by the first begin that needs it
+local nowJSON -- rfc3339 of TIME (t), made by the first begin that needs it
 local function peek(raw)
   local _, e, name = string.find(raw, '^{"task_uuid":"[^"\\]*","task_name":"([^"\\]*)"')
   if not e then return nil end
@@ -310,8 +311,8 @@ local function begin(id, taskID, first)
   -- the messages it popped after this one on no list, lost.
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then return NOT_TRIED, false, false end
-  nowJSON = nowJSON or rfc3339(now)
-  local created = nowJSON
+  nowJSON = nowJSON or rfc3339(tonumber(t[1]), tonumber(t[2]))
+  local created, started = nowJSON, nowJSON
   if raw then
     local pname, st, patt, pcreated = peek(raw)
     local later -- the state's attempt is later than a
@@ -329,10 +330,10 @@ local function begin(id, taskID, first)
     local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or later or
       (st == 'STARTED' and first)
     if refused then return START_REFUSED, raw, a .. '\n' .. name end
-    if pcreated then created = pcreated end
+    if pcreated then created, started = pcreated, notBefore(nowJSON, pcreated) end
   end
   local v = '{"task_uuid":"' .. taskID .. '","task_name":"' .. name .. '","state":"STARTED","attempt":' .. a ..
-    ',"created_at":' .. created .. ',"started_at":' .. nowJSON .. '}'
+    ',"created_at":' .. created .. ',"started_at":' .. started .. '}'
   if expiry > 0 then redis.call('SET', key, v, 'PX', expiryArg) else redis.call('SET', key, v) end
   return START_WRITTEN, raw or false, a .. '\n' .. name
 end
@@ -540,7 +541,7 @@ while leased < want and aside < batch do
   end
 end
 if #out > 0 then
-  out[#out + 1] = now
+  out[#out + 1] = tonumber(t[1]) * 1000000 + tonumber(t[2]) -- TIME in µs: the starts' time
   return out
 end
 if aside >= batch then return {'wait', now, now} end
