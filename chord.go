@@ -20,9 +20,7 @@ func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
 	be := w.srv.backend
 	done, total, err := be.CompleteGroupMember(ctx, sig.GroupUUID, sig.UUID)
 	if errors.Is(err, driver.ErrGroupNotFound) {
-		// The group's metadata expired or was evicted: the chord can never
-		// complete. Say so on the callback instead of retrying forever.
-		return w.failChord(ctx, sig.ChordCallback.Copy(), fmt.Sprintf("chord group %s is gone from the backend (expired or evicted): its callback cannot run", sig.GroupUUID))
+		return w.groupGone(ctx, sig, err)
 	}
 	if errors.Is(err, driver.ErrNotMember) {
 		// A stray: the message names the group but its UUID is not one of
@@ -47,6 +45,47 @@ func (w *Worker) completeMember(ctx context.Context, sig *Signature) error {
 		return nil
 	}
 	return w.fireChord(ctx, sig)
+}
+
+// groupGone handles sig, which names chord group sig.GroupUUID that the
+// backend does not have (err wraps driver.ErrGroupNotFound). With the
+// group's metadata gone, nothing proves that sig is one of its members, so
+// the callback it names is failed only when the callback's own state says
+// its group can be gone: absent (a group outlives its callback's PENDING,
+// GroupExpiry being no shorter than ResultExpiry and extended by each
+// completion, so both expired) or FAILURE already (a redelivered member
+// sends the OnError callbacks again; each is idempotent by UUID). A
+// callback still waiting (PENDING, or any state but FAILURE) is left
+// alone, and sig is reported as a stray: a message naming a group that was
+// never made, or another one's, must not fail a chord it is no member of.
+func (w *Worker) groupGone(ctx context.Context, sig *Signature, err error) error {
+	cb := sig.ChordCallback.Copy()
+	prev, gerr := w.srv.backend.GetState(ctx, cb.UUID)
+	switch {
+	case errors.Is(gerr, ErrTaskNotFound), gerr == nil && prev.State == StateFailure:
+		// The group's metadata expired or was evicted: the chord can never
+		// complete. Say so on the callback instead of retrying forever.
+		return w.failChord(ctx, cb, fmt.Sprintf("chord group %s is gone from the backend (expired or evicted): its callback cannot run", sig.GroupUUID))
+	case gerr != nil:
+		return fmt.Errorf("errand: task %s (%s): chord group %s not found: read its callback %s: %w", sig.Name, sig.UUID, sig.GroupUUID, cb.UUID, gerr)
+	}
+	w.report(fmt.Errorf("errand: task %s (%s) names chord group %s, which the backend does not have, and callback %s (%s), which is %s: not a member of its group, the callback is left alone: %w", sig.Name, sig.UUID, sig.GroupUUID, cb.Name, cb.UUID, prev.State, err),
+		"errand: stray chord completion ignored", append(taskAttrs(sig, sig.RoutingKey), "group", sig.GroupUUID)...)
+	return nil
+}
+
+// selfCallback returns why sig must be neither sent nor run (wrapping
+// ErrUUIDConflict), or nil: a signature whose ChordCallback has its own
+// UUID claims to be the callback of the group it names, which a chord's
+// callback never is (a member and its callback are distinct tasks). Run,
+// it would be that callback, started before its group completed; a buggy
+// or hostile producer copying a callback's signature into a group makes
+// one.
+func selfCallback(sig *Signature) error {
+	if sig.ChordCallback == nil || sig.ChordCallback.UUID != sig.UUID {
+		return nil
+	}
+	return fmt.Errorf("%w: task %q under UUID %s names that UUID as its own chord callback (group %s)", ErrUUIDConflict, sig.Name, sig.UUID, sig.GroupUUID)
 }
 
 // fireChord reads every member's state once and sends the callback with

@@ -316,3 +316,115 @@ func TestOversizedDeliverySetAside(t *testing.T) {
 		})
 	}
 }
+
+// TestStraysNeverMoveTheChordCallback (issue 31, item 7): messages that
+// name a chord's callback without being members of its group leave the
+// callback PENDING while the members run, however they name the group:
+//
+//   - unmade-group: a task naming a group the backend never had; with no
+//     group to ask, nothing proves it a member, and the callback, still
+//     PENDING, cannot have lost its group to expiry (a group outlives its
+//     callback's PENDING): reported with ErrGroupNotFound, the callback
+//     left alone;
+//   - self-callback: the callback's own signature copied into the group
+//     (GroupUUID, ChordCallback naming itself): refused by SendTask, and
+//     set aside unrun with ErrUUIDConflict when it arrives by another
+//     producer.
+//
+// Released, the members then fire the callback once, with their results.
+func TestStraysNeverMoveTheChordCallback(t *testing.T) {
+	for _, form := range []string{"unmade-group", "self-callback"} {
+		t.Run(form, func(t *testing.T) {
+			e := newEnv(t)
+			release := make(chan struct{})
+			started := make(chan struct{}, 3)
+			e.srv.Register("hold", func(ctx context.Context, s string) (string, error) {
+				started <- struct{}{}
+				select {
+				case <-release:
+					return s, nil
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			})
+			e.srv.Register("stray", func() (string, error) { return "stray", nil })
+			var calls atomic.Int32
+			e.srv.Register("gather", func(xs ...string) (string, error) { calls.Add(1); return strings.Join(xs, ","), nil })
+			var mu sync.Mutex
+			var reports []error
+			e.start(t, errand.WorkerConfig{Concurrency: 4, ErrorHandler: func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				reports = append(reports, err)
+			}})
+			var once sync.Once
+			unblock := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(unblock) // before the worker's shutdown
+			ctx := ctxT(t)
+			g, _ := errand.NewGroup(errand.NewSignature("hold", "a"), errand.NewSignature("hold", "b"), errand.NewSignature("hold", "c"))
+			ch, _ := errand.NewChord(g, errand.NewSignature("gather"))
+			r, err := e.srv.SendChord(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				recvOr(t, ctx, started, "the chord's 3 members did not all start")
+			}
+			var want error
+			var stray *errand.AsyncResult
+			switch form {
+			case "unmade-group":
+				s := errand.NewSignature("stray")
+				s.GroupUUID, s.GroupTaskCount, s.ChordCallback = errand.NewUUID(), 3, ch.Callback.Copy()
+				if stray, err = e.srv.SendTask(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+				want = driver.ErrGroupNotFound
+			case "self-callback":
+				s := ch.Callback.Copy()
+				s.GroupUUID, s.GroupTaskCount, s.ChordCallback = g.GroupUUID, 3, ch.Callback.Copy()
+				if _, err := e.srv.SendTask(ctx, s.Copy()); !errors.Is(err, errand.ErrUUIDConflict) {
+					t.Fatalf("SendTask of a chord callback's signature naming itself as its chord callback returned %v; want an error wrapping ErrUUIDConflict, nothing sent", err)
+				}
+				body, err := errand.EncodeSignature(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.broker.Publish(ctx, errand.Message{ID: s.UUID, Queue: errand.DefaultQueue, Body: body}); err != nil {
+					t.Fatal(err)
+				}
+				want = errand.ErrUUIDConflict
+			}
+			waitFor(t, "the stray reported with "+want.Error(), func() bool {
+				if st, err := e.rec.GetState(ctx, ch.Callback.UUID); err != nil || st.State != errand.StatePending {
+					return true // moved: said below
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, err := range reports {
+					if errors.Is(err, want) {
+						return true
+					}
+				}
+				return false
+			})
+			if stray != nil {
+				var out string
+				if err := stray.GetInto(ctx, &out); err != nil || out != "stray" {
+					t.Fatalf("the stray's own result is %q, %v; want it recorded like any task's", out, err)
+				}
+			}
+			if st, err := e.rec.GetState(ctx, ch.Callback.UUID); err != nil || st.State != errand.StatePending {
+				t.Fatalf("stray promise broken (%s): the chord callback is %v, %v while its 3 members still run; want PENDING: a message that is not a member never moves its chord's callback", form, st, err)
+			}
+			unblock()
+			var got string
+			if err := r.Callback.GetInto(ctx, &got); err != nil || got != "a,b,c" {
+				t.Fatalf("after its members finished the chord callback ended %q, %v; want %q, their results in group order", got, err, "a,b,c")
+			}
+			if n := calls.Load(); n != 1 {
+				t.Fatalf("the chord callback ran %d times; want once", n)
+			}
+		})
+	}
+}

@@ -130,6 +130,11 @@ func (dv *delivery) decode() bool {
 	if dv.queue == "" {
 		dv.queue = w.queues.list[0].name
 	}
+	if err := selfCallback(sig); err != nil {
+		// Running it would run the chord's callback before its group
+		// completed (its state STARTED, then SUCCESS or FAILURE).
+		return discard(fmt.Errorf("%w (message %q on queue %q): not run, set aside", err, d.ID, d.Queue))
+	}
 	routeTo(sig, dv.queue)
 	dv.sig = sig
 	return true

@@ -250,6 +250,9 @@ func (s *Server) message(sig *Signature) (Message, error) {
 // messageSignedBy is message with sg's signing instead of Config.Signing's
 // (Requeue signs a verified message again under the key it was signed with).
 func (s *Server) messageSignedBy(sig *Signature, sg *Signing) (Message, error) {
+	if err := selfCallback(sig); err != nil {
+		return Message{}, fmt.Errorf("errand: not sent: %w", err)
+	}
 	body, err := EncodeSignature(sig)
 	if err != nil {
 		return Message{}, err

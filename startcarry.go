@@ -74,10 +74,11 @@ func (b *broker) fetchStarted(ctx context.Context, fetch driver.FetchStartFunc, 
 
 // beginCarried is begin for a delivery whose attempt the fetch started
 // (dv.start): it reports whether the attempt runs, as begin does. The
-// start is checked first: it must be of the task the body decodes to
-// (the message's ID, Task and TaskAttempt are sig's), readable, and written exactly
-// when driver.Starter's table allows it; a start that is not is an error
-// and the delivery goes back to the broker.
+// start is checked first: it must be readable, of the task the body
+// decodes to (the message's ID, Task and TaskAttempt are sig's; a message
+// whose ID names another task is set aside, that task's state put back),
+// and written exactly when driver.Starter's table allows it; a start that
+// is not is an error and the delivery goes back to the broker.
 func (dv *delivery) beginCarried(cannotRun error) bool {
 	w, sig, d, res := dv.w, dv.sig, dv.d, dv.start
 	now := dv.startAt.UTC()
@@ -90,7 +91,14 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): its start in the fetch: %w", sig.Name, sig.UUID, res.Err)
 		return false
 	case sig.UUID != d.ID || sig.Name != d.Task || sig.attempt() != d.TaskAttempt:
-		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s, attempt %d): the broker's fetch started task %q (%s, attempt %d), which its message's body is not", sig.Name, sig.UUID, sig.attempt(), d.Task, d.ID, d.TaskAttempt)
+		// The message's ID names another task than its body does (a
+		// producer publishing a body under another task's ID or name): the
+		// fetch began that other task, perhaps a chord's callback. Put its
+		// state back and set the message aside; every delivery of it
+		// would do the same.
+		dv.unstart()
+		dv.outcome, dv.err = setAside, fmt.Errorf("%w: message %q on queue %q is task %s (%s, attempt %d) but its ID names task %q (%s, attempt %d), which the broker's fetch began: that task's state is put back; not run, set aside",
+			ErrUUIDConflict, d.ID, d.Queue, sig.Name, sig.UUID, sig.attempt(), d.Task, d.ID, d.TaskAttempt)
 		return false
 	case res.Written != req.Allows(res.Prev):
 		dv.outcome, dv.err = requeue, fmt.Errorf("errand: broker %T broke the driver.FetchStartFunc contract: task %s with previous state %s (attempt %d): written %v, want %v",
