@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
-	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
 )
 
@@ -41,7 +40,7 @@ const settleTask = "conformance.settled"
 // path, as the recorder does for SetStates.
 type settlingBroker struct {
 	errand.Broker
-	carrier driver.SettleCarrier
+	carrier driver.Colocator
 	held    errand.Backend
 	raw     errand.Backend
 	rec     *recorder
@@ -52,15 +51,15 @@ type settlingBroker struct {
 	acks    int // Ack calls
 }
 
-func (b *settlingBroker) CarrySettle(be driver.Backend) driver.SettleFunc {
+func (b *settlingBroker) Colocate(be driver.Backend) driver.Colocation {
 	if be == b.held {
 		be = b.raw
 	}
-	fn := b.carrier.CarrySettle(be)
-	if fn == nil {
+	c := b.carrier.Colocate(be)
+	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+	return &partialColocation{broker: b, held: b.held, settle: func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
 		b.mu.Lock()
 		b.calls++
 		b.carried += len(ds)
@@ -70,8 +69,8 @@ func (b *settlingBroker) CarrySettle(be driver.Backend) driver.SettleFunc {
 			b.rec.paths[st.TaskUUID] = append(b.rec.paths[st.TaskUUID], st.State)
 		}
 		b.rec.mu.Unlock()
-		return fn(ctx, ds, sts)
-	}
+		return c.Settle(ctx, ds, sts)
+	}}
 }
 
 func (b *settlingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
@@ -88,26 +87,18 @@ func (b *settlingBroker) counts() (calls, carried, acks int) {
 }
 
 func carriedSettle(t testing.TB, p workerPair) {
-	if !p.broker.Caps.CarrySettle {
-		t.Logf("the broker harness does not declare CarrySettle: nothing to check (Broker/Capabilities checks that the broker is no driver.SettleCarrier)")
+	if !p.broker.Caps.Colocate {
+		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
 		return
 	}
 	c := newBCase(t, p.broker)
-	carrier, ok := c.drv.(driver.SettleCarrier)
-	if !ok {
-		t.Fatalf("capabilities promise broken: the harness declares CarrySettle but %T does not implement driver.SettleCarrier", c.drv)
-	}
-	stranger := strangerBackend{memorybackend.New(nil)}
-	t.Cleanup(func() { stranger.Close() })
-	if carrier.CarrySettle(stranger) != nil {
-		t.Errorf("carry promise broken: CarrySettle returned a function for %T, a backend the broker cannot know; want nil (driver.SettleCarrier: it would write states where that backend never reads them)", stranger)
-	}
 	be := p.backend.New(t, 0)
-	carry := carrier.CarrySettle(be)
-	if carry == nil {
-		t.Logf("%T does not carry the final states of %T (CarrySettle returned nil: one step cannot reach both); errand writes SUCCESS then acks, and this case checks nothing more", c.drv, be)
+	coloc := colocate(t, c.drv, be, "Settle")
+	if coloc == nil {
+		t.Logf("%T is not co-located with %T (Colocate answered nil); errand writes SUCCESS then acks, and this case checks nothing more", c.drv, be)
 		return
 	}
+	carry, carrier := coloc.Settle, c.drv.(driver.Colocator)
 	settleWritesAndAcks(c, be, carry)
 	settleLostLease(c, be, carry)
 	settleThroughWorker(t, p, c.drv, carrier, be)
@@ -130,7 +121,7 @@ func isSuccess(c *bcase, be errand.Backend, id, what string) {
 
 // settleWritesAndAcks: one carried call of three deliveries writes their
 // states and acks them: nothing comes back after their lease.
-func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
+func settleWritesAndAcks(c *bcase, be errand.Backend, carry settleFunc) {
 	const n = 3
 	for i := range n {
 		c.publish(c.msg(fmt.Sprintf("s%d", i), time.Time{}))
@@ -143,7 +134,7 @@ func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 	for i, d := range ds {
 		sts[i] = successOf(d.ID)
 	}
-	errs, err := checkAnswer("SettleFunc", n, carry(c.ctx, ds, sts))
+	errs, err := checkAnswer("Colocation.Settle", n, carry(c.ctx, ds, sts))
 	if err != nil {
 		c.t.Fatalf("batch convention promise broken: %v", err)
 	}
@@ -165,7 +156,7 @@ func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 // where the broker detects lost leases), its state written all the same;
 // the other delivery is settled, and the other consumer still acks the
 // message it holds.
-func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
+func settleLostLease(c *bcase, be errand.Backend, carry settleFunc) {
 	c.publish(c.msg("lost", time.Time{}), c.msg("live", time.Time{}))
 	lost := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
 	live := c.fetchN(1, time.Minute, c.tm.Prompt*5)
@@ -177,7 +168,7 @@ func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 		c.t.Fatalf("at-least-once promise broken: %s, leased for %v, was not delivered again (got %v)", lost[0].ID, c.tm.Lease, ids(again))
 	}
 	ds := []*driver.Delivery{lost[0], live[0]}
-	errs, err := checkAnswer("SettleFunc", 2, carry(c.ctx, ds, []*errand.TaskState{successOf(lost[0].ID), successOf(live[0].ID)}))
+	errs, err := checkAnswer("Colocation.Settle", 2, carry(c.ctx, ds, []*errand.TaskState{successOf(lost[0].ID), successOf(live[0].ID)}))
 	if err != nil {
 		c.t.Fatalf("batch convention promise broken: %v", err)
 	}
@@ -200,7 +191,7 @@ func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 // settleThroughWorker: a worker on a server of the pair runs 10 tasks
 // that nothing follows: each ends SUCCESS, runs once, and is settled by
 // carried calls, with no Ack call and no SetStates of SUCCESS.
-func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.SettleCarrier, be errand.Backend) {
+func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend) {
 	const n = 10
 	var sb *settlingBroker
 	w, results, runs := runThroughCarrier(t, p, drv, be, settleTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
@@ -273,3 +264,6 @@ func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.
 	defer mu.Unlock()
 	return w, results, maps.Clone(runs)
 }
+
+// settleFunc is driver.Colocation.Settle.
+type settleFunc func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
-	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
 )
 
@@ -37,7 +36,7 @@ const startTask = "conformance.started"
 // they made, and records each written STARTED in the task's path.
 type startingBroker struct {
 	errand.Broker
-	carrier driver.StartCarrier
+	carrier driver.Colocator
 	held    errand.Backend
 	raw     errand.Backend
 	rec     *recorder
@@ -47,16 +46,16 @@ type startingBroker struct {
 	started int
 }
 
-func (b *startingBroker) CarryStart(be driver.Backend) driver.FetchStartFunc {
+func (b *startingBroker) Colocate(be driver.Backend) driver.Colocation {
 	if be == b.held {
 		be = b.raw
 	}
-	fn := b.carrier.CarryStart(be)
-	if fn == nil {
+	c := b.carrier.Colocate(be)
+	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
-		ds, starts, at, err := fn(ctx, queue, limit, lease, spec)
+	return &partialColocation{broker: b, held: b.held, fetchStart: func(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+		ds, starts, at, err := c.FetchStart(ctx, queue, limit, lease, tasks)
 		b.mu.Lock()
 		b.fetches++
 		b.mu.Unlock()
@@ -69,7 +68,7 @@ func (b *startingBroker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 		}
 		b.rec.mu.Unlock()
 		return ds, starts, at, err
-	}
+	}}
 }
 
 func (b *startingBroker) counts() (fetches, started int) {
@@ -81,33 +80,25 @@ func (b *startingBroker) counts() (fetches, started int) {
 }
 
 func carriedStart(t testing.TB, p workerPair) {
-	if !p.broker.Caps.CarryStart {
-		t.Logf("the broker harness does not declare CarryStart: nothing to check (Broker/Capabilities checks that the broker is no driver.StartCarrier)")
+	if !p.broker.Caps.Colocate {
+		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
 		return
 	}
 	c := newBCase(t, p.broker)
-	carrier, ok := c.drv.(driver.StartCarrier)
-	if !ok {
-		t.Fatalf("capabilities promise broken: the harness declares CarryStart but %T does not implement driver.StartCarrier", c.drv)
-	}
-	stranger := strangerBackend{memorybackend.New(nil)}
-	t.Cleanup(func() { stranger.Close() })
-	if carrier.CarryStart(stranger) != nil {
-		t.Errorf("carry promise broken: CarryStart returned a function for %T, a backend the broker cannot know; want nil (driver.StartCarrier: it would start tasks where that backend never reads them)", stranger)
-	}
 	be := p.backend.New(t, 0)
-	fetch := carrier.CarryStart(be)
-	if fetch == nil {
-		t.Logf("%T does not carry the starts of %T (CarryStart returned nil); errand fetches, then starts, and this case checks nothing more", c.drv, be)
+	coloc := colocate(t, c.drv, be, "FetchStart")
+	if coloc == nil {
+		t.Logf("%T is not co-located with %T (Colocate answered nil); errand fetches, then starts, and this case checks nothing more", c.drv, be)
 		return
 	}
+	fetch, carrier := coloc.FetchStart, c.drv.(driver.Colocator)
 	carriedStartTable(c, be, fetch)
 	startThroughWorker(t, p, c.drv, carrier, be)
 }
 
 // carriedStartTable: one carried fetch of nine messages, each finding its task in
 // another state.
-func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc) {
+func carriedStartTable(c *bcase, be errand.Backend, fetch fetchStartFunc) {
 	created := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	ahead := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond) // a producer's clock an hour ahead
 	type row struct {
@@ -155,7 +146,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for len(ds) < len(rows) && time.Now().Before(deadline) {
 		ctx, cancel := context.WithDeadline(c.ctx, deadline)
-		got, s, a, err := fetch(ctx, c.q, len(rows)-len(ds), time.Minute, driver.StartSpec{Tasks: []string{startTask}})
+		got, s, a, err := fetch(ctx, c.q, len(rows)-len(ds), time.Minute, []string{startTask})
 		cancel()
 		if err != nil {
 			c.t.Fatalf("carried fetch: %v", err)
@@ -218,7 +209,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 
 // startThroughWorker: a worker of a server on the pair runs 10 tasks, each
 // once, with their attempts started by its fetches, never by a Start call.
-func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.StartCarrier, be errand.Backend) {
+func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend) {
 	const n = 10
 	var sb *startingBroker
 	w, results, runs := runThroughCarrier(t, p, drv, be, startTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
@@ -236,3 +227,6 @@ func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier d
 		}
 	}
 }
+
+// fetchStartFunc is driver.Colocation.FetchStart.
+type fetchStartFunc func(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error)

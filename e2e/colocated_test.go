@@ -150,7 +150,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 				},
 				Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
 					Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-					Unique: true, RateLimit: true, CarryPending: true, CarrySettle: true, CarryStart: true},
+					Unique: true, RateLimit: true, Colocate: true},
 				Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 				PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
 					t.Helper()
@@ -166,7 +166,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 					t.Cleanup(func() { b.Close() })
 					return b
 				},
-				Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true},
+				Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true},
 			}
 			conformance.RunWorker(t, broker, backend)
 		})

@@ -17,13 +17,13 @@ import (
 
 // carriedStartFixture is a broker and a same-server backend on the single
 // Redis under a fresh prefix, with the broker's carried fetch.
-func carriedStartFixture(t *testing.T) (*redisbroker.Broker, *sameServerBackend, driver.FetchStartFunc) {
+func carriedStartFixture(t *testing.T) (*redisbroker.Broker, *sameServerBackend, fetchStartFunc) {
 	t.Helper()
 	rdb, _ := countedClient(t, "Single")
 	prefix := freshPrefix(t, rdb)
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	be := newSameServerBackend(t, rdb, prefix)
-	fetch := b.CarryStart(be)
+	fetch := carryStart(b, be)
 	if fetch == nil {
 		t.Fatal("CarryStart = nil on the broker's own single server; want a carrier")
 	}
@@ -102,7 +102,7 @@ func TestCarryStartTable(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					ds, starts, at, err := fetch(ctx, queue, 1, time.Minute, driver.StartSpec{Tasks: []string{"ns:a", name}})
+					ds, starts, at, err := fetch(ctx, queue, 1, time.Minute, []string{"ns:a", name})
 					if err != nil || len(ds) != 1 || len(starts) != 1 || starts[0] == nil {
 						t.Fatalf("carried fetch: %v, starts %v, %v; want one delivery, started", ds, starts, err)
 					}
@@ -184,7 +184,7 @@ func TestCarryStartUnreadableState(t *testing.T) {
 	if err := b.Publish(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	ds, starts, _, err := fetch(ctx, queue, len(msgs), time.Minute, driver.StartSpec{Tasks: []string{"t"}})
+	ds, starts, _, err := fetch(ctx, queue, len(msgs), time.Minute, []string{"t"})
 	if err != nil {
 		t.Fatalf("carried fetch over unreadable states: %v; want the deliveries", err)
 	}
@@ -218,10 +218,10 @@ func TestCarryOnRingRefused(t *testing.T) {
 	defer ring.Close()
 	b := redisbroker.New(ring, &redisbroker.Options{Prefix: "errand-test-ring"})
 	be := newSameServerBackend(t, ring, "errand-test-ring")
-	if b.CarryStart(be) != nil {
+	if carryStart(b, be) != nil {
 		t.Error("CarryStart on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
 	}
-	if b.CarrySettle(be) != nil {
+	if carrySettle(b, be) != nil {
 		t.Error("CarrySettle on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
 	}
 }
