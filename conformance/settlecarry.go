@@ -194,7 +194,7 @@ func settleLostLease(c *bcase, be errand.Backend, carry settleFunc) {
 func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend) {
 	const n = 10
 	var sb *settlingBroker
-	w, results, runs := runThroughCarrier(t, p, drv, be, settleTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
+	w, results, runs := runThroughCarrier(t, p, drv, be, settleTask, n, false, func(rec *recorder, held errand.Backend) errand.Broker {
 		sb = &settlingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
 		return sb
 	})
@@ -219,10 +219,13 @@ func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier 
 
 // runThroughCarrier runs n tasks named task (each returns its argument)
 // through a worker on a server of the pair whose broker is what wrap
-// makes of the recording backend (the pair's driver with a carrier in
-// front), checks each result, and shuts the worker down. It returns the
+// makes of the recording backend (the pair's driver with its co-location
+// in front), checks each result, and shuts the worker down. With many,
+// the worker consumes two queues, the tasks sent to each in turn, and the
+// server has 70 more tasks registered, whose names sort before task (so
+// task is past the 64th name). It returns the
 // case, the tasks' results in order, and how often each task UUID ran.
-func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.Backend, task string, n int, wrap func(rec *recorder, held errand.Backend) errand.Broker) (*wcase, []*errand.AsyncResult, map[string]int) {
+func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.Backend, task string, n int, many bool, wrap func(rec *recorder, held errand.Backend) errand.Broker) (*wcase, []*errand.AsyncResult, map[string]int) {
 	tm := p.broker.Timing
 	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
 	held := rec.backend()
@@ -247,9 +250,20 @@ func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.
 	// than the producer's, the way a task created and started within one
 	// millisecond shows a start cut to a coarser clock (issue 31).
 	results := make([]*errand.AsyncResult, n)
-	wk := w.start(errand.WorkerConfig{})
+	var cfg errand.WorkerConfig
+	queues := []string{w.queue}
+	if many {
+		queues = append(queues, w.queue+"-2")
+		cfg.Queues = map[string]int{queues[0]: 2, queues[1]: 1}
+		for i := range 70 {
+			w.register(fmt.Sprintf("conformance.a%02d", i), func(i int) (int, error) { return i, nil })
+		}
+	}
+	wk := w.start(cfg)
 	for i := range n {
-		results[i] = w.send(errand.NewSignature(task, i))
+		sig := errand.NewSignature(task, i)
+		sig.RoutingKey = queues[i%len(queues)]
+		results[i] = w.send(sig)
 		var got int
 		if err := results[i].GetInto(w.ctx, &got); err != nil || got != i {
 			t.Fatalf("carry promise broken: task %d ended %d, %v; want %d", i, got, err, i)

@@ -208,18 +208,29 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch fetchStartFunc) {
 }
 
 // startThroughWorker: a worker of a server on the pair runs 10 tasks, each
-// once, with their attempts started by its fetches, never by a Start call.
+// once, with their attempts started by its fetches, never by a Start call;
+// then a worker of two queues does the same on a server with 70 more task
+// names registered, sorting before the task's.
 func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend) {
+	startThroughWorkerOf(t, p, drv, carrier, be, false)
+	startThroughWorkerOf(t, p, drv, carrier, be, true)
+}
+
+func startThroughWorkerOf(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend, many bool) {
 	const n = 10
 	var sb *startingBroker
-	w, results, runs := runThroughCarrier(t, p, drv, be, startTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
+	w, results, runs := runThroughCarrier(t, p, drv, be, startTask, n, many, func(rec *recorder, held errand.Backend) errand.Broker {
 		sb = &startingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
 		return sb
 	})
 	rec := w.rec
 	fetches, started := sb.counts()
 	if starts := rec.writeCalls()["Start"]; started != n || starts != 0 {
-		t.Errorf("carry promise broken: %d tasks were started by %d carried fetches (%d starts) and %d Start calls of the backend; want every one started by the fetches (CarryStart offered a carrier), no Start call", n, fetches, started, starts)
+		what := "a worker of one queue"
+		if many {
+			what = "a worker of two queues, the task's name past the 64th registered"
+		}
+		t.Errorf("co-location promise broken: on %s, %d tasks were started by %d FetchStart calls (%d starts) and %d Start calls of the backend; want every one started by the fetches (Colocate answered calls), no Start call", what, n, fetches, started, starts)
 	}
 	for i, r := range results {
 		if id := r.Signature.UUID; runs[id] != 1 {
