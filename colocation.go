@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/errand-go/errand/driver"
@@ -39,13 +40,24 @@ import (
 //     leaves the queue, so a redelivery (after a lost lease) finds SUCCESS
 //     and runs nothing again.
 
+// colocated is a server's co-location with its backend: the broker's
+// one-trip calls, the coalescers joining concurrent sends and settles into
+// them, and the task names FetchStart may start.
+type colocated struct {
+	calls   driver.Colocation
+	sends   *coalesce.Coalescer[freshSend, bool]           // SendTask's fresh sends, per queue
+	settles *coalesce.Coalescer[colocatedSettle, struct{}] // quiet successes, per queue
+	// startable caches startableTasks (nil: to be made again).
+	startable atomic.Pointer[[]string]
+}
+
 // colocatedSettle is one delivery to ack with its task's final state.
 type colocatedSettle struct {
 	d  *driver.Delivery
 	st *TaskState
 }
 
-// newColocatedSettler returns the coalescer of settles over s.coloc.
+// newColocatedSettler returns the coalescer of settles over s.coloc.calls.
 // Server.Close closes it.
 func (s *Server) newColocatedSettler() *coalesce.Coalescer[colocatedSettle, struct{}] {
 	return coalesce.New(coalesce.Config[colocatedSettle, struct{}]{
@@ -62,7 +74,7 @@ func (s *Server) newColocatedSettler() *coalesce.Coalescer[colocatedSettle, stru
 			for i, r := range reqs {
 				ds[i], sts[i] = r.d, r.st
 			}
-			copy(errs, checkBatch(s.broker.drv, "Colocation.Settle", len(ds), s.coloc.Settle(ctx, ds, sts)))
+			copy(errs, checkBatch(s.broker.drv, "Colocation.Settle", len(ds), s.coloc.calls.Settle(ctx, ds, sts)))
 		},
 	})
 }
@@ -93,7 +105,7 @@ func (dv *delivery) settleCarried(ctx context.Context) {
 		err = s.backend.before(ctx)
 	}
 	if err == nil {
-		_, err = s.settled.Do(ctx, d.Queue, colocatedSettle{d, st})
+		_, err = s.coloc.settles.Do(ctx, d.Queue, colocatedSettle{d, st})
 		err = s.broker.after(ctx, err)
 	}
 	switch {
@@ -113,7 +125,7 @@ func (dv *delivery) settleCarried(ctx context.Context) {
 // be recorded STARTED), in name order. The slice is the same until a
 // Register changes the tasks, so a broker may cache what it makes of it.
 func (s *Server) startableTasks() []string {
-	if p := s.startable.Load(); p != nil {
+	if p := s.coloc.startable.Load(); p != nil {
 		return *p
 	}
 	// Made and stored under the read lock: a Register, which clears it
@@ -127,8 +139,16 @@ func (s *Server) startableTasks() []string {
 		}
 	}
 	slices.Sort(names)
-	s.startable.Store(&names)
+	s.coloc.startable.Store(&names)
 	return names
+}
+
+// forgetStartable drops the cached startable names after a Register.
+// s.mu is held for writing.
+func (s *Server) forgetStartable() {
+	if s.coloc != nil {
+		s.coloc.startable.Store(nil) // startableTasks makes it again
+	}
 }
 
 // fetch fetches up to limit deliveries of queue for w: with
@@ -148,7 +168,7 @@ func (w *Worker) fetch(queue string, limit int) ([]*driver.Delivery, []*driver.S
 	if err := b.before(ctx); err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	ds, starts, at, err := s.coloc.FetchStart(ctx, queue, max(limit, 1), w.cfg.Lease, s.startableTasks())
+	ds, starts, at, err := s.coloc.calls.FetchStart(ctx, queue, max(limit, 1), w.cfg.Lease, s.startableTasks())
 	if starts != nil && len(starts) != len(ds) {
 		if err == nil {
 			err = fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart answered %d starts for %d deliveries", b.drv, len(starts), len(ds))

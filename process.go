@@ -291,7 +291,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	if runErr == nil {
 		final = dv.state(2, dv.started)
 		final.State, final.Results, final.FinishedAt = StateSuccess, results, notBefore(stateTime(), dv.started.StartedAt)
-		if w.srv.settled != nil && quiet(sig) {
+		if w.srv.coloc != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
 			// nothing called here.
 			dv.carried, dv.outcome, dv.err = final, ack, nil

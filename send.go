@@ -44,7 +44,7 @@ type freshSend struct {
 	m  Message
 }
 
-// newFreshSender returns the coalescer of fresh sends over s.coloc.Send.
+// newFreshSender returns the coalescer of fresh sends over s.coloc.calls.Send.
 // Server.Close closes it.
 func (s *Server) newFreshSender() *coalesce.Coalescer[freshSend, bool] {
 	return coalesce.New(coalesce.Config[freshSend, bool]{
@@ -64,7 +64,7 @@ func (s *Server) newFreshSender() *coalesce.Coalescer[freshSend, bool] {
 			for i, r := range reqs {
 				sts[i], msgs[i] = r.st, r.m
 			}
-			ok, err := s.coloc.Send(ctx, sts, msgs)
+			ok, err := s.coloc.calls.Send(ctx, sts, msgs)
 			err = s.broker.after(ctx, err)
 			for i := range reqs {
 				published[i], errs[i] = ok, err
@@ -98,12 +98,12 @@ func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Mess
 // publish PENDING may remain, as it does on the sequential path.
 func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
 	switch {
-	case fresh && s.fresh != nil:
+	case fresh && s.coloc != nil:
 		if err = s.broker.before(ctx); err == nil {
 			err = s.backend.before(ctx)
 		}
 		if err == nil {
-			published, err = s.fresh.Do(ctx, m.Queue, freshSend{pendingState(sig, stateTime()), m})
+			published, err = s.coloc.sends.Do(ctx, m.Queue, freshSend{pendingState(sig, stateTime()), m})
 		}
 	case fresh && s.backend.pending != nil:
 		published, err = s.pendingBesidePublish(ctx, pendingState(sig, stateTime()), m)

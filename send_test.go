@@ -220,7 +220,7 @@ func TestSendTaskCarriedConcurrent(t *testing.T) {
 		})
 	}
 	// Hold the first flights until every other send has queued.
-	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.fresh.Queued() == n-sendFlights })
+	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.coloc.sends.Queued() == n-sendFlights })
 	close(br.gate)
 	wg.Wait()
 	sizes := br.calls()
@@ -329,14 +329,14 @@ func TestSendTaskGivesUpInJoinedCall(t *testing.T) {
 		r, err := srv.SendTask(ctx, NewSignature("add", 200, 1))
 		b <- outcome{r, err}
 	}()
-	waitFor(t, "two sends to queue", func() bool { return srv.fresh.Queued() == 2 })
+	waitFor(t, "two sends to queue", func() bool { return srv.coloc.sends.Queued() == 2 })
 	qctx, cancelQ := context.WithCancel(ctx)
 	q := make(chan error, 1)
 	go func() {
 		_, err := srv.SendTask(qctx, NewSignature("add", 300, 1))
 		q <- err
 	}()
-	waitFor(t, "a third send to queue", func() bool { return srv.fresh.Queued() == 3 })
+	waitFor(t, "a third send to queue", func() bool { return srv.coloc.sends.Queued() == 3 })
 	cancelQ()
 	if err := <-q; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a send withdrawn while queued: %v; want context.Canceled", err)

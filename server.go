@@ -9,11 +9,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/errand-go/errand/driver"
-	"github.com/errand-go/errand/internal/coalesce"
 )
 
 // DefaultQueue is the queue used when neither a signature's RoutingKey nor
@@ -57,16 +54,9 @@ type Server struct {
 	mu      sync.RWMutex
 	tasks   map[string]*task
 
-	// coloc is the broker's one-trip calls for the backend
-	// (driver.Colocator; colocation.go); nil: the portable path. fresh
-	// joins SendTask's fresh sends into its Send calls, settled the
-	// settles of successful tasks into its Settle calls (nil both without
-	// coloc); startable caches the task names its FetchStart may start
-	// (nil: to be made again).
-	coloc     driver.Colocation
-	fresh     *coalesce.Coalescer[freshSend, bool]
-	settled   *coalesce.Coalescer[colocatedSettle, struct{}]
-	startable atomic.Pointer[[]string]
+	// coloc is the server's co-location with its backend (driver.Colocator;
+	// colocation.go); nil: the portable path.
+	coloc *colocated
 }
 
 // NewServer returns a Server for cfg.
@@ -94,10 +84,10 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}
 	if c := s.broker.can.colocator; c != nil {
-		s.coloc = c.Colocate(s.backend.drv)
-	}
-	if s.coloc != nil {
-		s.fresh, s.settled = s.newFreshSender(), s.newColocatedSettler()
+		if calls := c.Colocate(s.backend.drv); calls != nil {
+			s.coloc = &colocated{calls: calls}
+			s.coloc.sends, s.coloc.settles = s.newFreshSender(), s.newColocatedSettler()
+		}
 	}
 	return s, nil
 }
@@ -130,11 +120,9 @@ func (s *Server) Backend() Backend { return s.cfg.Backend }
 //	}
 //	srv.Close()
 func (s *Server) Close() error {
-	if s.settled != nil {
-		s.settled.Close()
-	}
-	if s.fresh != nil {
-		s.fresh.Close()
+	if s.coloc != nil {
+		s.coloc.settles.Close()
+		s.coloc.sends.Close()
 	}
 	return errors.Join(s.broker.Close(), s.backend.Close())
 }
@@ -169,7 +157,7 @@ func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
 	}
 	s.mu.Lock()
 	s.tasks[name] = t
-	s.startable.Store(nil) // startableTasks makes it again
+	s.forgetStartable()
 	s.mu.Unlock()
 	return nil
 }
@@ -195,7 +183,7 @@ func (s *Server) RegisterTasks(m map[string]any) error {
 	s.mu.Lock()
 	for _, t := range tasks {
 		s.tasks[t.name] = t
-		s.startable.Store(nil)
+		s.forgetStartable()
 	}
 	s.mu.Unlock()
 	return nil
