@@ -181,7 +181,7 @@ func (c *carryCase) sendOne() *errand.AsyncResult {
 	r := c.send(errand.NewSignature(carryTask, 0))
 	calls, carried, publishes := c.cb.counts()
 	if calls != 1 || carried != 1 || publishes != 0 {
-		c.t.Errorf("carry promise broken: one SendTask under a UUID errand made cost %d carried calls (%d messages) and %d Publish calls; want one carried call of one message and no Publish (CarryPending offered a carrier for the backend, so PENDING rides with the publish)", calls, carried, publishes)
+		c.t.Errorf("carry promise broken: one SendTask under a UUID errand made cost %d carried calls (%d messages) and %d Publish calls; want one carried call of one message and no Publish (Colocate answered calls for the backend, so PENDING rides with the publish)", calls, carried, publishes)
 	}
 	if w := c.rec.writeCalls(); len(w) != 0 {
 		c.t.Errorf("carry promise broken: one carried SendTask also wrote to the backend itself: %v; want no backend write (the carried call records PENDING)", w)
@@ -293,7 +293,7 @@ func (c *carryCase) concurrent(first *errand.AsyncResult) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		c.t.Fatalf("carry promise broken: %d concurrent SendTasks over a carrier failed: %v; want every send to succeed", n, err)
+		c.t.Fatalf("carry promise broken: %d concurrent SendTasks over a co-located pair failed: %v; want every send to succeed", n, err)
 	}
 	calls, carried, pubs := c.cb.counts()
 	calls, carried, pubs = calls-calls0, carried-carried0, pubs-pubs0

@@ -121,7 +121,7 @@ func carrierPair(mod func(c *memCarrier)) workerPair {
 	return workerPair{bh, healthyBackend()}
 }
 
-// brokenPairs are broken carriers with the backend harness of their
+// brokenPairs are broken co-located brokers with the backend harness of their
 // server; the worker targets name them "pair:NAME".
 var brokenPairs = map[string]workerPair{
 	// Publishes and drops the states: the task is not PENDING after

@@ -14,12 +14,12 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// Worker/Settle/CarriedSettle: a broker declaring BrokerCaps.CarrySettle
-// (driver.SettleCarrier) writes the final states of the RunWorker pair's
-// backend in the round trip of an ack, where one step can reach both. A
-// backend no driver can know gets no carrier; a pair the broker cannot
-// carry (nil) is logged and checked no further. Otherwise the case checks
-// the carried function directly and through a real Server:
+// Worker/Colocation/Settle: a broker declaring BrokerCaps.Colocate
+// (driver.Colocator) writes the final states of the RunWorker pair's
+// backend in the step of an ack (Colocation.Settle), where the two are
+// co-located. A backend no driver can know gets nil; a pair that is not
+// co-located (nil) is logged and checked no further. Otherwise the case
+// checks Settle directly and through a real Server:
 //
 //   - a call writes each state (readable from the backend) and acks each
 //     delivery (not delivered again after its lease);
@@ -27,17 +27,18 @@ import (
 //     consumer) fails with ErrLeaseLost alone, where the broker detects
 //     lost leases, its state still written, and the other consumer's
 //     delivery is untouched;
-//   - a worker settles tasks that nothing follows through the carrier, each
+//   - a worker settles tasks that nothing follows through Settle, each
 //     SUCCESS with no SetStates of SUCCESS and no Ack call, each run once.
 
 // settleTask is the task the case's worker runs.
 const settleTask = "conformance.settled"
 
 // settlingBroker is the broker driver as errand sees it in the case: its
-// SettleCarrier forwarded (for the raw backend the recorder wraps), every
-// other optional ability hidden. It counts carried calls and their
-// deliveries, and Ack calls, and records each carried state in the task's
-// path, as the recorder does for SetStates.
+// Colocator forwarded (for the raw backend the recorder wraps) with Settle
+// alone co-located (partialColocation), every other optional ability
+// hidden. It counts Settle calls and their deliveries, and Ack calls, and
+// records each settled state in the task's path, as the recorder does for
+// SetStates.
 type settlingBroker struct {
 	errand.Broker
 	carrier driver.Colocator
@@ -201,7 +202,7 @@ func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier 
 	rec, tm := w.rec, w.tm
 	calls, carried, acks := sb.counts()
 	if carried != n || acks != 0 {
-		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one carried (CarrySettle offered a carrier), no Ack", n, calls, carried, acks)
+		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one settled by Settle (Colocate answered calls), no Ack", n, calls, carried, acks)
 	}
 	for i, r := range results {
 		id := r.Signature.UUID
@@ -246,7 +247,7 @@ func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.
 		return i, nil
 	})
 	// One task at a time to an idle worker: each is fetched (and, by a
-	// start carrier, started) within moments of its send, by a clock other
+	// co-located fetch, started) within moments of its send, by a clock other
 	// than the producer's, the way a task created and started within one
 	// millisecond shows a start cut to a coarser clock (issue 31).
 	results := make([]*errand.AsyncResult, n)

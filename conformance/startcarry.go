@@ -11,11 +11,11 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// Worker/Start/CarriedStart: a broker declaring BrokerCaps.CarryStart
-// (driver.StartCarrier) begins, in the round trip of a fetch, the
-// attempts of the tasks it delivers in the RunWorker pair's backend. A
-// backend no driver can know gets no carrier; a pair the broker cannot
-// carry (nil) is logged and checked no further. Otherwise:
+// Worker/Colocation/Start: a broker declaring BrokerCaps.Colocate
+// (driver.Colocator) begins, in the step of a fetch (Colocation.FetchStart),
+// the attempts of the tasks it delivers in the RunWorker pair's backend. A
+// backend no driver can know gets nil; a pair that is not co-located (nil)
+// is logged and checked no further. Otherwise:
 //
 //   - one carried fetch of nine messages, each a task in another state,
 //     starts exactly those driver.Starter's table allows (no state;
@@ -23,17 +23,19 @@ import (
 //     than that CreatedAt when a producer's clock is ahead), refuses the others (SUCCESS,
 //     FAILURE, a later attempt's state, another task's name, STARTED under a first
 //     delivery) leaving their states untouched and answering each with its
-//     previous state, and does not try a task outside spec.Tasks;
+//     previous state, and does not try a task outside the names given;
 //   - a worker of a server on the pair runs 10 tasks without a Start call
-//     of the backend, each run once and ending SUCCESS.
+//     of the backend, each run once and ending SUCCESS; and so does a
+//     worker of two queues on a server with 70 more task names.
 
 // startTask is the task the case's messages carry.
 const startTask = "conformance.started"
 
 // startingBroker is the broker driver as errand sees it in the case: its
-// StartCarrier forwarded (for the raw backend the recorder wraps), every
-// other optional ability hidden. It counts carried fetches and the starts
-// they made, and records each written STARTED in the task's path.
+// Colocator forwarded (for the raw backend the recorder wraps) with
+// FetchStart alone co-located (partialColocation), every other optional
+// ability hidden. It counts FetchStart calls and the starts they made, and
+// records each written STARTED in the task's path.
 type startingBroker struct {
 	errand.Broker
 	carrier driver.Colocator
