@@ -27,7 +27,7 @@ func TestStartTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	errandBe := redisbackend.New(rdb, &redisbackend.Options{Prefix: "errand-test-start-table", ResultExpiry: time.Minute})
-	machineryBe := redisbackend.NewMachinery(rdb, &redisbackend.MachineryOptions{ResultsExpireIn: 60})
+	machineryBe := redisbackend.NewMachinery(rdb, &redisbackend.MachineryOptions{ResultsExpireIn: time.Minute})
 	loc := errandBe.Location().(*redisconn.States)
 	created := time.Date(2020, 1, 2, 3, 4, 5, 678e6, time.UTC)
 	type starter interface {
