@@ -27,9 +27,7 @@ type brokerAbilities struct {
 	uniquer     driver.Uniquer
 	rateLimiter driver.RateLimiter
 	schedules   driver.ScheduleStore
-	carrier     driver.PendingCarrier
-	settler     driver.SettleCarrier
-	starter     driver.StartCarrier
+	colocator   driver.Colocator
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -48,9 +46,7 @@ func discoverBroker(b driver.Broker) brokerAbilities {
 	a.uniquer, _ = b.(driver.Uniquer)
 	a.rateLimiter, _ = b.(driver.RateLimiter)
 	a.schedules, _ = b.(driver.ScheduleStore)
-	a.carrier, _ = b.(driver.PendingCarrier)
-	a.settler, _ = b.(driver.SettleCarrier)
-	a.starter, _ = b.(driver.StartCarrier)
+	a.colocator, _ = b.(driver.Colocator)
 	return a
 }
 

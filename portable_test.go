@@ -183,3 +183,12 @@ func TestPlainGroupWritesNoMetadata(t *testing.T) {
 		t.Fatalf("a chord wrote its group metadata %d times, want 1", n)
 	}
 }
+
+// These test drivers wrap the memory drivers to count or hold their calls,
+// which the memory drivers' co-location (driver.Colocator) would bypass:
+// they declare none, so errand takes the portable path through them.
+func (b *countingBroker) Colocate(driver.Backend) driver.Colocation { return nil }
+func (b *failingPublish) Colocate(driver.Backend) driver.Colocation { return nil }
+func (b *slowBroker) Colocate(driver.Backend) driver.Colocation     { return nil }
+func (b *gatedBroker) Colocate(driver.Backend) driver.Colocation    { return nil }
+func (c *callCounter) Location() any                                { return nil }

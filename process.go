@@ -32,7 +32,7 @@ type delivery struct {
 	args        []reflect.Value
 	st, started *TaskState
 	states      [3]TaskState // where st, started and the final state are (state)
-	carried     *TaskState   // SUCCESS, to record in the ack's call (settlecarry.go); nil: recorded already
+	carried     *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
 	cancelTimeout, cancelDeadline context.CancelFunc
@@ -194,7 +194,7 @@ func (dv *delivery) begin() bool {
 		dv.args, cannotRun = dv.tk.decodeArgs(sig.Args)
 	}
 	if dv.start != nil {
-		return dv.beginCarried(cannotRun) // the fetch started it (startcarry.go)
+		return dv.beginCarried(cannotRun) // the fetch started it (colocation.go)
 	}
 	ctx, cancel := w.call()
 	defer cancel()
@@ -296,7 +296,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	if runErr == nil {
 		final = dv.state(2, dv.started)
 		final.State, final.Results, final.FinishedAt = StateSuccess, results, notBefore(stateTime(), dv.started.StartedAt)
-		if w.srv.settled != nil && quiet(sig) {
+		if w.srv.coloc != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
 			// nothing called here.
 			dv.carried, dv.outcome, dv.err = final, ack, nil

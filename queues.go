@@ -64,8 +64,8 @@ type job struct {
 	q   *workerQueue
 	ext *extension
 	got time.Time
-	// start is the carried fetch's start of d's attempt at startAt
-	// (startcarry.go); nil when the fetch did not start it.
+	// start is the co-located fetch's start of d's attempt at startAt
+	// (colocation.go); nil when the fetch did not start it.
 	start   *driver.StartResult
 	startAt time.Time
 }
@@ -203,16 +203,20 @@ func (w *Worker) fetchQueue(q *workerQueue) {
 			}
 		}
 		kick(qs.kick) // q's fetch is under way: a slot may wait for it
-		ds, err := w.srv.broker.Fetch(w.fetchCtx, q.name, limit, w.cfg.Lease)
-		w.fetched(q, ds, time.Now(), err)
+		ds, starts, at, err := w.fetch(q.name, limit)
+		w.fetched(q, ds, starts, at, time.Now(), err)
 		if !w.fetchFailed(q.name, err, &failures) {
 			return
 		}
 	}
 }
 
-// fetched puts what q's fetch returned, at got, in its hand.
-func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, got time.Time, err error) {
+// fetched puts what q's fetch returned, at got, in its hand, with the
+// starts a co-located fetch made at at (starts[i] for ds[i]; nil: none).
+// A started delivery waits in hand as any other (STARTED is recorded
+// meanwhile, its lease extended); one given back unrun is started again
+// by its redelivery, by the table's rule for a redelivered STARTED task.
+func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, starts []*driver.StartResult, at, got time.Time, err error) {
 	if len(ds) > 0 && q.pause.on() {
 		w.giveBack(ds) // paused while the fetch waited: give them back untouched
 		ds = nil
@@ -223,6 +227,9 @@ func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, got time.Time, e
 			d.Queue = q.name
 		}
 		jobs[i] = job{d: d, q: q, ext: w.lease.start(d, got)} // the lease runs while it waits in hand
+		if starts != nil {
+			jobs[i].start, jobs[i].startAt = starts[i], at
+		}
 	}
 	qs := w.queues
 	qs.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/coalesce"
 )
 
@@ -13,26 +12,26 @@ import (
 // can exist under it yet. PENDING is then written only where absent, and
 // needs not precede the publish:
 //
-//   - where the broker carries the backend's PENDING writes
-//     (driver.PendingCarrier: the Redis broker and backend on one Redis),
-//     the states and the messages go in one call, one round trip, and
-//     concurrent sends to one queue share calls (below);
+//   - where the broker and the backend are co-located (Server.coloc,
+//     colocation.go), the states and the messages go in one
+//     Colocation.Send call, one trip, and concurrent sends to one queue
+//     share calls (below);
 //   - else, where the backend writes PENDING only where absent
 //     (driver.PendingWriter), a SetPendingIfAbsent and a Publish go side
 //     by side;
 //   - else PENDING is written first, then the message published (the path
 //     of every send under a UUID the caller chose).
 //
-// Carried sends are joined per queue (batch.go): a send finding
+// Co-located sends are joined per queue (batch.go): a send finding
 // sendFlights calls of its queue in flight joins the next, which carries
 // every send of that queue queued meanwhile (up to Config.PublishBatch),
 // so many producers' SendTask calls make one pipeline. One call holds the
 // messages of one queue only, so a broker whose publish to one queue is
-// all or nothing (one Redis script or transaction) reports a true outcome for every send
+// all or nothing (as driver.Colocation.Send must be) reports a true outcome for every send
 // of the call. A send taken into a call is answered by that call even if
 // its caller gives up meanwhile: a send the call made is reported sent.
 
-// sendFlights is how many carried calls of one queue may be in flight
+// sendFlights is how many Send calls of one queue may be in flight
 // before concurrent SendTask calls to that queue join the next. Two, not
 // four: fewer, larger calls cost less CPU per send (one transaction's
 // fixed commands for more messages), which is the bound of ten producers
@@ -45,13 +44,9 @@ type freshSend struct {
 	m  Message
 }
 
-// newFreshSender returns the coalescer of carried sends over carry, the
-// broker's carrier of the backend's writes (nil: none, and no coalescer).
+// newFreshSender returns the coalescer of fresh sends over s.coloc.calls.Send.
 // Server.Close closes it.
-func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalesce.Coalescer[freshSend, bool] {
-	if carry == nil {
-		return nil
-	}
+func (s *Server) newFreshSender() *coalesce.Coalescer[freshSend, bool] {
 	return coalesce.New(coalesce.Config[freshSend, bool]{
 		Flights: sendFlights, Limit: s.cfg.PublishBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []freshSend, published []bool, errs []error) {
@@ -69,7 +64,7 @@ func (s *Server) newFreshSender(carry driver.PublishPendingFunc) *coalesce.Coale
 			for i, r := range reqs {
 				sts[i], msgs[i] = r.st, r.m
 			}
-			ok, err := carry(ctx, sts, msgs)
+			ok, err := s.coloc.calls.Send(ctx, sts, msgs)
 			err = s.broker.after(ctx, err)
 			for i := range reqs {
 				published[i], errs[i] = ok, err
@@ -103,12 +98,12 @@ func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Mess
 // publish PENDING may remain, as it does on the sequential path.
 func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
 	switch {
-	case fresh && s.fresh != nil:
+	case fresh && s.coloc != nil:
 		if err = s.broker.before(ctx); err == nil {
 			err = s.backend.before(ctx)
 		}
 		if err == nil {
-			published, err = s.fresh.Do(ctx, m.Queue, freshSend{pendingState(sig, stateTime()), m})
+			published, err = s.coloc.sends.Do(ctx, m.Queue, freshSend{pendingState(sig, stateTime()), m})
 		}
 	case fresh && s.backend.pending != nil:
 		published, err = s.pendingBesidePublish(ctx, pendingState(sig, stateTime()), m)

@@ -15,15 +15,16 @@ import (
 	"github.com/errand-go/errand/internal/uuid"
 )
 
-// carrier is a memory broker that carries the PENDING writes of one
-// backend (driver.PendingCarrier), as the Redis broker carries the Redis
-// backend's on one Redis: a call writes the states where absent into the
-// memory backend behind it, then publishes. It counts its calls and their
-// sizes, and its own Publish calls; each call takes a value from gate
-// when gate is set (close it to let every call through).
+// carrier is a memory broker co-located with one backend
+// (driver.Colocator), as the Redis broker is with the Redis backend on one
+// Redis: a Send writes the states where absent into the memory backend
+// behind it, then publishes; its FetchStart starts nothing, its Settle
+// writes then acks. It counts its Send calls and their sizes, and its own
+// Publish calls; each Send takes a value from gate when gate is set (close
+// it to let every call through).
 type carrier struct {
 	*memorybroker.Broker
-	server driver.Backend         // the backend whose writes it carries
+	server driver.Backend         // the backend it is co-located with
 	mem    *memorybackend.Backend // where server keeps its states
 	gate   chan struct{}
 	fail   error // a call with fail set publishes nothing and returns it
@@ -40,36 +41,53 @@ func (c *carrier) Publish(ctx context.Context, msgs ...driver.Message) error {
 	return c.Broker.Publish(ctx, msgs...)
 }
 
-func (c *carrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
+func (c *carrier) Colocate(be driver.Backend) driver.Colocation {
 	if be != c.server {
 		return nil
 	}
-	return func(ctx context.Context, sts []*TaskState, msgs []Message) (bool, error) {
-		c.mu.Lock()
-		c.sizes = append(c.sizes, len(msgs))
-		c.mu.Unlock()
-		if c.gate != nil {
-			select {
-			case <-c.gate:
-			case <-ctx.Done():
-				return false, ctx.Err()
-			}
+	return carrierColocation{c}
+}
+
+type carrierColocation struct{ c *carrier }
+
+func (cc carrierColocation) Send(ctx context.Context, sts []*TaskState, msgs []Message) (bool, error) {
+	c := cc.c
+	c.mu.Lock()
+	c.sizes = append(c.sizes, len(msgs))
+	c.mu.Unlock()
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return false, ctx.Err()
 		}
-		if c.fail != nil {
-			return false, c.fail
-		}
-		if c.statesErr == nil {
-			for _, err := range c.mem.SetPendingIfAbsent(ctx, sts) {
-				if err != nil {
-					return false, err
-				}
-			}
-		}
-		if err := c.Broker.Publish(ctx, msgs...); err != nil {
-			return false, err
-		}
-		return true, c.statesErr
 	}
+	if c.fail != nil {
+		return false, c.fail
+	}
+	if c.statesErr == nil {
+		for _, err := range c.mem.SetPendingIfAbsent(ctx, sts) {
+			if err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := c.Broker.Publish(ctx, msgs...); err != nil {
+		return false, err
+	}
+	return true, c.statesErr
+}
+
+func (cc carrierColocation) FetchStart(ctx context.Context, queue string, limit int, lease time.Duration, _ []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+	ds, err := cc.c.Broker.Fetch(ctx, queue, limit, lease)
+	return ds, nil, time.Time{}, err
+}
+
+func (cc carrierColocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*TaskState) []error {
+	if err := errors.Join(cc.c.mem.SetStates(ctx, sts)...); err != nil {
+		return driver.BatchErrors(len(ds), err)
+	}
+	return cc.c.Broker.Ack(ctx, ds)
 }
 
 func (c *carrier) calls() []int {
@@ -203,7 +221,7 @@ func TestSendTaskCarriedConcurrent(t *testing.T) {
 		})
 	}
 	// Hold the first flights until every other send has queued.
-	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.fresh.Queued() == n-sendFlights })
+	waitFor(t, fmt.Sprintf("%d sends to queue behind %d flights", n-sendFlights, sendFlights), func() bool { return srv.coloc.sends.Queued() == n-sendFlights })
 	close(br.gate)
 	wg.Wait()
 	sizes := br.calls()
@@ -312,14 +330,14 @@ func TestSendTaskGivesUpInJoinedCall(t *testing.T) {
 		r, err := srv.SendTask(ctx, NewSignature("add", 200, 1))
 		b <- outcome{r, err}
 	}()
-	waitFor(t, "two sends to queue", func() bool { return srv.fresh.Queued() == 2 })
+	waitFor(t, "two sends to queue", func() bool { return srv.coloc.sends.Queued() == 2 })
 	qctx, cancelQ := context.WithCancel(ctx)
 	q := make(chan error, 1)
 	go func() {
 		_, err := srv.SendTask(qctx, NewSignature("add", 300, 1))
 		q <- err
 	}()
-	waitFor(t, "a third send to queue", func() bool { return srv.fresh.Queued() == 3 })
+	waitFor(t, "a third send to queue", func() bool { return srv.coloc.sends.Queued() == 3 })
 	cancelQ()
 	if err := <-q; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a send withdrawn while queued: %v; want context.Canceled", err)

@@ -9,11 +9,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/errand-go/errand/driver"
-	"github.com/errand-go/errand/internal/coalesce"
 	"github.com/errand-go/errand/internal/uuid"
 )
 
@@ -32,8 +29,8 @@ type Config struct {
 	DefaultQueue string
 	// PublishBatch is how many messages one Publish call carries when a
 	// group or chord is sent, and how many concurrent SendTask calls to one
-	// queue one call carries where the broker carries the backend's PENDING
-	// writes (driver.PendingCarrier). Default: 100.
+	// queue one call carries where the broker and the backend are
+	// co-located (driver.Colocator). Default: 100.
 	PublishBatch int
 	// SendMiddleware wraps every send of this server (see SendMiddleware):
 	// SendTask, SendGroup, SendChord, SendChain, and its workers' retries
@@ -58,18 +55,9 @@ type Server struct {
 	mu      sync.RWMutex
 	tasks   map[string]*task
 
-	// fresh joins SendTask's fresh sends into calls of the broker's
-	// carrier of the backend's writes (send.go); nil without a carrier.
-	fresh *coalesce.Coalescer[freshSend, bool]
-	// settled joins the settles of successful tasks into calls of the
-	// broker's carrier of the backend's final states (settlecarry.go);
-	// nil without a carrier.
-	settled *coalesce.Coalescer[carriedSettle, struct{}]
-	// fetchStart is the broker's carried fetch that begins attempts in the
-	// backend's states (startcarry.go); nil without a carrier. startable
-	// caches the task names it may start (nil: to be made again).
-	fetchStart driver.FetchStartFunc
-	startable  atomic.Pointer[[]string]
+	// coloc is the server's co-location with its backend (driver.Colocator;
+	// colocation.go); nil: the portable path.
+	coloc *colocated
 }
 
 // NewServer returns a Server for cfg.
@@ -96,16 +84,11 @@ func NewServer(cfg Config) (*Server, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}
-	var carry driver.PublishPendingFunc
-	if c := s.broker.can.carrier; c != nil {
-		carry = c.CarryPending(s.backend.drv)
-	}
-	s.fresh = s.newFreshSender(carry)
-	if c := s.broker.can.starter; c != nil {
-		s.fetchStart = c.CarryStart(s.backend.drv)
-	}
-	if c := s.broker.can.settler; c != nil {
-		s.settled = s.newSettleCarrier(c.CarrySettle(s.backend.drv))
+	if c := s.broker.can.colocator; c != nil {
+		if calls := c.Colocate(s.backend.drv); calls != nil {
+			s.coloc = &colocated{calls: calls}
+			s.coloc.sends, s.coloc.settles = s.newFreshSender(), s.newColocatedSettler()
+		}
 	}
 	return s, nil
 }
@@ -138,11 +121,9 @@ func (s *Server) Backend() Backend { return s.cfg.Backend }
 //	}
 //	srv.Close()
 func (s *Server) Close() error {
-	if s.settled != nil {
-		s.settled.Close()
-	}
-	if s.fresh != nil {
-		s.fresh.Close()
+	if s.coloc != nil {
+		s.coloc.settles.Close()
+		s.coloc.sends.Close()
 	}
 	return errors.Join(s.broker.Close(), s.backend.Close())
 }
@@ -177,7 +158,7 @@ func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
 	}
 	s.mu.Lock()
 	s.tasks[name] = t
-	s.startable.Store(nil) // startableTasks makes it again
+	s.forgetStartable()
 	s.mu.Unlock()
 	return nil
 }
@@ -203,7 +184,7 @@ func (s *Server) RegisterTasks(m map[string]any) error {
 	s.mu.Lock()
 	for _, t := range tasks {
 		s.tasks[t.name] = t
-		s.startable.Store(nil)
+		s.forgetStartable()
 	}
 	s.mu.Unlock()
 	return nil
@@ -325,8 +306,8 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 // together, one round trip instead of two: a worker that takes the task
 // first records RECEIVED and the PENDING is dropped, and an error from the
 // PENDING write is returned although the task was published. Where the
-// broker carries the backend's writes (driver.PendingCarrier: the Redis
-// broker and Redis backend on one Redis) they go in one call, and
+// broker and the backend are co-located (driver.Colocator: the Redis
+// drivers on one Redis, the memory drivers) they go in one call, and
 // concurrent SendTask calls to one queue join calls, many sends in one;
 // a caller who gives up while its send is in such a call learns that
 // call's outcome. Either way

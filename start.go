@@ -16,8 +16,8 @@ import (
 //   - SendTask, when it made the task's UUID itself, records PENDING with
 //     driver.PendingWriter (never over a state a worker already wrote) at
 //     the same time as it publishes, instead of before, or in the publish's
-//     own round trip where the broker carries the backend's writes
-//     (driver.PendingCarrier; send.go).
+//     own round trip where the broker and the backend are co-located
+//     (driver.Colocator; colocation.go).
 //
 // Backends without these abilities take the two-call paths, with the same
 // outcome. Concurrent starts of many worker slots share Start calls

@@ -539,7 +539,6 @@ func (w *Worker) report(err error, msg string, attrs ...any) {
 func (w *Worker) loop() {
 	defer close(w.loopDone)
 	defer close(w.work)
-	b := w.srv.broker
 	q := w.queues.list[0]
 	failures := 0   // failed fetches in a row
 	w.poller.poll() // a worker starting on a paused queue fetches nothing
@@ -566,16 +565,8 @@ func (w *Worker) loop() {
 				break more
 			}
 		}
-		var ds []*driver.Delivery
-		var starts []*driver.StartResult
-		var err error
-		var at time.Time // when the carried fetch started them
-		if fs := w.srv.fetchStart; fs != nil {
-			ds, starts, at, err = b.fetchStarted(w.fetchCtx, fs, q.name, n, w.cfg.Lease, driver.StartSpec{Tasks: w.srv.startableTasks()})
-		} else {
-			ds, err = b.Fetch(w.fetchCtx, q.name, n, w.cfg.Lease)
-		}
-		got := time.Now() // the leases began just before
+		ds, starts, at, err := w.fetch(q.name, n) // at: when a co-located fetch started them
+		got := time.Now()                         // the leases began just before
 		for range n - len(ds) {
 			<-w.slots
 		}

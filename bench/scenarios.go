@@ -405,7 +405,7 @@ What changed, each step measured before and after in docs/redis.md
 ("Broker and backend on one Redis: one round trip in, one out", its
 "Measured" section, rounds 1 to 7):
 
-- **One round trip in** (driver.StartCarrier): on one Redis node shared by
+- **One round trip in** (driver.Colocation, FetchStart): on one Redis node shared by
   the Redis broker and backend, the fetch script leases up to the free
   slots' worth of due messages and begins their attempts (driver.Starter's
   redelivery check, in Lua); the handler runs with no Start call. Script
@@ -415,7 +415,7 @@ What changed, each step measured before and after in docs/redis.md
   BLPOP on the queue's wake-up list and the fetch script in one pipeline,
   so the script runs the moment a publish wakes it and its reply is the
   delivery: one round trip from the publish to the handler.
-- **One round trip out** (driver.SettleCarrier): a quiet success's
+- **One round trip out** (driver.Colocation, Settle): a quiet success's
   SUCCESS, its ack and its completed-list entry go in one script, joined
   across slots as acks are.
 - **Leaner Lua** (rounds 2 and 4): one command per key per batch; numbers

@@ -70,6 +70,7 @@ func backendCapabilities(t testing.TB, h BackendHarness) {
 	checkAbility(t, b, h.Caps.Expiry, reflect.TypeFor[driver.Expirer](), "Expiry")
 	checkAbility(t, b, h.Caps.Start, reflect.TypeFor[driver.Starter](), "Start")
 	checkAbility(t, b, h.Caps.PendingIfAbsent, reflect.TypeFor[driver.PendingWriter](), "PendingIfAbsent")
+	checkAbility(t, b, h.Caps.Located, reflect.TypeFor[driver.Located](), "Located")
 	if h.Caps.Durable && h.Caps.Lossy {
 		t.Errorf("capabilities promise broken: harness declares both Durable and Lossy; a backend that may lose entries cannot promise to keep them across a restart")
 	}

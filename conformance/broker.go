@@ -170,9 +170,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkAbility(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
 	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
-	checkAbility(t, b, caps.CarryPending, reflect.TypeFor[driver.PendingCarrier](), "CarryPending")
-	checkAbility(t, b, caps.CarrySettle, reflect.TypeFor[driver.SettleCarrier](), "CarrySettle")
-	checkAbility(t, b, caps.CarryStart, reflect.TypeFor[driver.StartCarrier](), "CarryStart")
+	checkAbility(t, b, caps.Colocate, reflect.TypeFor[driver.Colocator](), "Colocate")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

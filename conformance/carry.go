@@ -10,20 +10,17 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
-	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
 )
 
-// Worker/Send/CarriedPending: a broker declaring BrokerCaps.CarryPending
-// (driver.PendingCarrier) records the PENDING states of the RunWorker
-// pair's backend in the round trip of a publish, where the two share a
-// server. The case asks the broker for its carrier of the raw backend (the
-// driver the backend harness made, which the broker must recognise); a
-// pair that does not share a server (nil) is logged and checked no
-// further. Otherwise it checks the carried function directly and through a
-// real Server, which errand builds on the same two drivers:
+// Worker/Colocation/Send: a broker declaring BrokerCaps.Colocate
+// (driver.Colocator) records the PENDING states of the RunWorker pair's
+// backend in the step of a publish, where the two are co-located
+// (Colocation.Send). Where Colocate answers calls for the raw backend, the
+// case checks Send directly and through a real Server, which errand builds
+// on the same two drivers:
 //
-//   - a SendTask under a UUID errand made costs one carried call, no
+//   - a SendTask under a UUID errand made costs one Send call, no
 //     Publish and no backend write, and the task is PENDING when it
 //     returns;
 //   - a call writes PENDING only where a task has no state, publishes its
@@ -32,27 +29,22 @@ import (
 //     make);
 //   - 20 concurrent SendTasks (joined into shared calls) are each PENDING
 //     and each delivered once, and a worker runs each once.
-//
-// A backend no driver can know gets no carrier.
 
 // carryTask is the task the case sends.
 const carryTask = "conformance.carried"
 
-// strangerBackend is a backend no driver can know (an unexported type of
-// the kit): CarryPending must answer nil for it.
-type strangerBackend struct{ driver.Backend }
-
 // carryingBroker is the broker driver as errand sees it in the case: its
-// PendingCarrier forwarded, every other optional ability hidden. errand
-// asks it to carry the backend it holds (the recorder's wrapper), which
-// the driver cannot recognise; it asks the driver for the raw backend the
-// wrapper stands for instead. It counts carried calls, their messages,
+// Colocator forwarded with Send alone co-located (partialColocation),
+// every other optional ability hidden. errand asks it to co-locate with
+// the backend it holds (the recorder's wrapper), which the driver cannot
+// recognise; it asks the driver for the raw backend the wrapper stands
+// for instead. It counts carried calls, their messages,
 // Publish calls and deliveries by message ID, and records each carried
 // state as PENDING first in the task's path, as the recorder does for
 // SetPendingIfAbsent.
 type carryingBroker struct {
 	errand.Broker
-	carrier driver.PendingCarrier
+	carrier driver.Colocator
 	held    errand.Backend // the backend errand holds
 	raw     errand.Backend // the driver it wraps
 	rec     *recorder
@@ -64,15 +56,15 @@ type carryingBroker struct {
 	delivered map[string]int
 }
 
-func (b *carryingBroker) CarryPending(be driver.Backend) driver.PublishPendingFunc {
+func (b *carryingBroker) Colocate(be driver.Backend) driver.Colocation {
 	if be == b.held {
 		be = b.raw
 	}
-	fn := b.carrier.CarryPending(be)
-	if fn == nil {
+	c := b.carrier.Colocate(be)
+	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+	return &partialColocation{broker: b, held: b.held, send: func(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
 		b.mu.Lock()
 		b.calls++
 		b.carried += len(msgs)
@@ -80,8 +72,8 @@ func (b *carryingBroker) CarryPending(be driver.Backend) driver.PublishPendingFu
 		b.rec.mu.Lock()
 		b.rec.recordPending(sts)
 		b.rec.mu.Unlock()
-		return fn(ctx, sts, msgs)
-	}
+		return c.Send(ctx, sts, msgs)
+	}}
 }
 
 func (b *carryingBroker) Publish(ctx context.Context, msgs ...errand.Message) error {
@@ -118,33 +110,26 @@ func (b *carryingBroker) deliveries(id string) int {
 // carryCase is one run of the case over a pair that shares a server.
 type carryCase struct {
 	*wcase
-	drv   errand.Broker             // the broker driver, raw
-	be    errand.Backend            // the backend driver, raw
-	carry driver.PublishPendingFunc // the driver's carrier of be
-	cb    *carryingBroker           // the broker errand holds
+	drv   errand.Broker                                                                           // the broker driver, raw
+	be    errand.Backend                                                                          // the backend driver, raw
+	carry func(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) // the driver's Send for be
+	cb    *carryingBroker                                                                         // the broker errand holds
 }
 
 func carriedPending(t testing.TB, p workerPair) {
-	if !p.broker.Caps.CarryPending {
-		t.Logf("the broker harness does not declare CarryPending: nothing to check (Broker/Capabilities checks that the broker is no driver.PendingCarrier)")
+	if !p.broker.Caps.Colocate {
+		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
 		return
 	}
 	drv := p.broker.New(t)
-	carrier, ok := drv.(driver.PendingCarrier)
-	if !ok {
-		t.Fatalf("capabilities promise broken: the harness declares CarryPending but %T does not implement driver.PendingCarrier", drv)
-	}
-	stranger := strangerBackend{memorybackend.New(nil)}
-	t.Cleanup(func() { stranger.Close() })
-	if carrier.CarryPending(stranger) != nil {
-		t.Errorf("carry promise broken: CarryPending returned a function for %T, a backend the broker cannot know; want nil (driver.PendingCarrier: it would record PENDING where that backend never reads it)", stranger)
-	}
 	be := p.backend.New(t, 0)
-	carry := carrier.CarryPending(be)
-	if carry == nil {
-		t.Logf("%T does not carry the PENDING writes of %T (CarryPending returned nil: the two do not share a server); errand writes PENDING beside the publish, and this case checks nothing more", drv, be)
+	coloc := colocate(t, drv, be, "Send")
+	if coloc == nil {
+		t.Logf("%T is not co-located with %T (Colocate answered nil); errand writes PENDING beside the publish, and this case checks nothing more", drv, be)
 		return
 	}
+	carry := coloc.Send
+	carrier := drv.(driver.Colocator)
 
 	tm := p.broker.Timing
 	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
@@ -196,7 +181,7 @@ func (c *carryCase) sendOne() *errand.AsyncResult {
 	r := c.send(errand.NewSignature(carryTask, 0))
 	calls, carried, publishes := c.cb.counts()
 	if calls != 1 || carried != 1 || publishes != 0 {
-		c.t.Errorf("carry promise broken: one SendTask under a UUID errand made cost %d carried calls (%d messages) and %d Publish calls; want one carried call of one message and no Publish (CarryPending offered a carrier for the backend, so PENDING rides with the publish)", calls, carried, publishes)
+		c.t.Errorf("carry promise broken: one SendTask under a UUID errand made cost %d carried calls (%d messages) and %d Publish calls; want one carried call of one message and no Publish (Colocate answered calls for the backend, so PENDING rides with the publish)", calls, carried, publishes)
 	}
 	if w := c.rec.writeCalls(); len(w) != 0 {
 		c.t.Errorf("carry promise broken: one carried SendTask also wrote to the backend itself: %v; want no backend write (the carried call records PENDING)", w)
@@ -308,7 +293,7 @@ func (c *carryCase) concurrent(first *errand.AsyncResult) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		c.t.Fatalf("carry promise broken: %d concurrent SendTasks over a carrier failed: %v; want every send to succeed", n, err)
+		c.t.Fatalf("carry promise broken: %d concurrent SendTasks over a co-located pair failed: %v; want every send to succeed", n, err)
 	}
 	calls, carried, pubs := c.cb.counts()
 	calls, carried, pubs = calls-calls0, carried-carried0, pubs-pubs0

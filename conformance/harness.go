@@ -83,24 +83,12 @@ type BrokerCaps struct {
 	Unique    bool // driver.Uniquer
 	RateLimit bool // driver.RateLimiter
 	Schedules bool // driver.ScheduleStore
-	// CarryPending: the broker records a result backend's PENDING states in
-	// the round trip of a publish, where the two share a server
-	// (driver.PendingCarrier). Checked by Worker/Send/CarriedPending with
-	// the backend of the RunWorker pair; a pair that does not share a
-	// server (CarryPending returns nil) is logged and checked no further.
-	CarryPending bool // driver.PendingCarrier
-	// CarrySettle: the broker records a result backend's final states in
-	// the round trip of an ack, where one step can reach both
-	// (driver.SettleCarrier). Checked by Worker/Settle/CarriedSettle with
-	// the backend of the RunWorker pair; a pair it cannot carry
-	// (CarrySettle returns nil) is logged and checked no further.
-	CarrySettle bool // driver.SettleCarrier
-	// CarryStart: the broker begins the attempts of what it fetches in a
-	// result backend's states, in the round trip of the fetch
-	// (driver.StartCarrier). Checked by Worker/Start/CarriedStart with the
-	// backend of the RunWorker pair; a pair it cannot carry (CarryStart
-	// returns nil) is logged and checked no further.
-	CarryStart bool // driver.StartCarrier
+	// Colocate: the broker co-locates with result backends whose location
+	// it understands (driver.Colocator): it sends, starts and settles in
+	// one step with them. Checked by the Worker/Colocation cases with the
+	// backend of the RunWorker pair; a pair that is not co-located
+	// (Colocate answers nil) is logged and checked no further.
+	Colocate bool // driver.Colocator
 }
 
 // BackendHarness tells the kit how to make and judge a backend.
@@ -143,6 +131,9 @@ type BackendCaps struct {
 	// PendingIfAbsent: the backend implements driver.PendingWriter
 	// (checked by Backend/State/PendingIfAbsent).
 	PendingIfAbsent bool
+	// Located: the backend declares its location (driver.Located), for
+	// brokers that co-locate with it (the Worker/Colocation cases).
+	Located bool
 }
 
 // Timing tunes the kit's waits. Every duration is multiplied by

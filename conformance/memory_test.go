@@ -22,19 +22,12 @@ func TestMemoryBackend(t *testing.T) {
 	conformance.RunBackend(t, conformance.MemoryBackend())
 }
 
+// TestMemoryWorker runs the worker cases on the memory drivers, which are
+// co-located (driver.Colocator): the Worker/Colocation cases check the
+// memory broker's one-trip calls on every run.
 func TestMemoryWorker(t *testing.T) {
 	t.Parallel()
 	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), conformance.MemoryBackend())
-}
-
-// TestMemoryCarrierWorker runs the worker cases on a memory broker that
-// carries the memory backend's PENDING writes (driver.PendingCarrier, a
-// test-only pair of the kit's: selftest_carry_test.go), so
-// Send/CarriedPending checks a correct carrier, not just logs.
-func TestMemoryCarrierWorker(t *testing.T) {
-	t.Parallel()
-	broker, backend := conformance.MemoryCarrierPair()
-	conformance.RunWorker(t, broker, backend)
 }
 
 func BenchmarkMemoryBroker(b *testing.B) {

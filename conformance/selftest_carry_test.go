@@ -1,15 +1,13 @@
 package conformance
 
-// A memory broker that carries the PENDING writes of memory backends
-// (driver.PendingCarrier), correct and broken, for the self-test of
-// Worker/Send/CarriedPending. The memory drivers themselves carry nothing
-// (a driver never imports another); the pair lives here.
+// The memory drivers' co-location (driver.Colocator), broken in parts,
+// for the self-test of the Worker/Colocation cases: each variant replaces
+// one of the memory broker's co-located calls.
 
 import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,66 +17,68 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// carrierServer stands for the server a broker and a backend share: the
-// memory backends made by one pair's backend harness.
-type carrierServer struct {
-	mu       sync.Mutex
-	backends map[*memorybackend.Backend]bool
-}
-
-func (s *carrierServer) add(be *memorybackend.Backend) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.backends[be] = true
-}
-
-func (s *carrierServer) has(be *memorybackend.Backend) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.backends[be]
-}
-
-// memCarrier is the memory broker carrying the PENDING writes of the memory
-// backends on its server: a call writes the states where absent, then
-// publishes, as errand's Redis broker does on one Redis node. publish
-// replaces the call (nil: the correct one); own, when set, is where it
-// writes the states of a backend that is not on its server (a carrier that
-// answers for any backend).
+// memCarrier is errand's memory broker with its co-location (the memory
+// broker's own driver.Colocator) replaced in part: publish, start and
+// settle, when set, replace Send, the starts of FetchStart and Settle
+// (nil: the driver's own). own, when set, is where it writes the states of
+// a backend it cannot co-locate with (a broker that answers for any
+// backend).
 type memCarrier struct {
 	*memorybroker.Broker
-	server  *carrierServer
 	publish func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error)
 	settle  func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error
 	start   func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult
 	own     *memorybackend.Backend
 }
 
-var _ driver.StartCarrier = (*memCarrier)(nil)
+var _ driver.Colocator = (*memCarrier)(nil)
 
-func (c *memCarrier) CarryStart(be driver.Backend) driver.FetchStartFunc {
-	mb, ok := be.(*memorybackend.Backend)
-	if !ok || !c.server.has(mb) {
+func (c *memCarrier) Colocate(be driver.Backend) driver.Colocation {
+	real := c.Broker.Colocate(be)
+	mb, _ := be.(*memorybackend.Backend)
+	if real == nil || mb == nil {
 		if c.own == nil {
 			return nil
 		}
-		mb = c.own
+		mb, real = c.own, c.Broker.Colocate(c.own)
 	}
-	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
-		ds, err := c.Broker.Fetch(ctx, queue, limit, lease)
-		if err != nil || len(ds) == 0 {
-			return ds, nil, time.Time{}, err
-		}
-		at := time.Now().UTC()
-		start := startCorrectly
-		if c.start != nil {
-			start = c.start
-		}
-		return ds, start(mb, context.WithoutCancel(ctx), ds, spec.Tasks, at), at, nil
-	}
+	return &memColocation{c: c, be: mb, real: real}
 }
 
-// startCorrectly is the carried fetch's start as driver.FetchStartFunc
-// describes it: the backend's Start of each delivery whose task is in
+// memColocation is memCarrier's driver.Colocation for the backend be.
+type memColocation struct {
+	c    *memCarrier
+	be   *memorybackend.Backend
+	real driver.Colocation
+}
+
+func (m *memColocation) Send(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
+	if m.c.publish != nil {
+		return m.c.publish(m.c, m.be, ctx, sts, msgs)
+	}
+	return m.real.Send(ctx, sts, msgs)
+}
+
+func (m *memColocation) FetchStart(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+	if m.c.start == nil {
+		return m.real.FetchStart(ctx, queue, limit, lease, tasks)
+	}
+	ds, err := m.c.Broker.Fetch(ctx, queue, limit, lease)
+	if err != nil || len(ds) == 0 {
+		return ds, nil, time.Time{}, err
+	}
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	return ds, m.c.start(m.be, context.WithoutCancel(ctx), ds, tasks, at), at, nil
+}
+
+func (m *memColocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+	if m.c.settle != nil {
+		return m.c.settle(m.c, m.be, ctx, ds, sts)
+	}
+	return m.real.Settle(ctx, ds, sts)
+}
+
+// startCorrectly is FetchStart's start as driver.Colocation describes it: the backend's Start of each delivery whose task is in
 // tasks (the memory broker and backend are one process: the fetch and
 // the starts are one step for the worker).
 func startCorrectly(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
@@ -101,93 +101,12 @@ func startOne(be *memorybackend.Backend, ctx context.Context, d *driver.Delivery
 	return &res
 }
 
-var (
-	_ driver.PendingCarrier = (*memCarrier)(nil)
-	_ driver.SettleCarrier  = (*memCarrier)(nil)
-)
-
-func (c *memCarrier) CarrySettle(be driver.Backend) driver.SettleFunc {
-	mb, ok := be.(*memorybackend.Backend)
-	if !ok || !c.server.has(mb) {
-		if c.own == nil {
-			return nil
-		}
-		mb = c.own
-	}
-	return func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
-		if c.settle != nil {
-			return c.settle(c, mb, ctx, ds, sts)
-		}
-		return settleCorrectly(c, mb, ctx, ds, sts)
-	}
-}
-
-// settleCorrectly is the carried settle as driver.SettleFunc describes
-// it: the states, then the acks of the deliveries whose state was written.
-func settleCorrectly(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
-	if err := ctx.Err(); err != nil {
-		return driver.BatchErrors(len(ds), err)
-	}
-	out := make([]error, len(ds))
-	serrs := be.SetStates(ctx, sts)
-	var ack []*driver.Delivery
-	var idx []int
-	for i, d := range ds {
-		if serrs != nil && serrs[i] != nil {
-			out[i] = serrs[i]
-			continue
-		}
-		ack, idx = append(ack, d), append(idx, i)
-	}
-	if aerrs := c.Broker.Ack(ctx, ack); aerrs != nil {
-		for j, i := range idx {
-			out[i] = aerrs[j]
-		}
-	}
-	return out
-}
-
-func (c *memCarrier) CarryPending(be driver.Backend) driver.PublishPendingFunc {
-	mb, ok := be.(*memorybackend.Backend)
-	if !ok || !c.server.has(mb) {
-		if c.own == nil {
-			return nil
-		}
-		mb = c.own
-	}
-	return func(ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
-		if c.publish != nil {
-			return c.publish(c, mb, ctx, sts, msgs)
-		}
-		return carryCorrectly(c, mb, ctx, sts, msgs)
-	}
-}
-
-// carryCorrectly is the carried call as driver.PublishPendingFunc
-// describes it.
-func carryCorrectly(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if err := errors.Join(be.SetPendingIfAbsent(ctx, sts)...); err != nil {
-		return false, err
-	}
-	if err := c.Broker.Publish(ctx, msgs...); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// carrierPair returns a broker and a backend harness on one server, the
-// broker's calls replaced by mod.
+// carrierPair returns the memory broker and backend harnesses, the
+// broker's co-located calls replaced by mod.
 func carrierPair(mod func(c *memCarrier)) workerPair {
-	srv := &carrierServer{backends: map[*memorybackend.Backend]bool{}}
 	bh := healthyBroker()
-	bh.Caps.CarryPending = true
-	bh.Caps.CarrySettle = true
-	bh.Caps.CarryStart = true
 	bh.New = func(t testing.TB) errand.Broker {
-		c := &memCarrier{Broker: memorybroker.New(nil), server: srv}
+		c := &memCarrier{Broker: memorybroker.New(nil)}
 		if mod != nil {
 			mod(c)
 		}
@@ -199,44 +118,28 @@ func carrierPair(mod func(c *memCarrier)) workerPair {
 		})
 		return c
 	}
-	beh := healthyBackend()
-	beh.New = func(t testing.TB, expiry time.Duration) errand.Backend {
-		be := memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})
-		srv.add(be)
-		t.Cleanup(func() { be.Close() })
-		return be
-	}
-	return workerPair{bh, beh}
+	return workerPair{bh, healthyBackend()}
 }
 
-// MemoryCarrierPair returns the harnesses of a memory broker that carries
-// the PENDING writes of the memory backends made by the backend harness
-// (the test-only reference of driver.PendingCarrier, for
-// memory_test.go's self-run).
-func MemoryCarrierPair() (BrokerHarness, BackendHarness) {
-	p := carrierPair(nil)
-	return p.broker, p.backend
-}
-
-// brokenPairs are broken carriers with the backend harness of their
+// brokenPairs are broken co-located brokers with the backend harness of their
 // server; the worker targets name them "pair:NAME".
 var brokenPairs = map[string]workerPair{
 	// Publishes and drops the states: the task is not PENDING after
 	// SendTask.
-	"carrier-drops-states": carrierPair(func(c *memCarrier) {
+	"colocation-drops-states": carrierPair(func(c *memCarrier) {
 		c.publish = func(c *memCarrier, _ *memorybackend.Backend, ctx context.Context, _ []*errand.TaskState, msgs []errand.Message) (bool, error) {
 			return true, c.Broker.Publish(ctx, msgs...)
 		}
 	}),
 	// Writes the states and publishes nothing, reporting success.
-	"carrier-publishes-nothing": carrierPair(func(c *memCarrier) {
+	"colocation-publishes-nothing": carrierPair(func(c *memCarrier) {
 		c.publish = func(_ *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, _ []errand.Message) (bool, error) {
 			return true, errors.Join(be.SetPendingIfAbsent(ctx, sts)...)
 		}
 	}),
 	// A plain SET instead of SET NX: PENDING overwrites what a worker
 	// recorded.
-	"carrier-overwrites-states": carrierPair(func(c *memCarrier) {
+	"colocation-overwrites-states": carrierPair(func(c *memCarrier) {
 		c.publish = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
 			if err := errors.Join(be.SetStates(ctx, sts)...); err != nil {
 				return false, err
@@ -246,7 +149,7 @@ var brokenPairs = map[string]workerPair{
 	}),
 	// Writes the states, fails to publish (its ctx is done) and reports
 	// published=true, the publish's error passed off as the states'.
-	"carrier-published-despite-failure": carrierPair(func(c *memCarrier) {
+	"colocation-published-despite-failure": carrierPair(func(c *memCarrier) {
 		c.publish = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, sts []*errand.TaskState, msgs []errand.Message) (bool, error) {
 			if err := errors.Join(be.SetPendingIfAbsent(context.WithoutCancel(ctx), sts)...); err != nil {
 				return false, err
@@ -259,11 +162,11 @@ var brokenPairs = map[string]workerPair{
 	}),
 	// Carries any backend: the states of one it does not share a server
 	// with go to its own store, where that backend never reads them.
-	"carrier-carries-unknown-backend": carrierPair(func(c *memCarrier) {
+	"colocation-carries-unknown-backend": carrierPair(func(c *memCarrier) {
 		c.own = memorybackend.New(nil)
 	}),
 	// Starts every task it fetches, whatever spec.Tasks says.
-	"start-carrier-starts-any-task": carrierPair(func(c *memCarrier) {
+	"colocation-start-starts-any-task": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, _ []string, at time.Time) []*driver.StartResult {
 			out := make([]*driver.StartResult, len(ds))
 			for i, d := range ds {
@@ -275,7 +178,7 @@ var brokenPairs = map[string]workerPair{
 		}
 	}),
 	// Writes STARTED over any state (no table), answering written.
-	"start-carrier-ignores-table": carrierPair(func(c *memCarrier) {
+	"colocation-start-ignores-table": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
 			out := make([]*driver.StartResult, len(ds))
 			for i, d := range ds {
@@ -292,7 +195,7 @@ var brokenPairs = map[string]workerPair{
 	}),
 	// Follows the table but takes SUCCESS alone for final: starts a task
 	// over its FAILURE.
-	"start-carrier-restarts-failure": carrierPair(func(c *memCarrier) {
+	"colocation-start-restarts-failure": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
 			out := make([]*driver.StartResult, len(ds))
 			for i, d := range ds {
@@ -313,7 +216,7 @@ var brokenPairs = map[string]workerPair{
 	// Starts by the table, but a task created after the fetch's time (a
 	// producer's clock ahead) is left STARTED at the fetch's time, before
 	// its CreatedAt.
-	"start-carrier-starts-before-created": carrierPair(func(c *memCarrier) {
+	"colocation-start-starts-before-created": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, at time.Time) []*driver.StartResult {
 			out := startCorrectly(be, ctx, ds, tasks, at)
 			for i, r := range out {
@@ -329,7 +232,7 @@ var brokenPairs = map[string]workerPair{
 		}
 	}),
 	// Answers each start as written and writes nothing.
-	"start-carrier-writes-nothing": carrierPair(func(c *memCarrier) {
+	"colocation-start-writes-nothing": carrierPair(func(c *memCarrier) {
 		c.start = func(be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, tasks []string, _ time.Time) []*driver.StartResult {
 			out := make([]*driver.StartResult, len(ds))
 			for i, d := range ds {
@@ -342,21 +245,21 @@ var brokenPairs = map[string]workerPair{
 		}
 	}),
 	// Acks and drops the states: the task is not SUCCESS after its settle.
-	"settle-carrier-drops-states": carrierPair(func(c *memCarrier) {
+	"colocation-settle-drops-states": carrierPair(func(c *memCarrier) {
 		c.settle = func(c *memCarrier, _ *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, _ []*errand.TaskState) []error {
 			return c.Broker.Ack(ctx, ds)
 		}
 	}),
 	// Writes the states and acks nothing, reporting success: the messages
 	// come back after their lease.
-	"settle-carrier-acks-nothing": carrierPair(func(c *memCarrier) {
+	"colocation-settle-acks-nothing": carrierPair(func(c *memCarrier) {
 		c.settle = func(_ *memCarrier, be *memorybackend.Backend, ctx context.Context, _ []*driver.Delivery, sts []*errand.TaskState) []error {
 			return be.SetStates(ctx, sts)
 		}
 	}),
 	// Acks first and writes a state only where its ack succeeded: a lost
 	// lease leaves the state unwritten.
-	"settle-carrier-skips-lost-states": carrierPair(func(c *memCarrier) {
+	"colocation-settle-skips-lost-states": carrierPair(func(c *memCarrier) {
 		c.settle = func(c *memCarrier, be *memorybackend.Backend, ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
 			out := make([]error, len(ds))
 			for i, d := range ds {
@@ -370,63 +273,58 @@ var brokenPairs = map[string]workerPair{
 }
 
 func init() {
-	workerTargets["Send/CarriedPending"] = "pair:carrier-drops-states"
+	workerTargets["Colocation/Send"] = "pair:colocation-drops-states"
 	extraWorkerTargets = append(extraWorkerTargets,
-		target{"Send/CarriedPending", "pair:carrier-publishes-nothing"},
-		target{"Send/CarriedPending", "pair:carrier-overwrites-states"},
-		target{"Send/CarriedPending", "pair:carrier-published-despite-failure"},
-		target{"Send/CarriedPending", "pair:carrier-carries-unknown-backend"},
+		target{"Colocation/Send", "pair:colocation-publishes-nothing"},
+		target{"Colocation/Send", "pair:colocation-overwrites-states"},
+		target{"Colocation/Send", "pair:colocation-published-despite-failure"},
+		target{"Colocation/Send", "pair:colocation-carries-unknown-backend"},
 	)
-	workerTargets["Settle/CarriedSettle"] = "pair:settle-carrier-drops-states"
+	workerTargets["Colocation/Settle"] = "pair:colocation-settle-drops-states"
 	extraWorkerTargets = append(extraWorkerTargets,
-		target{"Settle/CarriedSettle", "pair:settle-carrier-acks-nothing"},
-		target{"Settle/CarriedSettle", "pair:settle-carrier-skips-lost-states"},
-		target{"Settle/CarriedSettle", "pair:carrier-carries-unknown-backend"},
+		target{"Colocation/Settle", "pair:colocation-settle-acks-nothing"},
+		target{"Colocation/Settle", "pair:colocation-settle-skips-lost-states"},
+		target{"Colocation/Settle", "pair:colocation-carries-unknown-backend"},
 	)
-	workerTargets["Start/CarriedStart"] = "pair:start-carrier-ignores-table"
+	workerTargets["Colocation/Start"] = "pair:colocation-start-ignores-table"
 	extraWorkerTargets = append(extraWorkerTargets,
-		target{"Start/CarriedStart", "pair:start-carrier-starts-any-task"},
-		target{"Start/CarriedStart", "pair:start-carrier-writes-nothing"},
-		target{"Start/CarriedStart", "pair:start-carrier-restarts-failure"},
-		target{"Start/CarriedStart", "pair:start-carrier-starts-before-created"},
-		target{"Start/CarriedStart", "pair:carrier-carries-unknown-backend"},
+		target{"Colocation/Start", "pair:colocation-start-starts-any-task"},
+		target{"Colocation/Start", "pair:colocation-start-writes-nothing"},
+		target{"Colocation/Start", "pair:colocation-start-restarts-failure"},
+		target{"Colocation/Start", "pair:colocation-start-starts-before-created"},
+		target{"Colocation/Start", "pair:colocation-carries-unknown-backend"},
 	)
-	// A carrier its harness does not declare.
-	brokenBrokers["undeclared-carrier"] = func() BrokerHarness {
+	// A co-locating broker its harness does not declare.
+	brokenBrokers["undeclared-colocator"] = func() BrokerHarness {
 		h := carrierPair(nil).broker
-		h.Caps.CarryPending = false
+		h.Caps.Colocate = false
 		return h
 	}()
-	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-carrier"})
-	brokenBrokers["undeclared-settle-carrier"] = func() BrokerHarness {
-		h := carrierPair(nil).broker
-		h.Caps.CarrySettle = false
-		return h
-	}()
-	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-settle-carrier"})
-	brokenBrokers["undeclared-start-carrier"] = func() BrokerHarness {
-		h := carrierPair(nil).broker
-		h.Caps.CarryStart = false
-		return h
-	}()
-	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-start-carrier"})
+	extraBrokerTargets = append(extraBrokerTargets, target{"Capabilities", "undeclared-colocator"})
 }
 
-// TestCarrierPairRefusesAnotherServer: the memory carrier carries only
-// the backends of its own server (so the case's "does not share a server"
-// path is the one a mismatched pair takes).
-func TestCarrierPairRefusesAnotherServer(t *testing.T) {
+// TestColocationRefusesStrangers: the memory broker co-locates with the
+// memory backend and with no other (a backend of no location, or of a
+// location it does not know); the cases' "not co-located" path logs and
+// checks nothing.
+func TestColocationRefusesStrangers(t *testing.T) {
 	t.Parallel()
-	a, b := carrierPair(nil), carrierPair(nil)
-	br := a.broker.New(t).(driver.PendingCarrier)
-	if br.CarryPending(a.backend.New(t, 0)) == nil {
-		t.Fatalf("the memory carrier does not carry a backend of its own server")
+	p := carrierPair(nil)
+	br := p.broker.New(t).(driver.Colocator)
+	if br.Colocate(p.backend.New(t, 0)) == nil {
+		t.Fatalf("the memory broker does not co-locate with the memory backend")
 	}
-	if br.CarryPending(b.backend.New(t, 0)) != nil {
-		t.Fatalf("the memory carrier carries a backend of another server")
+	stranger := newStrangerStore()
+	defer stranger.Close()
+	for _, be := range []driver.Backend{stranger, strangerBackend{stranger}} {
+		if br.Colocate(be) != nil {
+			t.Fatalf("the memory broker co-locates with %T", be)
+		}
 	}
-	m := runMock(t, func(mt testing.TB) { carriedPending(mt, workerPair{a.broker, b.backend}) })
+	far := p.backend
+	far.New = func(t testing.TB, _ time.Duration) errand.Backend { return newStrangerStore() }
+	m := runMock(t, func(mt testing.TB) { carriedPending(mt, workerPair{p.broker, far}) })
 	if m.Failed() {
-		t.Fatalf("Send/CarriedPending fails on a pair that does not share a server (it must log and check nothing): %v", m.msgs)
+		t.Fatalf("Colocation/Send fails on a pair that is not co-located (it must log and check nothing): %v", m.msgs)
 	}
 }

@@ -149,3 +149,32 @@ func init() {
 	backendTargets["Start/NeverBeforeCreated"] = "start-before-created"
 	moreBackendTargets["Start/Table"] = "start-resets-created-at"
 }
+
+// TestStartTablesFollowTheRule: the kit's own table of driver.Starter
+// (Backend/Start, Worker/Colocation/Start) answers as the one definition
+// of the rule, driver.StartRequest.Allows, row by row; and the rows
+// StartCases gives drivers to check their copies of the rule against are
+// each named once.
+func TestStartTablesFollowTheRule(t *testing.T) {
+	t.Parallel()
+	for _, r := range startRows() {
+		req := startRequest("id", r, time.Now())
+		if got := req.Allows(r.prev); got != r.writes {
+			t.Errorf("row %q: the kit's table says writes=%v, driver.StartRequest.Allows says %v", r.what, r.writes, got)
+		}
+	}
+	seen := map[string]bool{}
+	allowed := 0
+	for _, c := range StartCases() {
+		if seen[c.Name] {
+			t.Errorf("StartCases names %q twice", c.Name)
+		}
+		seen[c.Name] = true
+		if c.Want() {
+			allowed++
+		}
+	}
+	if allowed == 0 || allowed == len(seen) {
+		t.Errorf("StartCases: %d of %d rows allowed; want both answers among them", allowed, len(seen))
+	}
+}

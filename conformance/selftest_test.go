@@ -156,6 +156,12 @@ func (b *brokenBroker) Reject(ctx context.Context, d *driver.Delivery, reason st
 	}
 	return b.Broker.Reject(ctx, d, reason)
 }
+
+// Colocate answers nil: errand takes the portable path over a broken
+// broker, so its broken calls are the ones the cases exercise (the
+// memory broker's own co-location would call its healthy methods).
+func (b *brokenBroker) Colocate(driver.Backend) driver.Colocation { return nil }
+
 func (b *brokenBroker) Limits() driver.Limits {
 	if b.limits != nil {
 		return *b.limits
@@ -184,7 +190,7 @@ func healthyBroker() BrokerHarness {
 		},
 		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true},
+			Unique: true, RateLimit: true, Colocate: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
 	}
@@ -554,7 +560,7 @@ func healthyBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, MinExpiry: 80 * time.Millisecond},
+		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, MinExpiry: 80 * time.Millisecond},
 		Timing: selfTiming,
 	}
 }

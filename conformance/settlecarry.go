@@ -11,16 +11,15 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
-	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
 )
 
-// Worker/Settle/CarriedSettle: a broker declaring BrokerCaps.CarrySettle
-// (driver.SettleCarrier) writes the final states of the RunWorker pair's
-// backend in the round trip of an ack, where one step can reach both. A
-// backend no driver can know gets no carrier; a pair the broker cannot
-// carry (nil) is logged and checked no further. Otherwise the case checks
-// the carried function directly and through a real Server:
+// Worker/Colocation/Settle: a broker declaring BrokerCaps.Colocate
+// (driver.Colocator) writes the final states of the RunWorker pair's
+// backend in the step of an ack (Colocation.Settle), where the two are
+// co-located. A backend no driver can know gets nil; a pair that is not
+// co-located (nil) is logged and checked no further. Otherwise the case
+// checks Settle directly and through a real Server:
 //
 //   - a call writes each state (readable from the backend) and acks each
 //     delivery (not delivered again after its lease);
@@ -28,20 +27,21 @@ import (
 //     consumer) fails with ErrLeaseLost alone, where the broker detects
 //     lost leases, its state still written, and the other consumer's
 //     delivery is untouched;
-//   - a worker settles tasks that nothing follows through the carrier, each
+//   - a worker settles tasks that nothing follows through Settle, each
 //     SUCCESS with no SetStates of SUCCESS and no Ack call, each run once.
 
 // settleTask is the task the case's worker runs.
 const settleTask = "conformance.settled"
 
 // settlingBroker is the broker driver as errand sees it in the case: its
-// SettleCarrier forwarded (for the raw backend the recorder wraps), every
-// other optional ability hidden. It counts carried calls and their
-// deliveries, and Ack calls, and records each carried state in the task's
-// path, as the recorder does for SetStates.
+// Colocator forwarded (for the raw backend the recorder wraps) with Settle
+// alone co-located (partialColocation), every other optional ability
+// hidden. It counts Settle calls and their deliveries, and Ack calls, and
+// records each settled state in the task's path, as the recorder does for
+// SetStates.
 type settlingBroker struct {
 	errand.Broker
-	carrier driver.SettleCarrier
+	carrier driver.Colocator
 	held    errand.Backend
 	raw     errand.Backend
 	rec     *recorder
@@ -52,15 +52,15 @@ type settlingBroker struct {
 	acks    int // Ack calls
 }
 
-func (b *settlingBroker) CarrySettle(be driver.Backend) driver.SettleFunc {
+func (b *settlingBroker) Colocate(be driver.Backend) driver.Colocation {
 	if be == b.held {
 		be = b.raw
 	}
-	fn := b.carrier.CarrySettle(be)
-	if fn == nil {
+	c := b.carrier.Colocate(be)
+	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
+	return &partialColocation{broker: b, held: b.held, settle: func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error {
 		b.mu.Lock()
 		b.calls++
 		b.carried += len(ds)
@@ -70,8 +70,8 @@ func (b *settlingBroker) CarrySettle(be driver.Backend) driver.SettleFunc {
 			b.rec.paths[st.TaskUUID] = append(b.rec.paths[st.TaskUUID], st.State)
 		}
 		b.rec.mu.Unlock()
-		return fn(ctx, ds, sts)
-	}
+		return c.Settle(ctx, ds, sts)
+	}}
 }
 
 func (b *settlingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
@@ -88,26 +88,18 @@ func (b *settlingBroker) counts() (calls, carried, acks int) {
 }
 
 func carriedSettle(t testing.TB, p workerPair) {
-	if !p.broker.Caps.CarrySettle {
-		t.Logf("the broker harness does not declare CarrySettle: nothing to check (Broker/Capabilities checks that the broker is no driver.SettleCarrier)")
+	if !p.broker.Caps.Colocate {
+		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
 		return
 	}
 	c := newBCase(t, p.broker)
-	carrier, ok := c.drv.(driver.SettleCarrier)
-	if !ok {
-		t.Fatalf("capabilities promise broken: the harness declares CarrySettle but %T does not implement driver.SettleCarrier", c.drv)
-	}
-	stranger := strangerBackend{memorybackend.New(nil)}
-	t.Cleanup(func() { stranger.Close() })
-	if carrier.CarrySettle(stranger) != nil {
-		t.Errorf("carry promise broken: CarrySettle returned a function for %T, a backend the broker cannot know; want nil (driver.SettleCarrier: it would write states where that backend never reads them)", stranger)
-	}
 	be := p.backend.New(t, 0)
-	carry := carrier.CarrySettle(be)
-	if carry == nil {
-		t.Logf("%T does not carry the final states of %T (CarrySettle returned nil: one step cannot reach both); errand writes SUCCESS then acks, and this case checks nothing more", c.drv, be)
+	coloc := colocate(t, c.drv, be, "Settle")
+	if coloc == nil {
+		t.Logf("%T is not co-located with %T (Colocate answered nil); errand writes SUCCESS then acks, and this case checks nothing more", c.drv, be)
 		return
 	}
+	carry, carrier := coloc.Settle, c.drv.(driver.Colocator)
 	settleWritesAndAcks(c, be, carry)
 	settleLostLease(c, be, carry)
 	settleThroughWorker(t, p, c.drv, carrier, be)
@@ -130,7 +122,7 @@ func isSuccess(c *bcase, be errand.Backend, id, what string) {
 
 // settleWritesAndAcks: one carried call of three deliveries writes their
 // states and acks them: nothing comes back after their lease.
-func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
+func settleWritesAndAcks(c *bcase, be errand.Backend, carry settleFunc) {
 	const n = 3
 	for i := range n {
 		c.publish(c.msg(fmt.Sprintf("s%d", i), time.Time{}))
@@ -143,7 +135,7 @@ func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 	for i, d := range ds {
 		sts[i] = successOf(d.ID)
 	}
-	errs, err := checkAnswer("SettleFunc", n, carry(c.ctx, ds, sts))
+	errs, err := checkAnswer("Colocation.Settle", n, carry(c.ctx, ds, sts))
 	if err != nil {
 		c.t.Fatalf("batch convention promise broken: %v", err)
 	}
@@ -165,7 +157,7 @@ func settleWritesAndAcks(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 // where the broker detects lost leases), its state written all the same;
 // the other delivery is settled, and the other consumer still acks the
 // message it holds.
-func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
+func settleLostLease(c *bcase, be errand.Backend, carry settleFunc) {
 	c.publish(c.msg("lost", time.Time{}), c.msg("live", time.Time{}))
 	lost := c.fetchN(1, c.tm.Lease, c.tm.Prompt*5)
 	live := c.fetchN(1, time.Minute, c.tm.Prompt*5)
@@ -177,7 +169,7 @@ func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 		c.t.Fatalf("at-least-once promise broken: %s, leased for %v, was not delivered again (got %v)", lost[0].ID, c.tm.Lease, ids(again))
 	}
 	ds := []*driver.Delivery{lost[0], live[0]}
-	errs, err := checkAnswer("SettleFunc", 2, carry(c.ctx, ds, []*errand.TaskState{successOf(lost[0].ID), successOf(live[0].ID)}))
+	errs, err := checkAnswer("Colocation.Settle", 2, carry(c.ctx, ds, []*errand.TaskState{successOf(lost[0].ID), successOf(live[0].ID)}))
 	if err != nil {
 		c.t.Fatalf("batch convention promise broken: %v", err)
 	}
@@ -200,17 +192,17 @@ func settleLostLease(c *bcase, be errand.Backend, carry driver.SettleFunc) {
 // settleThroughWorker: a worker on a server of the pair runs 10 tasks
 // that nothing follows: each ends SUCCESS, runs once, and is settled by
 // carried calls, with no Ack call and no SetStates of SUCCESS.
-func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.SettleCarrier, be errand.Backend) {
+func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend) {
 	const n = 10
 	var sb *settlingBroker
-	w, results, runs := runThroughCarrier(t, p, drv, be, settleTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
+	w, results, runs := runThroughCarrier(t, p, drv, be, settleTask, n, false, func(rec *recorder, held errand.Backend) errand.Broker {
 		sb = &settlingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
 		return sb
 	})
 	rec, tm := w.rec, w.tm
 	calls, carried, acks := sb.counts()
 	if carried != n || acks != 0 {
-		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one carried (CarrySettle offered a carrier), no Ack", n, calls, carried, acks)
+		t.Errorf("carry promise broken: %d tasks that nothing follows were settled by %d carried calls of %d deliveries and %d Ack calls; want every one settled by Settle (Colocate answered calls), no Ack", n, calls, carried, acks)
 	}
 	for i, r := range results {
 		id := r.Signature.UUID
@@ -228,10 +220,13 @@ func settleThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier 
 
 // runThroughCarrier runs n tasks named task (each returns its argument)
 // through a worker on a server of the pair whose broker is what wrap
-// makes of the recording backend (the pair's driver with a carrier in
-// front), checks each result, and shuts the worker down. It returns the
+// makes of the recording backend (the pair's driver with its co-location
+// in front), checks each result, and shuts the worker down. With many,
+// the worker consumes two queues, the tasks sent to each in turn, and the
+// server has 70 more tasks registered, whose names sort before task (so
+// task is past the 64th name). It returns the
 // case, the tasks' results in order, and how often each task UUID ran.
-func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.Backend, task string, n int, wrap func(rec *recorder, held errand.Backend) errand.Broker) (*wcase, []*errand.AsyncResult, map[string]int) {
+func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.Backend, task string, n int, many bool, wrap func(rec *recorder, held errand.Backend) errand.Broker) (*wcase, []*errand.AsyncResult, map[string]int) {
 	tm := p.broker.Timing
 	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}
 	held := rec.backend()
@@ -252,13 +247,24 @@ func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.
 		return i, nil
 	})
 	// One task at a time to an idle worker: each is fetched (and, by a
-	// start carrier, started) within moments of its send, by a clock other
+	// co-located fetch, started) within moments of its send, by a clock other
 	// than the producer's, the way a task created and started within one
 	// millisecond shows a start cut to a coarser clock (issue 31).
 	results := make([]*errand.AsyncResult, n)
-	wk := w.start(errand.WorkerConfig{})
+	var cfg errand.WorkerConfig
+	queues := []string{w.queue}
+	if many {
+		queues = append(queues, w.queue+"-2")
+		cfg.Queues = map[string]int{queues[0]: 2, queues[1]: 1}
+		for i := range 70 {
+			w.register(fmt.Sprintf("conformance.a%02d", i), func(i int) (int, error) { return i, nil })
+		}
+	}
+	wk := w.start(cfg)
 	for i := range n {
-		results[i] = w.send(errand.NewSignature(task, i))
+		sig := errand.NewSignature(task, i)
+		sig.RoutingKey = queues[i%len(queues)]
+		results[i] = w.send(sig)
 		var got int
 		if err := results[i].GetInto(w.ctx, &got); err != nil || got != i {
 			t.Fatalf("carry promise broken: task %d ended %d, %v; want %d", i, got, err, i)
@@ -273,3 +279,6 @@ func runThroughCarrier(t testing.TB, p workerPair, drv errand.Broker, be errand.
 	defer mu.Unlock()
 	return w, results, maps.Clone(runs)
 }
+
+// settleFunc is driver.Colocation.Settle.
+type settleFunc func(ctx context.Context, ds []*driver.Delivery, sts []*errand.TaskState) []error

@@ -8,15 +8,14 @@ import (
 	"time"
 
 	"github.com/errand-go/errand"
-	memorybackend "github.com/errand-go/errand/backends/memory"
 	"github.com/errand-go/errand/driver"
 )
 
-// Worker/Start/CarriedStart: a broker declaring BrokerCaps.CarryStart
-// (driver.StartCarrier) begins, in the round trip of a fetch, the
-// attempts of the tasks it delivers in the RunWorker pair's backend. A
-// backend no driver can know gets no carrier; a pair the broker cannot
-// carry (nil) is logged and checked no further. Otherwise:
+// Worker/Colocation/Start: a broker declaring BrokerCaps.Colocate
+// (driver.Colocator) begins, in the step of a fetch (Colocation.FetchStart),
+// the attempts of the tasks it delivers in the RunWorker pair's backend. A
+// backend no driver can know gets nil; a pair that is not co-located (nil)
+// is logged and checked no further. Otherwise:
 //
 //   - one carried fetch of nine messages, each a task in another state,
 //     starts exactly those driver.Starter's table allows (no state;
@@ -24,20 +23,22 @@ import (
 //     than that CreatedAt when a producer's clock is ahead), refuses the others (SUCCESS,
 //     FAILURE, a later attempt's state, another task's name, STARTED under a first
 //     delivery) leaving their states untouched and answering each with its
-//     previous state, and does not try a task outside spec.Tasks;
+//     previous state, and does not try a task outside the names given;
 //   - a worker of a server on the pair runs 10 tasks without a Start call
-//     of the backend, each run once and ending SUCCESS.
+//     of the backend, each run once and ending SUCCESS; and so does a
+//     worker of two queues on a server with 70 more task names.
 
 // startTask is the task the case's messages carry.
 const startTask = "conformance.started"
 
 // startingBroker is the broker driver as errand sees it in the case: its
-// StartCarrier forwarded (for the raw backend the recorder wraps), every
-// other optional ability hidden. It counts carried fetches and the starts
-// they made, and records each written STARTED in the task's path.
+// Colocator forwarded (for the raw backend the recorder wraps) with
+// FetchStart alone co-located (partialColocation), every other optional
+// ability hidden. It counts FetchStart calls and the starts they made, and
+// records each written STARTED in the task's path.
 type startingBroker struct {
 	errand.Broker
-	carrier driver.StartCarrier
+	carrier driver.Colocator
 	held    errand.Backend
 	raw     errand.Backend
 	rec     *recorder
@@ -47,16 +48,16 @@ type startingBroker struct {
 	started int
 }
 
-func (b *startingBroker) CarryStart(be driver.Backend) driver.FetchStartFunc {
+func (b *startingBroker) Colocate(be driver.Backend) driver.Colocation {
 	if be == b.held {
 		be = b.raw
 	}
-	fn := b.carrier.CarryStart(be)
-	if fn == nil {
+	c := b.carrier.Colocate(be)
+	if c == nil {
 		return nil
 	}
-	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
-		ds, starts, at, err := fn(ctx, queue, limit, lease, spec)
+	return &partialColocation{broker: b, held: b.held, fetchStart: func(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+		ds, starts, at, err := c.FetchStart(ctx, queue, limit, lease, tasks)
 		b.mu.Lock()
 		b.fetches++
 		b.mu.Unlock()
@@ -69,7 +70,7 @@ func (b *startingBroker) CarryStart(be driver.Backend) driver.FetchStartFunc {
 		}
 		b.rec.mu.Unlock()
 		return ds, starts, at, err
-	}
+	}}
 }
 
 func (b *startingBroker) counts() (fetches, started int) {
@@ -81,33 +82,25 @@ func (b *startingBroker) counts() (fetches, started int) {
 }
 
 func carriedStart(t testing.TB, p workerPair) {
-	if !p.broker.Caps.CarryStart {
-		t.Logf("the broker harness does not declare CarryStart: nothing to check (Broker/Capabilities checks that the broker is no driver.StartCarrier)")
+	if !p.broker.Caps.Colocate {
+		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
 		return
 	}
 	c := newBCase(t, p.broker)
-	carrier, ok := c.drv.(driver.StartCarrier)
-	if !ok {
-		t.Fatalf("capabilities promise broken: the harness declares CarryStart but %T does not implement driver.StartCarrier", c.drv)
-	}
-	stranger := strangerBackend{memorybackend.New(nil)}
-	t.Cleanup(func() { stranger.Close() })
-	if carrier.CarryStart(stranger) != nil {
-		t.Errorf("carry promise broken: CarryStart returned a function for %T, a backend the broker cannot know; want nil (driver.StartCarrier: it would start tasks where that backend never reads them)", stranger)
-	}
 	be := p.backend.New(t, 0)
-	fetch := carrier.CarryStart(be)
-	if fetch == nil {
-		t.Logf("%T does not carry the starts of %T (CarryStart returned nil); errand fetches, then starts, and this case checks nothing more", c.drv, be)
+	coloc := colocate(t, c.drv, be, "FetchStart")
+	if coloc == nil {
+		t.Logf("%T is not co-located with %T (Colocate answered nil); errand fetches, then starts, and this case checks nothing more", c.drv, be)
 		return
 	}
+	fetch, carrier := coloc.FetchStart, c.drv.(driver.Colocator)
 	carriedStartTable(c, be, fetch)
 	startThroughWorker(t, p, c.drv, carrier, be)
 }
 
 // carriedStartTable: one carried fetch of nine messages, each finding its task in
 // another state.
-func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc) {
+func carriedStartTable(c *bcase, be errand.Backend, fetch fetchStartFunc) {
 	created := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	ahead := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond) // a producer's clock an hour ahead
 	type row struct {
@@ -155,7 +148,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 	deadline := time.Now().Add(c.tm.Prompt * 5)
 	for len(ds) < len(rows) && time.Now().Before(deadline) {
 		ctx, cancel := context.WithDeadline(c.ctx, deadline)
-		got, s, a, err := fetch(ctx, c.q, len(rows)-len(ds), time.Minute, driver.StartSpec{Tasks: []string{startTask}})
+		got, s, a, err := fetch(ctx, c.q, len(rows)-len(ds), time.Minute, []string{startTask})
 		cancel()
 		if err != nil {
 			c.t.Fatalf("carried fetch: %v", err)
@@ -217,18 +210,29 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch driver.FetchStartFunc)
 }
 
 // startThroughWorker: a worker of a server on the pair runs 10 tasks, each
-// once, with their attempts started by its fetches, never by a Start call.
-func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.StartCarrier, be errand.Backend) {
+// once, with their attempts started by its fetches, never by a Start call;
+// then a worker of two queues does the same on a server with 70 more task
+// names registered, sorting before the task's.
+func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend) {
+	startThroughWorkerOf(t, p, drv, carrier, be, false)
+	startThroughWorkerOf(t, p, drv, carrier, be, true)
+}
+
+func startThroughWorkerOf(t testing.TB, p workerPair, drv errand.Broker, carrier driver.Colocator, be errand.Backend, many bool) {
 	const n = 10
 	var sb *startingBroker
-	w, results, runs := runThroughCarrier(t, p, drv, be, startTask, n, func(rec *recorder, held errand.Backend) errand.Broker {
+	w, results, runs := runThroughCarrier(t, p, drv, be, startTask, n, many, func(rec *recorder, held errand.Backend) errand.Broker {
 		sb = &startingBroker{Broker: drv, carrier: carrier, held: held, raw: be, rec: rec}
 		return sb
 	})
 	rec := w.rec
 	fetches, started := sb.counts()
 	if starts := rec.writeCalls()["Start"]; started != n || starts != 0 {
-		t.Errorf("carry promise broken: %d tasks were started by %d carried fetches (%d starts) and %d Start calls of the backend; want every one started by the fetches (CarryStart offered a carrier), no Start call", n, fetches, started, starts)
+		what := "a worker of one queue"
+		if many {
+			what = "a worker of two queues, the task's name past the 64th registered"
+		}
+		t.Errorf("co-location promise broken: on %s, %d tasks were started by %d FetchStart calls (%d starts) and %d Start calls of the backend; want every one started by the fetches (Colocate answered calls), no Start call", what, n, fetches, started, starts)
 	}
 	for i, r := range results {
 		if id := r.Signature.UUID; runs[id] != 1 {
@@ -236,3 +240,6 @@ func startThroughWorker(t testing.TB, p workerPair, drv errand.Broker, carrier d
 		}
 	}
 }
+
+// fetchStartFunc is driver.Colocation.FetchStart.
+type fetchStartFunc func(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error)

@@ -68,9 +68,9 @@ var workerCases = []kase[workerPair]{
 	{"Queues/Weighted", queuesWeighted, parallel},
 	{"Queues/Strict", queuesStrict, parallel},
 	{"Queues/Cap", queuesCap, parallel},
-	{"Send/CarriedPending", carriedPending, parallel},
-	{"Settle/CarriedSettle", carriedSettle, parallel},
-	{"Start/CarriedStart", carriedStart, parallel},
+	{"Colocation/Send", carriedPending, parallel},
+	{"Colocation/Settle", carriedSettle, parallel},
+	{"Colocation/Start", carriedStart, parallel},
 }
 
 // recorder wraps a backend to record each task's states, and counts the

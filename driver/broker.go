@@ -22,10 +22,12 @@ type Message struct {
 	Priority uint8
 	// Task is the name of the task Body encodes and TaskAttempt its
 	// attempt (1 for the first), where the sender knows them: errand sets
-	// both on every message it sends. A StartCarrier keeps them with the
-	// message, so that its fetch can begin the attempt without decoding
-	// Body; other brokers may ignore them. Empty Task: unknown, and no
-	// carried fetch starts the message.
+	// both on every message it sends. They are metadata about Body, not
+	// routing: a broker may ignore them. A co-located broker (see
+	// [Colocation]) keeps them with the message — in its ID, a column, a
+	// field — so that its FetchStart can begin the attempt without
+	// decoding Body. Empty Task: unknown, and no FetchStart starts the
+	// message.
 	Task        string
 	TaskAttempt int
 }
@@ -133,115 +135,3 @@ type QueueStats struct {
 type StatsReporter interface {
 	Stats(ctx context.Context, queue string) (QueueStats, error)
 }
-
-// PendingCarrier is implemented by brokers that can record a result
-// backend's PENDING states in the round trip of a publish, because the
-// backend keeps them on the broker's own server (errand's Redis broker and
-// Redis backend on one Redis). errand asks once, when it builds a Server,
-// and then sends each task whose UUID it made itself (SendTask) with one
-// call of the returned function instead of a SetPendingIfAbsent and a
-// Publish side by side.
-type PendingCarrier interface {
-	// CarryPending returns a function that publishes and records PENDING
-	// for be in one round trip, or nil when the broker cannot carry be's
-	// writes: be is not a driver it knows, or keeps its states on another
-	// server. It must not block or do I/O.
-	CarryPending(be Backend) PublishPendingFunc
-}
-
-// PublishPendingFunc publishes msgs as Publish does and, in the same round
-// trip, writes sts (all PENDING) as the backend's
-// PendingWriter.SetPendingIfAbsent would: only where a task has no state,
-// since a worker may record RECEIVED or STARTED before the PENDING lands.
-// The states need not be written in the same atomic step as the messages.
-// It may be called concurrently: errand joins concurrent SendTask calls to
-// one queue into one call, so all msgs of a call share one Queue, and the
-// messages and states of one call need not belong to each other one to
-// one.
-//
-// published reports that the broker accepted every message; an error then
-// comes from the states alone. With published false, errand reports every
-// send of the call failed and frees their unique keys: a broker whose
-// publish to one queue is all or nothing (one script, one transaction)
-// keeps that true; one that may accept some messages of a call and refuse
-// others must not implement PendingCarrier. errand has already refused
-// any message over Limits().MaxPayload.
-type PublishPendingFunc func(ctx context.Context, sts []*TaskState, msgs []Message) (published bool, err error)
-
-// SettleCarrier is implemented by brokers that can record a result
-// backend's final states in the round trip of an ack, because the backend
-// keeps them on the broker's own server where one server-side step can
-// write both (errand's Redis broker and Redis backend on one Redis node).
-// errand asks once, when it builds a Server, and then settles each
-// successful task that nothing follows (no callbacks, no chord group, no
-// unique key) with one call of the returned function instead of a
-// SetStates then an Ack, joining the calls of concurrent worker slots as
-// it joins acks.
-type SettleCarrier interface {
-	// CarrySettle returns a function that writes be's states and acks in
-	// one round trip, or nil when the broker cannot carry be's writes: be
-	// is not a driver it knows, or keeps its states where the broker's
-	// step cannot reach them (another server; another slot of a Redis
-	// Cluster). It must not block or do I/O.
-	CarrySettle(be Backend) SettleFunc
-}
-
-// SettleFunc writes sts[i], the final state of the task of ds[i], as the
-// backend's SetStates would (overwriting, restarting its expiry), and
-// acks ds[i] as Ack does, for every i, in one round trip; len(sts) ==
-// len(ds), and ds all come from one queue (errand joins concurrent
-// settles up to Limits().MaxAckBatch a call). It answers under the batch
-// error convention of the package doc, per delivery:
-//
-//   - nil: the state is written and the delivery acked;
-//   - an error wrapping ErrLeaseLost: the state is written (as SetStates
-//     before an Ack would have written it), the delivery is not acked:
-//     it may be with another consumer, which finds the state;
-//   - another error: the delivery is not acked, and its state may or may
-//     not be written.
-//
-// A state is never written after its delivery's ack: a consumer that
-// sees the message gone finds the state. It may be called concurrently.
-type SettleFunc func(ctx context.Context, ds []*Delivery, sts []*TaskState) []error
-
-// StartCarrier is implemented by brokers that can begin the attempts of
-// the messages they deliver in the round trip of the fetch, because the
-// result backend keeps its states where one step of the broker reaches
-// them (errand's Redis broker and Redis backend on one Redis node). errand
-// asks once, when it builds a Server, and then a worker on one queue
-// fetches with the returned function instead of a Fetch followed by a
-// Starter.Start of what it fetched: one round trip from the queue to the
-// task's function.
-type StartCarrier interface {
-	// CarryStart returns a function that fetches and begins attempts in
-	// be's states in one round trip, or nil when the broker cannot carry
-	// be's writes (be is not a driver it knows, or keeps its states where
-	// the broker's step cannot reach them). It must not block or do I/O.
-	CarryStart(be Backend) FetchStartFunc
-}
-
-// StartSpec says which deliveries of a carried fetch to start.
-type StartSpec struct {
-	// Tasks are the task names the fetch may start: those the consumer
-	// can run now. A message of another task, or without a Task, is
-	// delivered unstarted.
-	Tasks []string
-}
-
-// FetchStartFunc fetches as Fetch does (queue, limit, lease and the
-// blocking are Fetch's) and, in the same step, begins the attempt of each
-// delivery whose Task is in spec.Tasks, as the backend's Starter.Start
-// would for the StartRequest of its message: the task is the message's
-// ID, Task and TaskAttempt, FirstDelivery is Attempt == 1, and the states
-// are RECEIVED and STARTED at at (below). The starter's table decides, and
-// only STARTED need be stored. starts[i] answers for ds[i]: nil when the
-// fetch did not try to start it (its Task not in spec.Tasks, or unknown),
-// else Prev and Written as Start answers (Err unused). A delivery is
-// never handed out with its start undecided. Err set on a start says its
-// answer could not be read (Written still says whether STARTED was
-// written): errand gives that delivery back. at is the time the broker
-// read for the step that leased ds, at least to the microsecond (the
-// resolution errand records states at): the StartedAt it wrote — or the
-// previous state's CreatedAt when that is later, as Start writes it — and
-// the CreatedAt of a task that had no state.
-type FetchStartFunc func(ctx context.Context, queue string, limit int, lease time.Duration, spec StartSpec) (ds []*Delivery, starts []*StartResult, at time.Time, err error)

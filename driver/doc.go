@@ -26,9 +26,8 @@
 //   - [Uniquer]: holds the locks of unique tasks on the broker's server;
 //   - [RateLimiter]: keeps per-task rate limits on the broker's server;
 //   - [ScheduleStore]: keeps periodic schedules and claims their ticks;
-//   - [PendingCarrier]: records a backend's PENDING states in a publish's round trip.
-//   - [SettleCarrier]: records a backend's final states in an ack's round trip.
-//   - [StartCarrier]: begins the attempts of what it fetches in the fetch's round trip.
+//   - [Colocator]: sends, starts and settles in one step with a backend
+//     on its own server (see "Co-location" below).
 //
 // # Backends
 //
@@ -39,7 +38,22 @@
 //   - [StateWaiter]: wakes a waiter when a task's state changes;
 //   - [Expirer]: reports how long results are kept;
 //   - [Starter]: reads a task's state and begins its attempt in one step;
-//   - [PendingWriter]: writes PENDING only where a task has no state.
+//   - [PendingWriter]: writes PENDING only where a task has no state;
+//   - [Located]: declares where it keeps its data, for a [Colocator].
+//
+// # Co-location
+//
+// When a broker and a backend keep their data on one server (a Redis
+// node, a SQL database, the memory drivers' process), errand can send,
+// start and settle a task in one trip instead of two. That is one optional
+// capability: the backend declares its location ([Located]), a broker that
+// understands it returns its one-trip calls ([Colocator.Colocate], a
+// [Colocation]), and errand falls back to the portable calls whenever
+// Colocate answers nil. The location is a value of a type of the driver
+// family's own (an internal package both drivers import), so a broker
+// never recognises a partner by its shape, and a backend exports nothing
+// for a broker. errand's memory drivers and its Redis drivers implement
+// it; the conformance kit checks it, with broken variants, on every run.
 //
 // # Batch calls
 //

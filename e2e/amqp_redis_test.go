@@ -47,7 +47,7 @@ func TestAMQPBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true},
 	}
 	conformance.RunWorker(t, broker, backend)
 }

@@ -73,7 +73,7 @@ func TestSQSBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true},
 	}
 	conformance.RunWorker(t, broker, backend)
 }

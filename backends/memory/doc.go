@@ -23,5 +23,11 @@
 // ([driver.Starter]) and recording PENDING only where a task has no state
 // ([driver.PendingWriter]) each check and write under that mutex too.
 //
+// The backend declares its store of states as its location
+// ([Backend.Location], [driver.Located]), a value of an internal type of
+// errand's that only its memory broker understands: the two are then
+// co-located ([driver.Colocator]), and errand sends, starts and settles
+// each task in one call of the broker.
+//
 // Nothing survives the process.
 package memorybackend

@@ -52,6 +52,7 @@ type Backend struct {
 	scripts goredis.Scripter
 	opts    Options
 	closed  atomic.Bool
+	loc     *redisconn.States // Location's answer
 }
 
 var (
@@ -73,6 +74,7 @@ func New(rdb goredis.UniversalClient, opts *Options) *Backend {
 	if b.opts.CallTimeout == 0 {
 		b.opts.CallTimeout = defaultCallTimeout
 	}
+	b.loc = &redisconn.States{Client: rdb, Prefix: b.opts.Prefix, Expiry: b.opts.ResultExpiry}
 	return b
 }
 

@@ -53,6 +53,15 @@
 //   - SetPendingIfAbsent ([driver.PendingWriter]) is SET ... NX PX per
 //     task, in one pipeline.
 //
+// The backend declares where it keeps its states ([Backend.Location],
+// [driver.Located]): its client, key prefix and result expiry, in a type
+// of errand's internal module that only errand's Redis broker understands.
+// That broker, on the same single Redis node, co-locates with it
+// ([driver.Colocator]): a send's PENDING, an attempt's STARTED and a quiet
+// success's SUCCESS then go in the round trip of the publish, the fetch
+// and the ack, in the layout above. The backend exports nothing else for
+// the broker.
+//
 // Group keys expire GroupExpiry (default 24h, never less than ResultExpiry)
 // after the group's last completion, so a live group never loses its
 // metadata to a result's expiry (machinery#352).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -190,36 +189,13 @@ func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskStat
 	return b.setStates(ctx, sts, true)
 }
 
-// Client returns the client the backend writes through. It exists for
-// errand's Redis broker, which compares it with its own to tell whether
-// both keep their keys on the same server (see QueuePendingIfAbsent).
-func (b *Backend) Client() goredis.UniversalClient { return b.rdb }
+var _ driver.Located = (*Backend)(nil)
 
-// QueuePendingIfAbsent queues on pipe exactly the commands
-// SetPendingIfAbsent sends for sts (one SET ... NX PX per state, under the
-// backend's prefix and ResultExpiry) without sending them. It exists for
-// errand's Redis broker on the same server (Client), which sends them in
-// the pipeline of a publish: one round trip for a task's PENDING state and
-// its message. The commands are safe to send twice (NX). If a state cannot
-// be encoded it returns that error before queueing anything. Reading the
-// commands' results is the caller's job.
-func (b *Backend) QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
-	return b.queueStates(ctx, pipe, sts, true)
-}
-
-// StateEntry returns what SetStates writes for st: its key, its encoding
-// and its expiry (ResultExpiry; 0: none). It exists for errand's Redis
-// broker on the same server (Client), which writes a task's final state in
-// the script of its ack (driver.SettleCarrier): one round trip for both.
-func (b *Backend) StateEntry(st *driver.TaskState) (key string, value []byte, expiry time.Duration, err error) {
-	v, err := statejson.Marshal(st)
-	if err != nil {
-		return "", nil, 0, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
-	}
-	return b.taskKey(st.TaskUUID), v, b.opts.ResultExpiry, nil
-}
-
-// StateKey returns the key of task id's state. It exists for errand's
-// Redis broker on the same server (Client), whose fetch script begins
-// attempts (driver.StartCarrier) in the states under StateKey("").
-func (b *Backend) StateKey(id string) string { return b.taskKey(id) }
+// Location declares where the backend keeps its task states, for errand's
+// Redis broker to co-locate with it (driver.Located, driver.Colocator): a
+// *redisconn.States of its client, prefix and ResultExpiry, a type of
+// errand's internal module that only its Redis drivers understand. The
+// broker, on the same single Redis server, then records PENDING in the
+// round trip of a publish, STARTED in its fetch and the final state in
+// its ack.
+func (b *Backend) Location() any { return b.loc }

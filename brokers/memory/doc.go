@@ -59,6 +59,12 @@
 //     its ttl runs out (checked as they are read).
 //   - [driver.Finder]: one message by ID, in flight, pending, scheduled
 //     or among the completed, under the broker's lock.
+//   - [driver.Colocator]: with errand's memory result backend (which
+//     declares its store of states as its location), errand sends,
+//     starts and settles each task in one call of the broker: a send
+//     writes PENDING where absent and publishes under the broker's lock, a
+//     fetch begins the attempts of what it leases before it returns, a
+//     settle writes the final states, then acks. See [Broker.Colocate].
 //
 // # Limits
 //

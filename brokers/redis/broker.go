@@ -113,7 +113,7 @@ type Broker struct {
 	// (queue → *keys), keysCached counts its stores.
 	keyCache   sync.Map
 	keysCached atomic.Int64
-	// carriesStarts: CarryStart returned a carrier, so publish names each
+	// carriesStarts: Colocate answered non-nil, so publish names each
 	// task in its message's ID for a carried fetch to start (messageID).
 	carriesStarts atomic.Bool
 }

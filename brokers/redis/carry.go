@@ -7,63 +7,97 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
+	"github.com/errand-go/errand/internal/statejson"
 )
 
-var _ driver.PendingCarrier = (*Broker)(nil)
+var _ driver.Colocator = (*Broker)(nil)
 
-// pendingSource is what CarryPending needs of a backend: the client it
-// writes through, and its SetPendingIfAbsent commands queued on a pipeline
-// without sending them. errand's Redis result backend
-// (redisbackend.Backend) has both; the broker matches them by shape, so
-// that neither driver module requires the other.
-type pendingSource interface {
-	Client() goredis.UniversalClient
-	QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error
+// Colocate returns the broker's one-trip calls for be (driver.Colocator)
+// when be declares its task states on the broker's own single Redis
+// server: its Location is a *redisconn.States (errand's Redis result
+// backend) whose client reaches the broker's data (redisconn.SameServer:
+// the same client, or clients of equal address, DB and user) on one node
+// (oneNode: not a Redis Cluster or a Ring, where a task's state key and
+// the queue's keys live in different hash slots or shards, and one script
+// cannot touch both). Otherwise it answers nil, and errand takes the
+// portable path. It does no I/O.
+//
+// Once it has answered non-nil, the broker's publish names each message
+// with a Task and a TaskAttempt by an ID that carries them (messageID),
+// for FetchStart.
+func (b *Broker) Colocate(be driver.Backend) driver.Colocation {
+	l, ok := be.(driver.Located)
+	if !ok {
+		return nil
+	}
+	st, ok := l.Location().(*redisconn.States)
+	if !ok || st == nil || !redisconn.SameServer(b.rdb, st.Client) || !oneNode(b.rdb) {
+		return nil
+	}
+	b.carriesStarts.Store(true) // from now on publish names tasks in message IDs
+	return &colocation{b: b, st: st}
 }
 
-// CarryPending returns a driver.PublishPendingFunc that records be's
-// PENDING states in the pipeline of the publish, when be is errand's Redis
-// backend on the broker's own server (redisconn.SameServer: the same
-// client, or clients of equal address, DB and user, or of the same
-// cluster); nil otherwise. It does no I/O.
-//
-// The function checks msgs as Publish does (nothing is sent if one is
-// refused), then sends one pipeline: first the backend's SET ... NX PX of
-// every state (PENDING only where a task has no state yet), then the
-// SADD of the queues and one publish script per queue, exactly as
-// Publish. That is one round trip on a single node (two on a server that
-// has not cached the publish script yet: the refused scripts alone are
-// sent again with their source; the SET NX would be harmless twice, but
-// are not sent twice). On a Redis Cluster go-redis splits the pipeline by
-// node: one round trip per node holding a state or a queue, in parallel.
-// On one node the states go before the messages, so a worker never fetches
-// a message whose PENDING is still to come; across nodes there is no such
-// order, and none is needed (the backend writes PENDING only where
-// absent).
+// colocation is the broker's driver.Colocation for the states st.
+type colocation struct {
+	b  *Broker
+	st *redisconn.States
+	// names caches FetchStart's last tasks and their startableArg.
+	names atomic.Pointer[startable]
+}
+
+// startable is one list of task names and its startableArg.
+type startable struct {
+	tasks []string
+	arg   string
+}
+
+// Send sends one pipeline: first the backend's SET ... NX PX of every
+// state (PENDING only where a task has no state yet), then the SADD of
+// the queues and one publish script per queue, exactly as Publish, after
+// checking msgs as Publish does (nothing is sent if one is refused). That
+// is one round trip (two on a server that has not cached the publish
+// script yet: the refused scripts alone are sent again with their source;
+// the SET NX would be harmless twice, but are not sent twice). The states
+// go before the messages, so a worker never fetches a message whose
+// PENDING is still to come.
 //
 // published is true when every publish script succeeded; the error then
 // comes from the states alone (a state that cannot be encoded, or a SET
 // that failed), and a failed SADD of the queue set is not reported: the
 // messages are queued, and a worker's Fetch adds its queue to the set
 // anyway.
-func (b *Broker) CarryPending(be driver.Backend) driver.PublishPendingFunc {
-	src, ok := be.(pendingSource)
-	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
-		return nil
-	}
-	return func(ctx context.Context, sts []*driver.TaskState, msgs []driver.Message) (bool, error) {
-		return b.publishPending(ctx, src, sts, msgs)
-	}
+func (c *colocation) Send(ctx context.Context, sts []*driver.TaskState, msgs []driver.Message) (bool, error) {
+	return c.b.publishPending(ctx, c.st, sts, msgs)
 }
 
-// publishPending is the function CarryPending returns for src.
-func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*driver.TaskState, msgs []driver.Message) (bool, error) {
+// queuePending queues on pipe one SET ... NX PX per state, in st's
+// layout, encoding every state before it queues anything, so an encode
+// error leaves pipe as it was.
+func queuePending(ctx context.Context, pipe goredis.Pipeliner, st *redisconn.States, sts []*driver.TaskState) error {
+	vs := make([][]byte, len(sts))
+	for i, s := range sts {
+		v, err := statejson.Marshal(s)
+		if err != nil {
+			return fmt.Errorf("redis broker: encode state of %s: %w", s.TaskUUID, err)
+		}
+		vs[i] = v
+	}
+	for i, s := range sts {
+		pipe.SetNX(ctx, st.StateKey(s.TaskUUID), vs[i], st.Expiry)
+	}
+	return nil
+}
+
+// publishPending is colocation.Send.
+func (b *Broker) publishPending(ctx context.Context, st *redisconn.States, sts []*driver.TaskState, msgs []driver.Message) (bool, error) {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	batch, err := b.preparePublish(msgs)
@@ -72,7 +106,7 @@ func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*d
 	}
 	var encodeErr error // a state that could not be encoded: none queued
 	cmds, err := b.sendBatch(ctx, batch, func(pipe goredis.Pipeliner) {
-		encodeErr = src.QueuePendingIfAbsent(ctx, pipe, sts)
+		encodeErr = queuePending(ctx, pipe, st, sts)
 	})
 	if err != nil {
 		return false, b.err(ctx, err)
@@ -88,43 +122,16 @@ func (b *Broker) publishPending(ctx context.Context, src pendingSource, sts []*d
 	return true, nil
 }
 
-var _ driver.SettleCarrier = (*Broker)(nil)
-
-// stateSource is what CarrySettle needs of a backend: the client it
-// writes through, and the key, encoding and expiry its SetStates writes
-// for a state. errand's Redis result backend (redisbackend.Backend) has
-// both; the broker matches them by shape, as for pendingSource.
-type stateSource interface {
-	Client() goredis.UniversalClient
-	StateEntry(st *driver.TaskState) (key string, value []byte, expiry time.Duration, err error)
-}
-
-// CarrySettle returns a driver.SettleFunc that writes be's final states
-// in the script of the ack, when be is errand's Redis backend on the
-// broker's own single Redis server (redisconn.SameServer and oneNode, not
-// a Redis Cluster or a Ring: a task's state key and the queue's keys live
-// in different hash slots or shards there, and one script cannot touch
-// both); nil otherwise. It does no I/O.
-//
-// The function runs ackStatesScript once per call (its deliveries are of
-// one queue): per delivery, SET ... PX of the state, then the ack, exactly
-// as Ack; a delivery whose state cannot be encoded fails alone, neither
+// Settle runs ackStatesScript once per call (its deliveries are of one
+// queue): per delivery, SET ... PX of the state, then the ack, exactly as
+// Ack; a delivery whose state cannot be encoded fails alone, neither
 // written nor acked.
-func (b *Broker) CarrySettle(be driver.Backend) driver.SettleFunc {
-	src, ok := be.(stateSource)
-	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
-		return nil
-	}
-	if !oneNode(b.rdb) {
-		return nil
-	}
-	return func(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error {
-		return b.ackStates(ctx, src, ds, sts)
-	}
+func (c *colocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error {
+	return c.b.ackStates(ctx, c.st, ds, sts)
 }
 
-// ackStates is the function CarrySettle returns for src.
-func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.Delivery, sts []*driver.TaskState) []error {
+// ackStates is colocation.Settle.
+func (b *Broker) ackStates(ctx context.Context, st *redisconn.States, ds []*driver.Delivery, sts []*driver.TaskState) []error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
 	errs := make([]error, len(ds))
@@ -149,12 +156,13 @@ func (b *Broker) ackStates(ctx context.Context, src stateSource, ds []*driver.De
 			errs[i] = fmt.Errorf("redis broker: delivery %q is of queue %q, not %q: one carried settle is of one queue", d.ID, d.Queue, queue)
 			continue
 		}
-		key, v, exp, err := src.StateEntry(sts[i])
+		v, err := statejson.Marshal(sts[i])
 		if err != nil {
-			errs[i] = err
+			errs[i] = fmt.Errorf("redis broker: encode state of %s: %w", sts[i].TaskUUID, err)
 			continue
 		}
-		queue, expiry = d.Queue, exp
+		key := st.StateKey(sts[i].TaskUUID)
+		queue, expiry = d.Queue, st.Expiry
 		idx = append(idx, i)
 		states = append(states, key)
 		args = append(args, h.mid, h.token, v)
@@ -194,50 +202,39 @@ func oneNode(rdb goredis.UniversalClient) bool {
 	return ok
 }
 
-var _ driver.StartCarrier = (*Broker)(nil)
-
-// startSource is what CarryStart needs of a backend: the client it writes
-// through, the key of a task's state and its result expiry. errand's
-// Redis result backend (redisbackend.Backend) has them; the broker
-// matches them by shape, as for pendingSource.
-type startSource interface {
-	Client() goredis.UniversalClient
-	StateKey(id string) string
-	ResultExpiry() time.Duration
-}
-
-// CarryStart returns a driver.FetchStartFunc that begins attempts in be's
-// states in the fetch script, when be is errand's Redis backend on the
-// broker's own single Redis server (as CarrySettle: not a Redis Cluster,
-// where a task's state key and the queue's keys live in different hash
-// slots); nil otherwise. It does no I/O.
-//
-// Once it has returned a carrier, the broker's publish names each
-// message with a Task and a TaskAttempt by an ID that carries them
-// (messageID). The carried fetch runs fetchScript with the backend's key
-// prefix, its expiry and spec.Tasks: for each message it leases whose ID
-// names a task of spec.Tasks, it reads the task's state, applies
-// driver.Starter's table (luaStart's begin) and writes STARTED, in the
-// same script. A message published before, by a broker that returned no
-// carrier, or requeued from the archive, is delivered unstarted.
+// FetchStart runs fetchScript with the backend's state key prefix, its
+// expiry and tasks: for each message it leases whose ID names a task of
+// tasks (messageID), it reads the task's state, applies driver.Starter's
+// table (luaStart's begin) and writes STARTED, in the same script. A
+// message published before Colocate answered, by a broker that was not
+// co-located, or requeued from the archive, is delivered unstarted.
 //
 // The script touches the backend's task keys, which it builds from the
 // prefix rather than receiving as KEYS: allowed on a single Redis server,
-// which is why a cluster gets no carrier.
-func (b *Broker) CarryStart(be driver.Backend) driver.FetchStartFunc {
-	src, ok := be.(startSource)
-	if !ok || !redisconn.SameServer(b.rdb, src.Client()) {
-		return nil
+// which is why Colocate answers nil on a cluster.
+func (c *colocation) FetchStart(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
+	args := []any{c.st.StatePrefix(), c.st.Expiry.Milliseconds(), c.startable(tasks)}
+	return c.b.fetch(ctx, queue, limit, lease, args)
+}
+
+// startable returns startableArg(tasks), made once per list: errand
+// passes the same slice until its tasks change.
+func (c *colocation) startable(tasks []string) string {
+	if p := c.names.Load(); p != nil && sameSlice(p.tasks, tasks) {
+		return p.arg
 	}
-	if !oneNode(b.rdb) {
-		return nil
+	p := &startable{tasks: tasks, arg: startableArg(tasks)}
+	c.names.Store(p)
+	return p.arg
+}
+
+// sameSlice reports whether a and b are the same slice (the same array,
+// length and capacity), not just equal.
+func sameSlice(a, b []string) bool {
+	if len(a) != len(b) || cap(a) != cap(b) {
+		return false
 	}
-	b.carriesStarts.Store(true) // from now on publish names tasks in message IDs
-	prefix := src.StateKey("")
-	return func(ctx context.Context, queue string, limit int, lease time.Duration, spec driver.StartSpec) ([]*driver.Delivery, []*driver.StartResult, time.Time, error) {
-		args := []any{prefix, src.ResultExpiry().Milliseconds(), startableArg(spec.Tasks)}
-		return b.fetch(ctx, queue, limit, lease, args)
-	}
+	return len(a) == 0 || &a[0] == &b[0]
 }
 
 // startableArg is fetchScript's ARGV[10]: names, each between newlines,
@@ -258,7 +255,7 @@ func startableArg(names []string) string {
 }
 
 // messageID is the ID under which publish keeps m: random, and, once
-// CarryStart has returned a carrier, followed by what the fetch script
+// Colocate has answered non-nil, followed by what the fetch script
 // needs to start m's task without decoding its body — ":attempt:name"
 // (begin reads it back) — for a message with a Task and a TaskAttempt
 // whose ID and Task JSON writes as they are (begin writes them into the

@@ -19,40 +19,55 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/redisconn"
 )
 
 // sameServerBackend stands in for errand's Redis backend, whose module
-// this one cannot import: it has the two methods the broker looks for
-// (Client, QueuePendingIfAbsent), writing each state with SET ... NX PX
-// under prefix:task:ID as the backend does. The rest of driver.Backend
-// comes from a memory backend and is not used.
+// this one cannot import: it declares its location as the backend does
+// (driver.Located: a *redisconn.States of its client, prefix and an
+// expiry of a minute). The rest of driver.Backend comes from a memory
+// backend and is not used.
 type sameServerBackend struct {
 	driver.Backend
 	rdb    goredis.UniversalClient
 	prefix string
-	// queue, when set, replaces the SET NX of each state (to make the
-	// states fail while the publish succeeds).
-	queue func(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error
+	loc    *redisconn.States
 }
 
 func newSameServerBackend(t testing.TB, rdb goredis.UniversalClient, prefix string) *sameServerBackend {
 	mem := memorybackend.New(nil)
 	t.Cleanup(func() { mem.Close() })
-	return &sameServerBackend{Backend: mem, rdb: rdb, prefix: prefix}
+	return &sameServerBackend{Backend: mem, rdb: rdb, prefix: prefix,
+		loc: &redisconn.States{Client: rdb, Prefix: prefix, Expiry: time.Minute}}
 }
 
-func (s *sameServerBackend) Client() goredis.UniversalClient { return s.rdb }
+func (s *sameServerBackend) Location() any { return s.loc }
 
-func (s *sameServerBackend) QueuePendingIfAbsent(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
-	if s.queue != nil {
-		return s.queue(ctx, pipe, sts)
+// The one-trip calls of a driver.Colocation, as functions (nil: Colocate
+// answered nil).
+type (
+	sendFunc       func(ctx context.Context, sts []*driver.TaskState, msgs []driver.Message) (bool, error)
+	settleFunc     func(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error
+	fetchStartFunc func(ctx context.Context, queue string, limit int, lease time.Duration, tasks []string) ([]*driver.Delivery, []*driver.StartResult, time.Time, error)
+)
+
+func carryPending(b *redisbroker.Broker, be driver.Backend) sendFunc {
+	if c := b.Colocate(be); c != nil {
+		return c.Send
 	}
-	for _, st := range sts {
-		v, err := json.Marshal(st)
-		if err != nil {
-			return err
-		}
-		pipe.SetNX(ctx, s.key(st.TaskUUID), v, time.Minute)
+	return nil
+}
+
+func carrySettle(b *redisbroker.Broker, be driver.Backend) settleFunc {
+	if c := b.Colocate(be); c != nil {
+		return c.Settle
+	}
+	return nil
+}
+
+func carryStart(b *redisbroker.Broker, be driver.Backend) fetchStartFunc {
+	if c := b.Colocate(be); c != nil {
+		return c.FetchStart
 	}
 	return nil
 }
@@ -199,13 +214,19 @@ func countedClient(t *testing.T, name string) (goredis.UniversalClient, *tripCou
 // carrySetup returns a counted client of deployment name, a broker and a
 // same-server backend on it under a fresh prefix, and the broker's carrier
 // of that backend.
-func carrySetup(t *testing.T, name string) (goredis.UniversalClient, *tripCounter, *redisbroker.Broker, *sameServerBackend, driver.PublishPendingFunc) {
+func carrySetup(t *testing.T, name string) (goredis.UniversalClient, *tripCounter, *redisbroker.Broker, *sameServerBackend, sendFunc) {
 	t.Helper()
 	rdb, c := countedClient(t, name)
 	prefix := freshPrefix(t, rdb)
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	be := newSameServerBackend(t, rdb, prefix)
-	return rdb, c, b, be, b.CarryPending(be)
+	if _, ok := rdb.(*goredis.ClusterClient); ok {
+		if b.Colocate(be) != nil {
+			t.Fatal("Colocate on a Redis Cluster: calls; want nil (one step cannot reach a state key and the queue's keys)")
+		}
+		t.Skip("no co-location on a Redis Cluster (checked: Colocate answered nil)")
+	}
+	return rdb, c, b, be, carryPending(b, be)
 }
 
 func pendingStates(ids ...string) []*driver.TaskState {
@@ -384,11 +405,11 @@ func TestCarryPendingRefusals(t *testing.T) {
 			return m
 		}(),
 	} {
-		if b.CarryPending(be) != nil {
+		if carryPending(b, be) != nil {
 			t.Errorf("CarryPending with a backend on %s: a carrier; want nil (the broker cannot write its states)", what)
 		}
 	}
-	carry := b.CarryPending(newSameServerBackend(t, other(equal), "errand-test-refusals"))
+	carry := carryPending(b, newSameServerBackend(t, other(equal), "errand-test-refusals"))
 	if carry == nil {
 		t.Fatal("CarryPending with a backend on another client of the same server and DB: nil; want a carrier")
 	}
@@ -413,11 +434,9 @@ func TestCarryPendingRefusals(t *testing.T) {
 }
 
 // TestCarryPendingFailures: published reports whether the messages were
-// taken. A publish that fails (closed client) is not published; states
-// that fail beside a publish that succeeds are published, with the
-// states' error; on one node, where the states and the messages go in
-// one transaction, a state refused as it is queued aborts the whole of
-// it: not published, nothing written.
+// taken. A publish that fails (closed client) is not published; a state
+// that cannot be encoded beside a publish that succeeds is published, with
+// the state's error, and nothing written for it.
 func TestCarryPendingFailures(t *testing.T) {
 	for name := range servers(t) {
 		t.Run(name, func(t *testing.T) {
@@ -426,41 +445,22 @@ func TestCarryPendingFailures(t *testing.T) {
 			defer cancel()
 			rdb, _, b, be, carry := carrySetup(t, name)
 
-			// States that fail: a SET the server refuses, then one that
-			// cannot be encoded.
+			// A state that cannot be encoded: the messages go, the state's
+			// error is reported.
 			id := rand.Text()
-			be.queue = func(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState) error {
-				pipe.Do(ctx, "SET", be.key(sts[0].TaskUUID)) // wrong number of arguments
-				return nil
-			}
-			published, err := carry(ctx, pendingStates(id), []driver.Message{{ID: id, Queue: "q", Body: []byte("x")}})
-			var want []string // the messages queued
-			if name == "Single" {
-				// One transaction (MULTI ... EXEC) on one node: a command
-				// refused as it is queued aborts it all, nothing written.
-				if published || err == nil || !strings.Contains(err.Error(), "EXECABORT") {
-					t.Fatalf("carried publish whose state the server refused = %v, %v; want not published, EXECABORT (the transaction is all or nothing)", published, err)
-				}
-			} else {
-				if !published || err == nil {
-					t.Fatalf("carried publish whose state the server refused = %v, %v; want published with the states' error", published, err)
-				}
-				want = append(want, id)
-			}
-			be.queue = func(context.Context, goredis.Pipeliner, []*driver.TaskState) error {
-				return errors.New("cannot encode")
-			}
-			published, err = carry(ctx, pendingStates(id), []driver.Message{{ID: id + "-2", Queue: "q", Body: []byte("y")}})
-			if !published || err == nil || !strings.Contains(err.Error(), "cannot encode") {
+			bad := pendingStates(id)
+			bad[0].Results = []driver.Result{{Type: "x", Value: json.RawMessage("{not json")}}
+			published, err := carry(ctx, bad, []driver.Message{{ID: id + "-2", Queue: "q", Body: []byte("y")}})
+			if !published || err == nil || !strings.Contains(err.Error(), "encode state") {
 				t.Fatalf("carried publish whose state cannot be encoded = %v, %v; want published with the encode error", published, err)
 			}
-			for _, want := range append(want, id+"-2") {
-				if d := fetchOne(ctx, t, b, "q"); d.ID != want {
-					t.Fatalf("fetched %q; want %q (the messages of a publish whose states failed are queued)", d.ID, want)
-				}
+			if d := fetchOne(ctx, t, b, "q"); d.ID != id+"-2" {
+				t.Fatalf("fetched %q; want %q (the messages of a publish whose states failed are queued)", d.ID, id+"-2")
+			}
+			if n := rdb.Exists(ctx, be.key(id)).Val(); n != 0 {
+				t.Fatalf("a state that cannot be encoded was written")
 			}
 
-			be.queue = nil
 			rdb.Close()
 			id = rand.Text()
 			published, err = carry(ctx, pendingStates(id), []driver.Message{{ID: id, Queue: "q", Body: []byte("z")}})
@@ -577,11 +577,6 @@ func TestPublishTransactionFails(t *testing.T) {
 	}
 }
 
-func (s *sameServerBackend) StateEntry(st *driver.TaskState) (string, []byte, time.Duration, error) {
-	v, err := json.Marshal(st)
-	return s.key(st.TaskUUID), v, time.Minute, err
-}
-
 // TestCarrySettle: with errand's Redis backend on its own single server,
 // the broker writes final states in the ack's script, in one round trip:
 // each state written, each delivery acked and counted, a lost lease
@@ -590,7 +585,7 @@ func (s *sameServerBackend) StateEntry(st *driver.TaskState) (string, []byte, ti
 // backend elsewhere there is no carrier.
 func TestCarrySettle(t *testing.T) {
 	srv := servers(t)
-	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-settle"); b.CarrySettle(be) != nil {
+	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-settle"); carrySettle(b, be) != nil {
 		t.Error("CarrySettle on a Redis Cluster: a carrier; want nil (one script cannot reach a state key and the queue's keys)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -601,10 +596,10 @@ func TestCarrySettle(t *testing.T) {
 	be := newSameServerBackend(t, rdb, prefix)
 	mem := memorybackend.New(nil)
 	t.Cleanup(func() { mem.Close() })
-	if b.CarrySettle(mem) != nil {
+	if carrySettle(b, mem) != nil {
 		t.Error("CarrySettle with a memory backend: a carrier; want nil")
 	}
-	carry := b.CarrySettle(be)
+	carry := carrySettle(b, be)
 	if carry == nil {
 		t.Fatal("CarrySettle = nil for a backend on the broker's own single server; want a carrier")
 	}
@@ -664,9 +659,6 @@ func TestCarrySettle(t *testing.T) {
 	}
 }
 
-func (s *sameServerBackend) StateKey(id string) string   { return s.key(id) }
-func (s *sameServerBackend) ResultExpiry() time.Duration { return time.Minute }
-
 // TestCarryStart: with errand's Redis backend on its own single server,
 // one fetch round trip leases and starts: a Go-encoded PENDING is
 // followed (its created_at kept, STARTED decodable), a state of another
@@ -675,7 +667,7 @@ func (s *sameServerBackend) ResultExpiry() time.Duration { return time.Minute }
 // no carrier.
 func TestCarryStart(t *testing.T) {
 	srv := servers(t)
-	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-start"); b.CarryStart(be) != nil {
+	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-start"); carryStart(b, be) != nil {
 		t.Error("CarryStart on a Redis Cluster: a carrier; want nil (the script cannot reach the state keys)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -684,7 +676,7 @@ func TestCarryStart(t *testing.T) {
 	prefix := freshPrefix(t, rdb)
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	be := newSameServerBackend(t, rdb, prefix)
-	fetch := b.CarryStart(be)
+	fetch := carryStart(b, be)
 	if fetch == nil {
 		t.Fatal("CarryStart = nil for a backend on the broker's own single server; want a carrier")
 	}
@@ -692,7 +684,7 @@ func TestCarryStart(t *testing.T) {
 	if err := b.Publish(ctx, driver.Message{ID: "w", Queue: "s", Body: []byte("w")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := fetch(ctx, "s", 1, time.Second, driver.StartSpec{}); err != nil { // and the queue registered
+	if _, _, _, err := fetch(ctx, "s", 1, time.Second, nil); err != nil { // and the queue registered
 		t.Fatal(err)
 	}
 	created := "2020-01-02T03:04:05.678Z"
@@ -709,7 +701,7 @@ func TestCarryStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.reset()
-	ds, starts, at, err := fetch(ctx, "s", 4, time.Minute, driver.StartSpec{Tasks: []string{"t", `t"<`}})
+	ds, starts, at, err := fetch(ctx, "s", 4, time.Minute, []string{"t", `t"<`})
 	if err != nil || len(ds) != 4 || len(starts) != 4 {
 		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want 4 each", len(ds), len(starts), err)
 	}
@@ -760,7 +752,7 @@ func TestCarryStart(t *testing.T) {
 	if err := b.Release(ctx, redo, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	again, starts, _, err := fetch(ctx, "s", 1, time.Minute, driver.StartSpec{Tasks: []string{"t"}})
+	again, starts, _, err := fetch(ctx, "s", 1, time.Minute, []string{"t"})
 	if err != nil || len(again) != 1 || again[0].Attempt != 2 || len(starts) != 1 || starts[0] == nil || !starts[0].Written ||
 		starts[0].Prev == nil || starts[0].Prev.State != driver.StateStarted {
 		t.Fatalf("redelivery: %v, starts %v, %v; want delivered again (attempt 2) and started over its STARTED", again, starts, err)
@@ -777,7 +769,7 @@ func TestCarrySettlePriority(t *testing.T) {
 	prefix := freshPrefix(t, rdb)
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	be := newSameServerBackend(t, rdb, prefix)
-	settle := b.CarrySettle(be)
+	settle := carrySettle(b, be)
 	if settle == nil {
 		t.Fatal("CarrySettle = nil for a backend on the broker's own single server")
 	}
@@ -828,7 +820,7 @@ func TestCarryStartOnlyNamedTasks(t *testing.T) {
 	prefix := freshPrefix(t, rdb)
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	be := newSameServerBackend(t, rdb, prefix)
-	fetch := b.CarryStart(be)
+	fetch := carryStart(b, be)
 	if fetch == nil {
 		t.Fatal("CarryStart = nil on a single server; want a carrier")
 	}
@@ -840,7 +832,7 @@ func TestCarryStartOnlyNamedTasks(t *testing.T) {
 	if err := b.Publish(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	ds, starts, _, err := fetch(ctx, "s", len(msgs), time.Minute, driver.StartSpec{Tasks: []string{"a", "ab", "x\nb\ny", "", "bc"}})
+	ds, starts, _, err := fetch(ctx, "s", len(msgs), time.Minute, []string{"a", "ab", "x\nb\ny", "", "bc"})
 	if err != nil || len(ds) != len(msgs) || len(starts) != len(msgs) {
 		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want %d each", len(ds), len(starts), err, len(msgs))
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -12,147 +11,136 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbroker "github.com/errand-go/errand/brokers/redis"
+	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
 )
 
 // carriedStartFixture is a broker and a same-server backend on the single
 // Redis under a fresh prefix, with the broker's carried fetch.
-func carriedStartFixture(t *testing.T) (*redisbroker.Broker, *sameServerBackend, driver.FetchStartFunc) {
+func carriedStartFixture(t *testing.T) (*redisbroker.Broker, *sameServerBackend, fetchStartFunc) {
 	t.Helper()
 	rdb, _ := countedClient(t, "Single")
 	prefix := freshPrefix(t, rdb)
 	b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
 	be := newSameServerBackend(t, rdb, prefix)
-	fetch := b.CarryStart(be)
+	fetch := carryStart(b, be)
 	if fetch == nil {
 		t.Fatal("CarryStart = nil on the broker's own single server; want a carrier")
 	}
 	return b, be, fetch
 }
 
-// TestCarryStartTable: the fetch script's begin decides as
-// driver.StartRequest.Allows, row by row, for a previous state in Go's
-// layout (read with patterns) and in another (read with cjson), on a
-// first delivery and on a redelivery, for a task whose name holds ':'
-// and characters Lua patterns treat specially; a refused start leaves
-// the state as it was.
+// TestCarryStartTable: the fetch script's begin (the broker's Lua copy of
+// the start rule) decides as driver.StartRequest.Allows, the one
+// definition, on every row of conformance.StartCases (the table the Redis
+// backend's Start script runs too), for a previous state in Go's layout
+// (read with patterns) and in another (read with cjson); a refused start
+// leaves the state as it was, a written one is STARTED with the times
+// the fetch answers.
 func TestCarryStartTable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	b, be, fetch := carriedStartFixture(t)
-	const name, attempt = "ns:a.b-c%d+[x]", 2
+	name := conformance.StartCaseTask
 	created := time.Date(2020, 1, 2, 3, 4, 5, 678e6, time.UTC)
-	prevs := map[string]*driver.TaskState{
-		"none":           nil,
-		"pending":        {TaskName: name, State: driver.StatePending, Attempt: attempt},
-		"received":       {TaskName: name, State: driver.StateReceived, Attempt: attempt},
-		"started":        {TaskName: name, State: driver.StateStarted, Attempt: attempt},
-		"retry":          {TaskName: name, State: driver.StateRetry, Attempt: attempt - 1},
-		"success":        {TaskName: name, State: driver.StateSuccess, Attempt: attempt},
-		"failure":        {TaskName: name, State: driver.StateFailure, Attempt: attempt - 1},
-		"later attempt":  {TaskName: name, State: driver.StateStarted, Attempt: attempt + 1},
-		"earlier":        {TaskName: name, State: driver.StateStarted, Attempt: attempt - 1},
-		"no attempt":     {TaskName: name, State: driver.StatePending},
-		"other name":     {TaskName: "ns:a", State: driver.StatePending, Attempt: attempt},
-		"name prefix":    {TaskName: name + "x", State: driver.StatePending, Attempt: attempt},
-		"no name":        {State: driver.StatePending, Attempt: attempt},
-		"escaped name":   {TaskName: "<" + name, State: driver.StatePending, Attempt: attempt},
-		"unknown state":  {TaskName: name, State: "PAUSED_X", Attempt: attempt},
-		"results before": {TaskName: name, State: driver.StateRetry, Attempt: 1, Error: `boom {"created_at":"x"} [1]`},
-	}
-	for label, prev := range prevs {
+	for _, sc := range conformance.StartCases() {
+		prev, attempt, first := sc.Prev, sc.Attempt, sc.FirstDelivery
 		for _, layout := range []string{"go", "other"} {
 			if prev == nil && layout == "other" {
 				continue // no state: one layout only
 			}
-			for _, first := range []bool{true, false} {
-				t.Run(fmt.Sprintf("%s/%s/first=%v", label, layout, first), func(t *testing.T) {
-					id := "tab-" + rand.Text()
-					queue := "tab-" + rand.Text()[:8]
-					if err := b.Publish(ctx, driver.Message{ID: id, Queue: queue, Body: []byte("x"), Task: name, TaskAttempt: attempt}); err != nil {
+			t.Run(sc.Name+"/"+layout, func(t *testing.T) {
+				id := "tab-" + rand.Text()
+				queue := "tab-" + rand.Text()[:8]
+				if err := b.Publish(ctx, driver.Message{ID: id, Queue: queue, Body: []byte("x"), Task: name, TaskAttempt: attempt}); err != nil {
+					t.Fatal(err)
+				}
+				if !first { // a redelivery: leased once without starting
+					ds, err := b.Fetch(ctx, queue, 1, time.Minute)
+					if err != nil || len(ds) != 1 {
+						t.Fatalf("fetch: %v, %v", ds, err)
+					}
+					if err := b.Release(ctx, ds[0], time.Time{}); err != nil {
 						t.Fatal(err)
 					}
-					if !first { // a redelivery: leased once without starting
-						ds, err := b.Fetch(ctx, queue, 1, time.Minute)
-						if err != nil || len(ds) != 1 {
-							t.Fatalf("fetch: %v, %v", ds, err)
-						}
-						if err := b.Release(ctx, ds[0], time.Time{}); err != nil {
-							t.Fatal(err)
-						}
-					}
-					var raw string
-					if prev != nil {
-						p := *prev
-						p.TaskUUID, p.CreatedAt = id, created
-						v, err := json.Marshal(&p)
-						if err != nil {
-							t.Fatal(err)
-						}
-						raw = string(v)
-						if layout == "other" { // the same state, its keys in another order
-							var m map[string]any
-							if err := json.Unmarshal(v, &m); err != nil {
-								t.Fatal(err)
-							}
-							v, _ = json.Marshal(m) // sorted keys: attempt, created_at, ...
-							raw = string(v)
-						}
-						if err := be.rdb.Set(ctx, be.key(id), raw, time.Minute).Err(); err != nil {
-							t.Fatal(err)
-						}
-					}
-					ds, starts, at, err := fetch(ctx, queue, 1, time.Minute, driver.StartSpec{Tasks: []string{"ns:a", name}})
-					if err != nil || len(ds) != 1 || len(starts) != 1 || starts[0] == nil {
-						t.Fatalf("carried fetch: %v, starts %v, %v; want one delivery, started", ds, starts, err)
-					}
-					d, st := ds[0], starts[0]
-					if d.Task != name || d.TaskAttempt != attempt || d.ID != id || (d.Attempt == 1) != first {
-						t.Fatalf("delivery %q: task %q attempt %d, delivery %d; want %q, %d, first %v", d.ID, d.Task, d.TaskAttempt, d.Attempt, name, attempt, first)
-					}
-					if st.Err != nil {
-						t.Fatalf("start: %v", st.Err)
-					}
-					started := &driver.TaskState{TaskUUID: id, TaskName: name, State: driver.StateStarted, Attempt: attempt, CreatedAt: at, StartedAt: at}
-					req := driver.StartRequest{Received: started, Started: started, FirstDelivery: first}
-					var wantPrev *driver.TaskState
-					if prev != nil {
-						wantPrev = new(driver.TaskState)
-						if err := json.Unmarshal([]byte(raw), wantPrev); err != nil {
-							t.Fatal(err)
-						}
-					}
-					if want := req.Allows(wantPrev); st.Written != want {
-						t.Fatalf("previous %s: written %v; driver.StartRequest.Allows says %v", raw, st.Written, want)
-					}
-					if (st.Prev == nil) != (prev == nil) {
-						t.Fatalf("Prev %+v; want the state before (%s)", st.Prev, raw)
-					}
-					now, err := be.rdb.Get(ctx, be.key(id)).Result()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !st.Written {
-						if now != raw {
-							t.Fatalf("a refused start changed the state from %s to %s", raw, now)
-						}
-						return
-					}
-					var got driver.TaskState
-					if err := json.Unmarshal([]byte(now), &got); err != nil {
-						t.Fatalf("STARTED %s: %v", now, err)
-					}
-					wantCreated := at
-					if prev != nil {
-						wantCreated = created
-					}
-					if got.TaskUUID != id || got.TaskName != name || got.State != driver.StateStarted || got.Attempt != attempt ||
-						!got.CreatedAt.Equal(wantCreated) || !got.StartedAt.Equal(at) {
-						t.Fatalf("STARTED written as %s; want task %s %q attempt %d created %v started %v", now, id, name, attempt, wantCreated, at)
-					}
-				})
-			}
+				}
+				raw := storeStartPrev(ctx, t, be.rdb, be.key(id), prev, id, created, layout)
+				ds, starts, at, err := fetch(ctx, queue, 1, time.Minute, []string{"ns:a", name})
+				if err != nil || len(ds) != 1 || len(starts) != 1 || starts[0] == nil {
+					t.Fatalf("carried fetch: %v, starts %v, %v; want one delivery, started", ds, starts, err)
+				}
+				d, st := ds[0], starts[0]
+				if d.Task != name || d.TaskAttempt != attempt || d.ID != id || (d.Attempt == 1) != first {
+					t.Fatalf("delivery %q: task %q attempt %d, delivery %d; want %q, %d, first %v", d.ID, d.Task, d.TaskAttempt, d.Attempt, name, attempt, first)
+				}
+				if st.Err != nil {
+					t.Fatalf("start: %v", st.Err)
+				}
+				if want := sc.Want(); st.Written != want {
+					t.Fatalf("previous %s: written %v; driver.StartRequest.Allows says %v", raw, st.Written, want)
+				}
+				if (st.Prev == nil) != (prev == nil) {
+					t.Fatalf("Prev %+v; want the state before (%s)", st.Prev, raw)
+				}
+				checkStartedOrUntouched(ctx, t, be.rdb, be.key(id), raw, st.Written, id, name, attempt, prev != nil, created, at)
+			})
 		}
+	}
+}
+
+// storeStartPrev stores prev (nil: nothing) as task id's state at key,
+// created at created, in Go's layout or, for "other", the same fields in
+// another order; it returns what it stored.
+func storeStartPrev(ctx context.Context, t *testing.T, rdb goredis.UniversalClient, key string, prev *driver.TaskState, id string, created time.Time, layout string) string {
+	t.Helper()
+	if prev == nil {
+		return ""
+	}
+	p := *prev
+	p.TaskUUID, p.CreatedAt = id, created
+	v, err := json.Marshal(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if layout == "other" { // the same state, its keys in another order
+		var m map[string]any
+		if err := json.Unmarshal(v, &m); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = json.Marshal(m) // sorted keys: attempt, created_at, ...
+	}
+	if err := rdb.Set(ctx, key, v, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return string(v)
+}
+
+// checkStartedOrUntouched checks the state at key after a start: as raw
+// when not written, else STARTED for task id at the fetch's time at,
+// created at created when it had a state (hadPrev), else at at.
+func checkStartedOrUntouched(ctx context.Context, t *testing.T, rdb goredis.UniversalClient, key, raw string, written bool, id, name string, attempt int, hadPrev bool, created, at time.Time) {
+	t.Helper()
+	now, err := rdb.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !written {
+		if now != raw {
+			t.Fatalf("a refused start changed the state from %s to %s", raw, now)
+		}
+		return
+	}
+	var got driver.TaskState
+	if err := json.Unmarshal([]byte(now), &got); err != nil {
+		t.Fatalf("STARTED %s: %v", now, err)
+	}
+	wantCreated := at
+	if hadPrev {
+		wantCreated = created
+	}
+	if got.TaskUUID != id || got.TaskName != name || got.State != driver.StateStarted || got.Attempt != attempt ||
+		!got.CreatedAt.Equal(wantCreated) || !got.StartedAt.Equal(at) {
+		t.Fatalf("STARTED written as %s; want task %s %q attempt %d created %v started %v", now, id, name, attempt, wantCreated, at)
 	}
 }
 
@@ -184,7 +172,7 @@ func TestCarryStartUnreadableState(t *testing.T) {
 	if err := b.Publish(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	ds, starts, _, err := fetch(ctx, queue, len(msgs), time.Minute, driver.StartSpec{Tasks: []string{"t"}})
+	ds, starts, _, err := fetch(ctx, queue, len(msgs), time.Minute, []string{"t"})
 	if err != nil {
 		t.Fatalf("carried fetch over unreadable states: %v; want the deliveries", err)
 	}
@@ -218,10 +206,10 @@ func TestCarryOnRingRefused(t *testing.T) {
 	defer ring.Close()
 	b := redisbroker.New(ring, &redisbroker.Options{Prefix: "errand-test-ring"})
 	be := newSameServerBackend(t, ring, "errand-test-ring")
-	if b.CarryStart(be) != nil {
+	if carryStart(b, be) != nil {
 		t.Error("CarryStart on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
 	}
-	if b.CarrySettle(be) != nil {
+	if carrySettle(b, be) != nil {
 		t.Error("CarrySettle on a Ring: a carrier; want nil (its script cannot reach the state keys' shards)")
 	}
 }

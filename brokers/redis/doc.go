@@ -167,20 +167,16 @@
 //
 // # With errand's Redis backend
 //
-// The broker implements [driver.PendingCarrier]: when errand's Redis result
-// backend keeps its states on the broker's own server (the same client, or
-// clients of equal address, DB and user, or of the same cluster), errand
-// sends each SendTask's PENDING state and message in one pipeline, one
-// round trip (one per node on a cluster). See [Broker.CarryPending] and
-// docs/redis.md.
-//
-// On a single Redis server (not a cluster, where a task's state key and a
-// queue's keys are in different slots) it also implements
-// [driver.StartCarrier] and [driver.SettleCarrier]: a worker's fetch script
-// begins the attempts of the tasks it leases (no Start call before the
-// task's function runs), and the ack script of a task that nothing follows
-// records its SUCCESS. See [Broker.CarryStart], [Broker.CarrySettle] and
-// docs/redis.md, "one round trip in, one out".
+// The broker is a [driver.Colocator]: when errand's Redis result backend
+// declares (its Location) that it keeps its states on the broker's own
+// single Redis server (the same client, or clients of equal address, DB
+// and user; not a cluster, where a task's state key and a queue's keys
+// are in different slots), errand sends each SendTask's PENDING state and
+// message in one pipeline, a worker's fetch script begins the attempts of
+// the tasks it leases (no Start call before the task's function runs),
+// and the ack script of a task that nothing follows records its SUCCESS:
+// one round trip each. See [Broker.Colocate] and docs/redis.md, "one
+// round trip in, one out".
 //
 // # Logging
 //

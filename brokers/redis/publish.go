@@ -35,7 +35,7 @@ import (
 // process whatever emptied it: a Redis restarted without persistence, a
 // FLUSHDB, a failover to a replica that had not received it (issue 31).
 //
-// Either way the carried PENDING states (CarryPending) go first, in the
+// Either way the co-located PENDING states (Colocation.Send) go first, in the
 // same transaction or pipeline, and go-redis never sends the call twice
 // (redisconn.NoRetry, redisconn.Once): a reply lost after the write is an
 // error, not a second copy of every message.
@@ -134,7 +134,7 @@ func scriptsErr(scripts []*goredis.Cmd, err error) error {
 
 // publishBatch is a publish checked and grouped by queue, its messages'
 // IDs in Redis drawn, ready to queue on a pipeline or a transaction: the
-// one code path of Publish and of the carried publish of CarryPending.
+// one code path of Publish and of the co-located publish (Colocation.Send).
 type publishBatch struct {
 	b      *Broker
 	tx     bool            // the transaction's shape (see above)

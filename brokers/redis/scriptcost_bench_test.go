@@ -61,11 +61,11 @@ func BenchmarkScriptCost(b *testing.B) {
 		}
 		br := redisbroker.New(rdb, &redisbroker.Options{Prefix: "cost"})
 		be := newSameServerBackend(b, rdb, "cost")
-		pub, start, settle := br.CarryPending(be), br.CarryStart(be), br.CarrySettle(be)
+		pub, start, settle := carryPending(br, be), carryStart(br, be), carrySettle(br, be)
 		if pub == nil || start == nil || settle == nil {
 			b.Fatal("no carrier")
 		}
-		spec := driver.StartSpec{Tasks: []string{"noop"}}
+		spec := []string{"noop"}
 		created := time.Now().UTC()
 		for i := 0; i < n; i += 100 {
 			var sts []*driver.TaskState

@@ -702,7 +702,7 @@ return ackAll(list, toks, true)
 
 // ackStatesScript is ackScript that first writes each delivery's task
 // state, a result backend's key on the same Redis node
-// (driver.SettleCarrier): SET ... PX of the state the backend encoded,
+// (driver.Colocation.Settle): SET ... PX of the state,
 // whether or not the lease is current (as the backend's SetStates before
 // an Ack would), then the ack. The state keys follow the queue's keys in
 // KEYS, one per delivery. Returns one SETTLED or LEASE_LOST per delivery.
