@@ -23,7 +23,8 @@ var _ driver.Starter = (*MachineryBackend)(nil)
 // written state keeps prev's CreatedAt, spliced in as a JSON string, so
 // the rest of the JSON is Go's own encoding, never re-encoded by cjson;
 // a body that is not JSON is no task state and is written over, as
-// SetStates would.
+// SetStates would. Its StartedAt, spliced in too, is never earlier than
+// the CreatedAt it keeps (notBefore: the producer's clock may be ahead).
 var mStart = newScript(`
 -- mstart
 -- KEYS[1] -> UUID
@@ -33,10 +34,13 @@ var mStart = newScript(`
 -- ARGV[4] -> expiry (ms; 0: none)
 -- ARGV[5] -> the STARTED state's JSON up to and including "CreatedAt":
 -- ARGV[6] -> its own CreatedAt (a JSON string)
--- ARGV[7] -> the rest of its JSON
+-- ARGV[7] -> its JSON from there up to and including "StartedAt":
+-- ARGV[8] -> its StartedAt (a JSON string)
+-- ARGV[9] -> the rest of its JSON
 local task = KEYS[1]
 local name, attempt, first, expiry = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local head, created, tail = ARGV[5], ARGV[6], ARGV[7]
+local head, created, mid, started, tail = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+`, redisconn.LuaNotBefore, `
 local raw = redis.call('GET', task)
 if raw then
   local ok, p = pcall(cjson.decode, raw)
@@ -52,10 +56,12 @@ if raw then
     if type(p.CreatedAt) == 'string' then created = cjson.encode(p.CreatedAt) end
   end
 end
+started = notBefore(started, created)
+local st = head .. created .. mid .. started .. tail
 if expiry > 0 then
-  redis.call('SET', task, head .. created .. tail, 'PX', expiry)
+  redis.call('SET', task, st, 'PX', expiry)
 else
-  redis.call('SET', task, head .. created .. tail)
+  redis.call('SET', task, st)
 end
 return {1, raw or false}
 `)
@@ -90,11 +96,38 @@ func (b *MachineryBackend) mStartArgs(r driver.StartRequest) ([]any, error) {
 		return nil, fmt.Errorf("redis machinery backend: encode state of %s: CreatedAt is not a string in %s", st.TaskUUID, v)
 	}
 	own, tail := rest[:j+2], rest[j+2:]
+	mid, started, tail, err := spliceString(tail, mStartedKey)
+	if err != nil {
+		return nil, fmt.Errorf("redis machinery backend: encode state of %s: StartedAt: %w in %s", st.TaskUUID, err, v)
+	}
 	first := "0"
 	if r.FirstDelivery {
 		first = "1"
 	}
-	return []any{st.TaskName, st.Attempt, first, b.opts.ResultsExpireIn.Milliseconds(), head, own, tail}, nil
+	return []any{st.TaskName, st.Attempt, first, b.opts.ResultsExpireIn.Milliseconds(), head, own, mid, started, tail}, nil
+}
+
+// mStartedKey is where encoding/json puts a machinery state's StartedAt
+// (errand's field), after its CreatedAt.
+var mStartedKey = []byte(`"StartedAt":`)
+
+// spliceString splits v around the JSON string value of the first key
+// (key written with its quotes and colon): v up to and including key, the
+// value with its quotes (RFC 3339: no escapes), and the rest.
+func spliceString(v, key []byte) (head, value, rest []byte, err error) {
+	i := bytes.Index(v, key)
+	if i < 0 {
+		return nil, nil, nil, fmt.Errorf("no %s", key)
+	}
+	head, rest = v[:i+len(key)], v[i+len(key):]
+	j := -1
+	if len(rest) > 0 && rest[0] == '"' {
+		j = bytes.IndexByte(rest[1:], '"')
+	}
+	if j < 0 {
+		return nil, nil, nil, fmt.Errorf("%s is not a string", key)
+	}
+	return head, rest[:j+2], rest[j+2:], nil
 }
 
 // Start begins each request's attempt with one script per request (the
