@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -211,4 +212,57 @@ func TestWorkerQueuesWeightsHoldWithSlowFetches(t *testing.T) {
 			t.Errorf("queue weights promise broken: with the high queue's fetches taking 300ms and the low one's none, of the first %d tasks started %d were high and %d low; want 300 ± 4 (3:1, to within the slots)", n, hi, n-hi)
 		}
 	})
+}
+
+// A worker on one queue with a cap below Concurrency fetches only for the
+// free slots within its cap (the one-queue fetch loop, design.md: no
+// prefetch beyond free slots). Before the one fetch loop, a cap sent such
+// a worker through the several-queue dispatch, whose fetch asks for its
+// share plus one: 4 in flight for 3 running.
+func TestWorkerQueuesOneCappedQueueFetchesOnlyFreeSlots(t *testing.T) {
+	checkNoLeak(t)
+	e := newEnv(t)
+	var cur, peak atomic.Int32
+	release := make(chan struct{})
+	e.srv.Register("hold", func() error {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		cur.Add(-1)
+		return nil
+	})
+	ctx := ctxT(t)
+	var rs []*errand.AsyncResult
+	for range 10 {
+		sig := errand.NewSignature("hold")
+		sig.RoutingKey = "capped"
+		r, err := e.srv.SendTask(ctx, sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	e.start(t, errand.WorkerConfig{Queues: map[string]int{"capped": 1}, QueueConcurrency: map[string]int{"capped": 3}, Concurrency: 10})
+	waitFor(t, "3 tasks running", func() bool { return cur.Load() == 3 })
+	qi, err := e.srv.Queue(ctx, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := qi.Stats; st.InFlight != 3 || st.Pending != 7 {
+		t.Errorf("a worker on one queue capped at 3 (Concurrency 10), its 3 slots busy, leaves the queue %+v; want 3 in flight and 7 pending (no prefetch beyond free slots)", st)
+	}
+	close(release)
+	for _, r := range rs {
+		if _, err := r.Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.Load(); p != 3 {
+		t.Errorf("peak concurrency of the queue capped at 3 = %d, want 3", p)
+	}
 }
