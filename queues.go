@@ -68,9 +68,9 @@ type queueSet struct {
 }
 
 // job is one delivery on its way to a runner; q is its queue in a
-// worker on several queues (nil otherwise: no policy to tell), ext its lease's renewal when it was
-// started at fetch time, got when its Fetch call returned (its lease began
-// just before).
+// worker on several queues (nil otherwise: no policy to tell), ext its
+// lease's renewal when it was started at fetch time, got when its Fetch
+// call returned (its lease began just before).
 type job struct {
 	d   *driver.Delivery
 	q   *workerQueue
@@ -281,11 +281,6 @@ func (w *Worker) fetched(q *workerQueue, limit int, ds []*driver.Delivery, start
 		w.giveBack(ds) // paused while the fetch waited: give them back untouched
 		ds = nil
 	}
-	for _, d := range ds {
-		if d.Queue == "" {
-			d.Queue = q.name
-		}
-	}
 	if qs.policy == nil {
 		for range limit - len(ds) {
 			<-w.slots
@@ -311,6 +306,9 @@ func (w *Worker) fetched(q *workerQueue, limit int, ds []*driver.Delivery, start
 	}
 	jobs := make([]job, len(ds))
 	for i, d := range ds {
+		if d.Queue == "" {
+			d.Queue = q.name
+		}
 		jobs[i] = job{d: d, q: q, ext: w.lease.start(d, got)} // the lease runs while it waits in hand
 		if starts != nil {
 			jobs[i].start, jobs[i].startAt = starts[i], at
