@@ -137,6 +137,7 @@ func dropPrefix(rdb goredis.UniversalClient, prefix string) {
 // carries the backend's PENDING writes (Worker/Send/CarriedPending checks
 // the carrier itself).
 func TestRedisBrokerWithRedisBackend(t *testing.T) {
+	t.Parallel()
 	for name, c := range redisDeployments(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -179,6 +180,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 // and a worker then runs it once; concurrent SendTask calls share
 // pipelines.
 func TestSendTaskOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	for name, c := range redisDeployments(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -13,6 +13,7 @@ import (
 // bounds the open's check (go-redis retries an unreachable sentinel set
 // until the check's deadline).
 func TestSentinelOpenErrorsHideCredentials(t *testing.T) {
+	t.Parallel()
 	conformance.RunOpenRedaction(t, "broker", map[string][]string{
 		"redis-sentinel://alice:hunter2@127.0.0.1:1,127.0.0.1:2/0?master=m&timeout=500ms":                {"hunter2"},
 		"redis-sentinel://hunter2@127.0.0.1:1/0?master=m&timeout=500ms":                                  {"hunter2"},
