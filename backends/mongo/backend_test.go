@@ -59,7 +59,6 @@ func harness(c *gomongo.Client) conformance.BackendHarness {
 }
 
 func TestConformance(t *testing.T) {
-	t.Parallel()
 	c := client(t)
 	conformance.RunBackend(t, harness(c))
 	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), harness(c))

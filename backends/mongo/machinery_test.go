@@ -36,7 +36,6 @@ func machineryHarness(c *gomongo.Client) conformance.BackendHarness {
 // TestMachineryConformance runs the kit's backend and worker cases on the
 // backend in machinery's format.
 func TestMachineryConformance(t *testing.T) {
-	t.Parallel()
 	c := client(t)
 	conformance.RunBackend(t, machineryHarness(c))
 	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), machineryHarness(c))
