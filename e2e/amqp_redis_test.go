@@ -29,6 +29,7 @@ func amqpURL(t testing.TB) string {
 // TestAMQPBrokerWithRedisBackend runs the worker cases of the kit on the
 // AMQP broker (quorum queues) with the Redis result backend.
 func TestAMQPBrokerWithRedisBackend(t *testing.T) {
+	t.Parallel()
 	u := amqpURL(t)
 	rdb := redisClient(t)
 	const maxDelay = 1024 * time.Millisecond

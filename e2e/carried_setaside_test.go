@@ -19,6 +19,7 @@ import (
 // re-drive from the archive (a first delivery of a new message) a
 // "second message under a running UUID", set aside again.
 func TestCarriedStartSetAsideRestored(t *testing.T) {
+	t.Parallel()
 	c, ok := redisDeployments(t)["Single"]
 	if !ok {
 		t.Fatal("no single Redis server (ERRAND_REDIS_URL)")

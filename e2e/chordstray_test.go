@@ -80,6 +80,7 @@ func flickers(form string) bool { return form == "self-callback-task" || form ==
 // queue holding only the members), the callback must still be PENDING;
 // released, the members fire it once, with their results in group order.
 func TestChordStraysNeverMoveTheCallback(t *testing.T) {
+	t.Parallel()
 	u := os.Getenv("ERRAND_REDIS_URL")
 	if u == "" {
 		conformance.ServiceUnavailable(t, "ERRAND_REDIS_URL is not set (scripts/services start exports it)")

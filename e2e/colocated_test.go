@@ -139,6 +139,7 @@ func dropPrefix(rdb goredis.UniversalClient, prefix string) {
 // broker's one-trip calls; on a cluster Colocate answers nil and they log
 // that).
 func TestRedisBrokerWithRedisBackend(t *testing.T) {
+	t.Parallel()
 	for name, c := range redisDeployments(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -181,6 +182,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 // and a worker then runs it once; concurrent SendTask calls share
 // pipelines.
 func TestSendTaskOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	for name, c := range redisDeployments(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -68,6 +68,7 @@ func dropKeys(rdb goredis.UniversalClient, prefix string) {
 // overview as dashboard.png in ERRAND_SCREENSHOT_DIR when that is set
 // (docs/images/dashboard.png is one).
 func TestDashboardInChromium(t *testing.T) {
+	t.Parallel()
 	rdb := redisClient(t)
 	chrome := chromium(t)
 	prefix := fmt.Sprintf("errand-e2e-dash-%d", time.Now().UnixNano())

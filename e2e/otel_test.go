@@ -96,6 +96,7 @@ func otelRedisServer(t *testing.T, rdb *goredis.Client, spec otelWorkerSpec, mw 
 // another process, on Redis, as the child of the producer span in the
 // sender's trace, and the worker process's counters match what it ran.
 func TestOtelTwoProcessesRedis(t *testing.T) {
+	t.Parallel()
 	rdb := otelRedisClient(t)
 	if env := os.Getenv(otelWorkerEnv); env != "" {
 		var spec otelWorkerSpec

@@ -127,6 +127,7 @@ func aclServer(ctx context.Context, t *testing.T, raw string) *errand.Server {
 // categories, runs every kind of send, a schedule and the operator's
 // calls; no command of any of them is denied (ACL LOG stays empty).
 func TestRedisACLNarrowestUser(t *testing.T) {
+	t.Parallel()
 	admin := aclRedis(t)
 	for _, c := range []struct {
 		name  string
@@ -161,6 +162,7 @@ func TestRedisACLNarrowestUser(t *testing.T) {
 // deleted after), with a prefix of its own: the keys are the same as on
 // one node, and the cluster client needs two commands more (aclCluster).
 func TestRedisACLNarrowestUserCluster(t *testing.T) {
+	t.Parallel()
 	addrs := strings.Split(os.Getenv("ERRAND_REDIS_CLUSTER_ADDRS"), ",")
 	if addrs[0] == "" {
 		conformance.ServiceUnavailable(t, "ERRAND_REDIS_CLUSTER_ADDRS not set (scripts/services start exports it)")
@@ -393,6 +395,7 @@ func runAsACLUser(ctx context.Context, t *testing.T, srv *errand.Server) {
 // cannot send; every send fails with Redis's NOPERM and the name of the
 // key it may not touch, not the EXECABORT that hid them.
 func TestRedisACLNoPermNamesTheKey(t *testing.T) {
+	t.Parallel()
 	admin := aclRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -143,6 +143,7 @@ func redissURL(user, password, addr, caFile, query string) string {
 // TestRedisTLSWithACLUser runs a task end to end with both the broker and
 // the result backend on a TLS-only Redis, logged in as an ACL user.
 func TestRedisTLSWithACLUser(t *testing.T) {
+	t.Parallel()
 	addr, caFile := tlsRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -185,6 +186,7 @@ func TestRedisTLSWithACLUser(t *testing.T) {
 // does not chain to, and tls_ca on a plain redis:// URL each fail at open
 // with a clear error that never repeats the password.
 func TestRedisTLSRefusals(t *testing.T) {
+	t.Parallel()
 	addr, caFile := tlsRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

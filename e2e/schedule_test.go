@@ -43,6 +43,7 @@ func scheduleServer(t *testing.T, rdb *goredis.Client, prefix string) *errand.Se
 // (±1 at the edges), none twice, none missing between the first and the
 // last, none before its tick.
 func TestScheduleThreeProcessesRedis(t *testing.T) {
+	t.Parallel()
 	rdb := otelRedisClient(t)
 	if prefix := os.Getenv(schedulerEnv); prefix != "" {
 		runSchedulerProcess(t, rdb, prefix)

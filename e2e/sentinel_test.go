@@ -205,6 +205,7 @@ func waitReplicated(ctx context.Context, t *testing.T, master string) {
 
 // TestSentinelFailover: see the top of the file.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	set := newSentinelSet(t)
 	for _, wait := range []bool{false, true} {
 		name := "NoWait"

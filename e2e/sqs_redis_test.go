@@ -56,6 +56,7 @@ func redisClient(t testing.TB) goredis.UniversalClient {
 // TestSQSBrokerWithRedisBackend runs the end-to-end cases on the SQS broker
 // with the Redis result backend.
 func TestSQSBrokerWithRedisBackend(t *testing.T) {
+	t.Parallel()
 	c := sqsClient(t)
 	rdb := redisClient(t)
 	broker := conformance.BrokerHarness{

@@ -32,6 +32,7 @@ func machineryHarness(rdb goredis.UniversalClient) conformance.BackendHarness {
 // backend in machinery's format (single node: machinery's keys have no
 // hash tags).
 func TestMachineryConformance(t *testing.T) {
+	t.Parallel()
 	rdb := servers(t)["Single"]
 	conformance.RunBackend(t, machineryHarness(rdb))
 	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), machineryHarness(rdb))

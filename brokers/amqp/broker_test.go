@@ -67,7 +67,10 @@ func harness(url string, opts amqpbroker.Options) conformance.BrokerHarness {
 	}
 }
 
+// The suites (quorum, classic, machinery's format) run side by side:
+// their cases wait on leases and delays, not on the CPU.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	u := amqpURL(t)
 	h := harness(u, amqpbroker.Options{MaxPayload: 1 << 20})
 	conformance.RunBroker(t, h)
@@ -76,6 +79,7 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceClassic runs the kit on classic queues with priorities.
 func TestConformanceClassic(t *testing.T) {
+	t.Parallel()
 	u := amqpURL(t)
 	h := harness(u, amqpbroker.Options{MaxPayload: 1 << 20, Classic: true, MaxPriority: 9, QueuePrefix: "errand-test-classic."})
 	conformance.RunBroker(t, h)

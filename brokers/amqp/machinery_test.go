@@ -28,6 +28,7 @@ func machineryOpts() *amqpbroker.MachineryOptions {
 // exchange, classic queues named as they are, machinery's JSON, delay
 // queues dead-lettering to the exchange).
 func TestMachineryConformance(t *testing.T) {
+	t.Parallel()
 	u := amqpURL(t)
 	h := harness(u, amqpbroker.Options{MaxPayload: 1 << 20, Machinery: machineryOpts()})
 	conformance.RunBroker(t, h)

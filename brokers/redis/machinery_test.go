@@ -47,6 +47,7 @@ func machineryHarness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 // TestMachineryConformance runs the kit's broker and worker cases on the
 // broker on machinery's queues.
 func TestMachineryConformance(t *testing.T) {
+	t.Parallel()
 	rdb := singleServer(t)
 	conformance.RunBroker(t, machineryHarness(rdb))
 	conformance.RunWorker(t, machineryHarness(rdb), conformance.MemoryBackend())

@@ -10,6 +10,7 @@ import (
 // TestOpenErrorsHideCredentials: every credential form a redis:// URL
 // carries stays out of open errors (issue 15, item 6). Port 1 refuses.
 func TestOpenErrorsHideCredentials(t *testing.T) {
+	t.Parallel()
 	conformance.RunOpenRedaction(t, "broker", map[string][]string{
 		"redis://alice:hunter2@127.0.0.1:1/0":                  {"hunter2"},
 		"redis://hunter2@127.0.0.1:1/0":                        {"hunter2"},

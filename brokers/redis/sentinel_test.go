@@ -14,5 +14,6 @@ import (
 // bounds the open's check (go-redis retries an unreachable sentinel set
 // until the check's deadline).
 func TestSentinelOpenErrorsHideCredentials(t *testing.T) {
+	t.Parallel()
 	conformance.RunOpenRedaction(t, "broker", redistest.SentinelRedactionURLs("max_payload=lots"))
 }
