@@ -96,3 +96,47 @@ func (b *backend) newStateCoalescer() *coalesce.Coalescer[*TaskState, struct{}] 
 		},
 	})
 }
+
+// newStartCoalescer joins attempt starts into Start calls, checking each
+// answer against the starter's contract: one result per request (else
+// every request fails: the driver's bug), each written exactly when the
+// starter's table allows it (else that request fails). A request the
+// driver answers with an error fails alone.
+func (b *backend) newStartCoalescer() *coalesce.Coalescer[driver.StartRequest, driver.StartResult] {
+	return coalesce.New(coalesce.Config[driver.StartRequest, driver.StartResult]{
+		Flights: backendFlights, Limit: maxBackendBatch, Closed: ErrClosed,
+		Run: func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
+			res := b.starter.Start(ctx, reqs)
+			if len(res) != len(reqs) {
+				err := fmt.Errorf("errand: backend %T broke the batch convention of package driver: Start answered %d results for %d requests", b.drv, len(res), len(reqs))
+				copy(errs, driver.BatchErrors(len(reqs), err))
+				return
+			}
+			for i, r := range res {
+				switch {
+				case r.Err != nil:
+					errs[i] = r.Err
+				case r.Written != reqs[i].Allows(r.Prev):
+					errs[i] = fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
+						b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, !r.Written)
+				default:
+					out[i] = r
+				}
+			}
+		},
+	})
+}
+
+func stateName(st *TaskState) State {
+	if st == nil {
+		return "none"
+	}
+	return st.State
+}
+
+func attemptOf(st *TaskState) int {
+	if st == nil {
+		return 0
+	}
+	return st.Attempt
+}

@@ -338,3 +338,27 @@ func (b *backend) ResultExpiry() time.Duration {
 	}
 	return 0
 }
+
+// start begins the attempt of req (driver.Starter), in one Start call
+// with the requests of concurrent callers (batch.go), and checks the
+// driver's answer.
+func (b *backend) start(ctx context.Context, req driver.StartRequest) (driver.StartResult, error) {
+	if err := b.before(ctx); err != nil {
+		return driver.StartResult{}, err
+	}
+	res, err := b.starts.Do(ctx, "", req)
+	return res, b.after(ctx, err)
+}
+
+// setPendingIfAbsent records st (PENDING) where its task has no state
+// (driver.PendingWriter).
+func (b *backend) setPendingIfAbsent(ctx context.Context, st *TaskState) error {
+	if err := b.before(ctx); err != nil {
+		return err
+	}
+	errs := checkBatch(b.drv, "SetPendingIfAbsent", 1, b.pending.SetPendingIfAbsent(ctx, []*TaskState{st}))
+	if errs == nil {
+		return nil
+	}
+	return b.after(ctx, errs[0])
+}
