@@ -2,6 +2,8 @@ package errand
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/errand-go/errand/driver"
 )
@@ -9,7 +11,7 @@ import (
 // A driver's optional abilities (driver/doc.go lists them) are discovered
 // here, once, when the portable layer wraps the driver: the engine reads
 // the fields below (nil where the driver lacks the ability). Operator
-// calls reach an ability through ability, use or useErr (ops.go, below),
+// calls reach an ability through ability, use or useErr (below),
 // which make the portable checks every call makes.
 
 // brokerAbilities are a broker driver's optional interfaces.
@@ -79,4 +81,25 @@ func use[I, R any](ctx context.Context, b *broker, what string, f func(I) (R, er
 func useErr[I any](ctx context.Context, b *broker, what string, f func(I) error) error {
 	_, err := use(ctx, b, what, func(i I) (struct{}, error) { return struct{}{}, f(i) })
 	return err
+}
+
+// unsupported returns an error satisfying errors.Is(err, errors.ErrUnsupported).
+func unsupported(what string, v any) error {
+	return fmt.Errorf("errand: %T does not support %s: %w", v, what, errors.ErrUnsupported)
+}
+
+// ability returns b's ability I, after the portable checks of b
+// (ErrClosed, ctx.Err()), or an unsupported error naming what. The caller
+// maps the ability's errors with after; use does both.
+func ability[I any](ctx context.Context, b Broker, what string) (*broker, I, error) {
+	pb := asBroker(b) // a driver's own value: wrapped for this call
+	var i I
+	if err := pb.before(ctx); err != nil {
+		return nil, i, err
+	}
+	i, ok := pb.drv.(I)
+	if !ok {
+		return nil, i, unsupported(what, pb.drv)
+	}
+	return pb, i, nil
 }

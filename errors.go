@@ -247,3 +247,21 @@ func (e *ShutdownError) Error() string {
 
 // Unwrap returns the ctx error.
 func (e *ShutdownError) Unwrap() error { return e.Err }
+
+// ErrDuplicate is satisfied by the error of a send refused because its
+// signature's UniqueKey is held by another task (a *DuplicateError).
+var ErrDuplicate = errors.New("errand: duplicate task")
+
+// DuplicateError reports a send refused because another task holds its
+// unique key. It satisfies errors.Is(err, ErrDuplicate).
+type DuplicateError struct {
+	Key string // the signature's UniqueKey
+	ID  string // the UUID of the task holding it
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("errand: duplicate task: unique key %q is held by task %s", e.Key, e.ID)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }

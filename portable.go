@@ -362,3 +362,66 @@ func (b *backend) setPendingIfAbsent(ctx context.Context, st *TaskState) error {
 	}
 	return b.after(ctx, errs[0])
 }
+
+// unlock frees sig's unique key if sig holds it (driver.Uniquer).
+func (b *broker) unlock(ctx context.Context, sig *Signature) error {
+	return useErr(ctx, b, "unique tasks", func(u driver.Uniquer) error {
+		return u.Unlock(ctx, sig.UniqueKey, sig.UUID)
+	})
+}
+
+// archive archives d through a, with e and keep, under the portable
+// layer's checks.
+func (b *broker) archive(ctx context.Context, a driver.Archiver, d *driver.Delivery, e driver.ArchiveEntry, keep Retention) error {
+	if err := b.before(ctx); err != nil {
+		return err
+	}
+	return b.after(ctx, a.Archive(ctx, d, e, keep))
+}
+
+// scheduleStore is a driver.ScheduleStore in the portable layer.
+type scheduleStore struct {
+	pb *broker
+	st driver.ScheduleStore
+}
+
+func (s *scheduleStore) PutSchedule(ctx context.Context, id string, data []byte) error {
+	if err := s.pb.before(ctx); err != nil {
+		return err
+	}
+	return s.pb.after(ctx, s.st.PutSchedule(ctx, id, data))
+}
+
+func (s *scheduleStore) DeleteSchedule(ctx context.Context, id string) error {
+	if err := s.pb.before(ctx); err != nil {
+		return err
+	}
+	return s.pb.after(ctx, s.st.DeleteSchedule(ctx, id))
+}
+
+func (s *scheduleStore) Schedules(ctx context.Context) (map[string][]byte, error) {
+	if err := s.pb.before(ctx); err != nil {
+		return nil, err
+	}
+	m, err := s.st.Schedules(ctx)
+	return m, s.pb.after(ctx, err)
+}
+
+func (s *scheduleStore) ClaimTick(ctx context.Context, id string, tick time.Time) (bool, error) {
+	if err := s.pb.before(ctx); err != nil {
+		return false, err
+	}
+	ok, err := s.st.ClaimTick(ctx, id, tick)
+	if err != nil {
+		return false, s.pb.after(ctx, err)
+	}
+	return ok, nil
+}
+
+func (s *scheduleStore) LastTick(ctx context.Context, id string) (time.Time, error) {
+	if err := s.pb.before(ctx); err != nil {
+		return time.Time{}, err
+	}
+	t, err := s.st.LastTick(ctx, id)
+	return t, s.pb.after(ctx, err)
+}

@@ -2,7 +2,6 @@ package errand
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,24 +15,6 @@ import (
 // good (SUCCESS, or FAILURE with no retry left), never on a retry; the
 // lock's ttl (UniqueFor) frees it if no worker ever does. See
 // docs/flow-control.md.
-
-// ErrDuplicate is satisfied by the error of a send refused because its
-// signature's UniqueKey is held by another task (a *DuplicateError).
-var ErrDuplicate = errors.New("errand: duplicate task")
-
-// DuplicateError reports a send refused because another task holds its
-// unique key. It satisfies errors.Is(err, ErrDuplicate).
-type DuplicateError struct {
-	Key string // the signature's UniqueKey
-	ID  string // the UUID of the task holding it
-}
-
-func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("errand: duplicate task: unique key %q is held by task %s", e.Key, e.ID)
-}
-
-// Is reports whether target is ErrDuplicate.
-func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // checkUnique refuses what errand cannot keep unique: a UniqueKey without
 // a positive UniqueFor on head (the one signature of the send that may be
@@ -126,11 +107,4 @@ func (w *Worker) unlockUnique(ctx context.Context, sig *Signature) error {
 		return fmt.Errorf("errand: task %s (%s): free unique key %q: %w", sig.Name, sig.UUID, sig.UniqueKey, err)
 	}
 	return nil
-}
-
-// unlock frees sig's unique key if sig holds it (driver.Uniquer).
-func (b *broker) unlock(ctx context.Context, sig *Signature) error {
-	return useErr(ctx, b, "unique tasks", func(u driver.Uniquer) error {
-		return u.Unlock(ctx, sig.UniqueKey, sig.UUID)
-	})
 }
