@@ -76,6 +76,14 @@ func (e *PayloadError) Error() string {
 // Is reports whether target is ErrPayloadTooLarge.
 func (e *PayloadError) Is(target error) bool { return target == ErrPayloadTooLarge }
 
+func init() {
+	// The portable layer reports a message over a broker's limit as a
+	// *PayloadError.
+	tooLarge = func(name string, size, limit int) error {
+		return &PayloadError{TaskName: name, Size: size, Limit: limit}
+	}
+}
+
 // ArgumentError reports an argument that does not fit the registered
 // function's parameter. It satisfies errors.Is(err, ErrBadArguments) and is
 // never retried.

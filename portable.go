@@ -93,9 +93,17 @@ func mapErr(ctx context.Context, closed *atomic.Bool, err error) error {
 // whose message it is in the error.
 func (b *broker) checkPayload(m driver.Message, name string) error {
 	if lim := b.limits.MaxPayload; lim > 0 && len(m.Body) > lim {
-		return &PayloadError{TaskName: name, Size: len(m.Body), Limit: lim}
+		return tooLarge(name, len(m.Body), lim)
 	}
 	return nil
+}
+
+// tooLarge is the error of a message of size bytes, of the task name,
+// over a broker's limit: package errand's *PayloadError, which the
+// portable layer cannot name (errand sets it), else an error wrapping
+// driver.ErrPayloadTooLarge.
+var tooLarge = func(name string, size, limit int) error {
+	return fmt.Errorf("errand: task %q: encoded message is %d bytes, broker limit is %d bytes: %w", name, size, limit, driver.ErrPayloadTooLarge)
 }
 
 func (b *broker) Publish(ctx context.Context, msgs ...driver.Message) error {
@@ -363,10 +371,10 @@ func (b *backend) setPendingIfAbsent(ctx context.Context, st *TaskState) error {
 	return b.after(ctx, errs[0])
 }
 
-// unlock frees sig's unique key if sig holds it (driver.Uniquer).
-func (b *broker) unlock(ctx context.Context, sig *Signature) error {
+// unlock frees unique key key if task id holds it (driver.Uniquer).
+func (b *broker) unlock(ctx context.Context, key, id string) error {
 	return useErr(ctx, b, "unique tasks", func(u driver.Uniquer) error {
-		return u.Unlock(ctx, sig.UniqueKey, sig.UUID)
+		return u.Unlock(ctx, key, id)
 	})
 }
 
@@ -377,6 +385,18 @@ func (b *broker) archive(ctx context.Context, a driver.Archiver, d *driver.Deliv
 		return err
 	}
 	return b.after(ctx, a.Archive(ctx, d, e, keep))
+}
+
+// scheduleStore returns b as a driver.ScheduleStore, in the portable
+// layer (closed and ctx checks as for every other call). It returns an
+// error satisfying errors.Is(err, errors.ErrUnsupported) when the driver
+// keeps no schedules.
+func (b *broker) scheduleStore() (driver.ScheduleStore, error) {
+	st := b.can.schedules
+	if st == nil {
+		return nil, unsupported("schedules", b.drv)
+	}
+	return &scheduleStore{pb: b, st: st}, nil
 }
 
 // scheduleStore is a driver.ScheduleStore in the portable layer.

@@ -11,14 +11,8 @@ func init() {
 }
 
 // scheduleStore returns the server's broker as a driver.ScheduleStore, in
-// the server's portable layer (closed and ctx checks as for every other
-// call), for the periodic scheduler (github.com/errand-go/errand/schedule,
-// through internal/bridge). It returns an error satisfying
-// errors.Is(err, errors.ErrUnsupported) when the broker keeps no schedules.
-func (s *Server) scheduleStore() (driver.ScheduleStore, error) {
-	st := s.broker.can.schedules
-	if st == nil {
-		return nil, unsupported("schedules", s.broker.drv)
-	}
-	return &scheduleStore{pb: s.broker, st: st}, nil
-}
+// the server's portable layer, for the periodic scheduler
+// (github.com/errand-go/errand/schedule, through internal/bridge). It
+// returns an error satisfying errors.Is(err, errors.ErrUnsupported) when
+// the broker keeps no schedules.
+func (s *Server) scheduleStore() (driver.ScheduleStore, error) { return s.broker.scheduleStore() }

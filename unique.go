@@ -84,7 +84,7 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		if err := s.broker.unlock(ctx, sig); err != nil {
+		if err := s.broker.unlock(ctx, sig.UniqueKey, sig.UUID); err != nil {
 			s.log.Warn("errand: a failed send could not free its unique key; it is held until UniqueFor runs out",
 				"task", sig.Name, "uuid", sig.UUID, "unique_key", sig.UniqueKey, "unique_for", sig.UniqueFor, "err", err)
 		}
@@ -103,7 +103,7 @@ func (w *Worker) unlockUnique(ctx context.Context, sig *Signature) error {
 		w.log.Warn("errand: task has a UniqueKey but this worker's broker holds no unique keys; nothing freed", taskAttrs(sig, sig.RoutingKey)...)
 		return nil
 	}
-	if err := w.srv.broker.unlock(ctx, sig); err != nil {
+	if err := w.srv.broker.unlock(ctx, sig.UniqueKey, sig.UUID); err != nil {
 		return fmt.Errorf("errand: task %s (%s): free unique key %q: %w", sig.Name, sig.UUID, sig.UniqueKey, err)
 	}
 	return nil
