@@ -9,16 +9,17 @@ import (
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // TestUseChecksFirst: an ability is called through use, which answers
 // ErrClosed after Close and ctx.Err() for a done ctx without reaching the
 // driver, and an unsupported error where the driver lacks the ability.
 func TestUseChecksFirst(t *testing.T) {
-	b := asBroker(memorybroker.New(nil))
+	b := portable.WrapBroker(memorybroker.New(nil))
 	called := 0
 	take := func(ctx context.Context) error {
-		_, err := use(ctx, b, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
+		_, err := portable.Use(ctx, b, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
 			called++
 			return rl.Take(ctx, "k", 1, 1)
 		})
@@ -36,8 +37,8 @@ func TestUseChecksFirst(t *testing.T) {
 	if err := take(t.Context()); !errors.Is(err, ErrClosed) || called != 1 {
 		t.Fatalf("use after Close = %v after %d driver calls; want ErrClosed without reaching the driver", err, called)
 	}
-	bare := asBroker(struct{ driver.Broker }{memorybroker.New(nil)}) // no optional interface
-	if err := useErr(t.Context(), bare, "pausing queues", func(p driver.Pauser) error { return p.Pause(t.Context(), "q") }); !errors.Is(err, errors.ErrUnsupported) {
+	bare := portable.WrapBroker(struct{ driver.Broker }{memorybroker.New(nil)}) // no optional interface
+	if err := portable.UseErr(t.Context(), bare, "pausing queues", func(p driver.Pauser) error { return p.Pause(t.Context(), "q") }); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("use of an ability the driver lacks = %v; want errors.ErrUnsupported", err)
 	}
 }

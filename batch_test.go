@@ -13,6 +13,7 @@ import (
 
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // The coalescer's own tests are in internal/coalesce; these test what
@@ -52,9 +53,9 @@ func (b *stateBatcher) Close() error { return nil }
 // state is a SetStates of one.
 func TestStateWritesErrorsPerTask(t *testing.T) {
 	drv := &stateBatcher{}
-	be := asBackend(drv)
+	be := portable.WrapBackend(drv)
 	defer be.Close()
-	if err := be.setState(t.Context(), &TaskState{TaskUUID: "lone"}); err != nil {
+	if err := be.SetState(t.Context(), &TaskState{TaskUUID: "lone"}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.EqualFunc(drv.batches, [][]string{{"lone"}}, slices.Equal) {
@@ -67,7 +68,7 @@ func TestStateWritesErrorsPerTask(t *testing.T) {
 	if len(drv.batches) != 2 || !slices.Equal(drv.written, []string{"lone", "a", "c"}) {
 		t.Fatalf("after the batch: calls %v, written %v; want one call more, a and c written", drv.batches, drv.written)
 	}
-	if err := be.setStates(t.Context(), []*TaskState{{TaskUUID: "x"}, {TaskUUID: "bad", State: StateSuccess}}); err == nil || !strings.Contains(err.Error(), "task bad: set SUCCESS") {
+	if err := be.SetAll(t.Context(), []*TaskState{{TaskUUID: "x"}, {TaskUUID: "bad", State: StateSuccess}}); err == nil || !strings.Contains(err.Error(), "task bad: set SUCCESS") {
 		t.Fatalf("setStates with a refused state = %v; want the refused state's error, naming its task and state", err)
 	}
 }
@@ -99,7 +100,7 @@ func (wrongLength) Close() error { return nil }
 // succeeded.
 func TestBatchAnswerOfWrongLength(t *testing.T) {
 	drv := wrongLength{}
-	br, be := asBroker(drv), asBackend(drv)
+	br, be := portable.WrapBroker(drv), portable.WrapBackend(drv)
 	defer br.Close()
 	defer be.Close()
 	ctx := t.Context()
@@ -108,14 +109,14 @@ func TestBatchAnswerOfWrongLength(t *testing.T) {
 			t.Errorf("Ack answering 1 error for 2 deliveries: delivery %d got %v; want the convention broken, for every delivery", i, err)
 		}
 	}
-	if err := br.ack(ctx, &driver.Delivery{}); err == nil || !strings.Contains(err.Error(), "batch convention") {
+	if err := br.AckOne(ctx, &driver.Delivery{}); err == nil || !strings.Contains(err.Error(), "batch convention") {
 		t.Errorf("a lone ack answered no error at all: got %v; want the convention broken", err)
 	}
 	errs := be.SetStates(ctx, []*TaskState{{}, {}})
 	if len(errs) != 2 || errs[0] == nil || errs[1] == nil {
 		t.Errorf("SetStates answering 3 errors for 2 states: %v; want the convention broken, for both", errs)
 	}
-	if _, err := be.start(ctx, driver.StartRequest{Started: &TaskState{}}); err == nil || !strings.Contains(err.Error(), "batch convention") {
+	if _, err := be.StartAttempt(ctx, driver.StartRequest{Started: &TaskState{}}); err == nil || !strings.Contains(err.Error(), "batch convention") {
 		t.Errorf("Start answering no result for one request: %v; want the convention broken", err)
 	}
 }
@@ -124,13 +125,13 @@ func TestBatchAnswerOfWrongLength(t *testing.T) {
 // answers ErrClosed for every item without reaching the driver.
 func TestBatchCallAfterClose(t *testing.T) {
 	drv := &stateBatcher{}
-	be := asBackend(drv)
+	be := portable.WrapBackend(drv)
 	be.Close()
 	errs := be.SetStates(t.Context(), []*TaskState{{TaskUUID: "a"}, {TaskUUID: "b"}})
 	if len(errs) != 2 || !errors.Is(errs[0], ErrClosed) || !errors.Is(errs[1], ErrClosed) || len(drv.batches) != 0 {
 		t.Fatalf("SetStates after Close = %v, driver calls %v; want ErrClosed for each state, no call", errs, drv.batches)
 	}
-	if err := be.setState(t.Context(), &TaskState{TaskUUID: "c"}); !errors.Is(err, ErrClosed) {
+	if err := be.SetState(t.Context(), &TaskState{TaskUUID: "c"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("setState after Close = %v; want ErrClosed", err)
 	}
 }
@@ -163,7 +164,7 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 		t.Run(fmt.Sprintf("limit%d", limit), func(t *testing.T) {
 			ctx := t.Context()
 			drv := &batchingBroker{Broker: memorybroker.New(nil), limit: limit, gate: make(chan struct{})}
-			b := asBroker(drv)
+			b := portable.WrapBroker(drv)
 			defer b.Close()
 			const n = 40
 			for i := range n {
@@ -178,14 +179,14 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 			errs := make(chan error, n)
 			var calling atomic.Int32
 			for _, d := range ds {
-				go func() { calling.Add(1); errs <- b.ack(ctx, d) }()
+				go func() { calling.Add(1); errs <- b.AckOne(ctx, d) }()
 			}
 			// While the first calls are held (every flight busy), the rest
 			// queue up behind them.
 			waitFor(t, "every flight busy and every ack queued", func() bool {
 				drv.mu.Lock()
 				defer drv.mu.Unlock()
-				return len(drv.batches) == ackFlights && calling.Load() == n && b.acks.Queued() == n-ackFlights
+				return len(drv.batches) == portable.AckFlights && calling.Load() == n && b.Acks.Queued() == n-portable.AckFlights
 			})
 			close(drv.gate)
 			for range n {

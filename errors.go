@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // Sentinel errors, tested with [errors.Is]. The first four (and
@@ -79,7 +80,7 @@ func (e *PayloadError) Is(target error) bool { return target == ErrPayloadTooLar
 func init() {
 	// The portable layer reports a message over a broker's limit as a
 	// *PayloadError.
-	tooLarge = func(name string, size, limit int) error {
+	portable.TooLarge = func(name string, size, limit int) error {
 		return &PayloadError{TaskName: name, Size: size, Limit: limit}
 	}
 }

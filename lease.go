@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // leaseParams are what a leaseExtender needs of its worker.
 type leaseParams struct {
-	broker *broker
+	broker *portable.Broker
 	lease  time.Duration // WorkerConfig.Lease
 	every  time.Duration // WorkerConfig.ExtendEvery
 	bound  time.Duration // WorkerConfig.CallTimeout

@@ -198,7 +198,7 @@ func (dv *delivery) begin() bool {
 	}
 	ctx, cancel := w.call()
 	defer cancel()
-	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
+	oneCall := dv.tk != nil && cannotRun == nil && be.Starter != nil
 	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: stateTime()})
 	if !oneCall {
 		prev, err := be.GetState(ctx, sig.UUID)
@@ -228,7 +228,7 @@ func (dv *delivery) begin() bool {
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
 	}
 	if cannotRun != nil {
-		if err := be.setState(ctx, dv.st); err != nil {
+		if err := be.SetState(ctx, dv.st); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 			return false
 		}
@@ -260,7 +260,7 @@ func (dv *delivery) begin() bool {
 		}
 		return begun
 	}
-	if err := be.setStates(ctx, []*TaskState{dv.st, dv.started}); err != nil {
+	if err := be.SetAll(ctx, []*TaskState{dv.st, dv.started}); err != nil {
 		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 		return false
 	}
@@ -310,7 +310,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	// bounded lifetime.
 	ctx = withValuesOf(ctx, tctx)
 	if runErr == nil {
-		if err := w.srv.backend.setState(ctx, final); err != nil {
+		if err := w.srv.backend.SetState(ctx, final); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
 		}
@@ -354,7 +354,7 @@ func (dv *delivery) settle() {
 			dv.settleCarried(ctx)
 			break
 		}
-		if err := b.ack(ctx, d); err != nil {
+		if err := b.AckOne(ctx, d); err != nil {
 			w.report(err, "errand: ack", attrs()...)
 		}
 	case requeue:
@@ -370,7 +370,7 @@ func (dv *delivery) settle() {
 		w.reject(ctx, d, sig, dv.err)
 	case archive:
 		if w.archiver == nil {
-			if err := b.ack(ctx, d); err != nil {
+			if err := b.AckOne(ctx, d); err != nil {
 				w.report(err, "errand: ack", attrs()...)
 			}
 			break
@@ -548,7 +548,7 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 	if st.State != StateRetry {
 		st = st.Copy()
 		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
-		if err := w.srv.backend.setState(ctx, st); err != nil {
+		if err := w.srv.backend.SetState(ctx, st); err != nil {
 			return requeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
 		}
 	}
@@ -572,7 +572,7 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	st = st.Copy()
 	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), notBefore(stateTime(), notBefore(st.StartedAt, st.CreatedAt))
 	st.ErrorKind, st.ErrorDetail = classify(cause)
-	if err := w.srv.backend.setState(ctx, st); err != nil {
+	if err := w.srv.backend.SetState(ctx, st); err != nil {
 		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}
 	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)

@@ -15,4 +15,4 @@ func init() {
 // (github.com/errand-go/errand/schedule, through internal/bridge). It
 // returns an error satisfying errors.Is(err, errors.ErrUnsupported) when
 // the broker keeps no schedules.
-func (s *Server) scheduleStore() (driver.ScheduleStore, error) { return s.broker.scheduleStore() }
+func (s *Server) scheduleStore() (driver.ScheduleStore, error) { return s.broker.ScheduleStore() }

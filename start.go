@@ -20,7 +20,7 @@ import (
 //
 // Backends without these abilities take the two-call paths, with the same
 // outcome. Concurrent starts of many worker slots share Start calls
-// (batch.go).
+// (internal/portable/batch.go).
 
 // begin records RECEIVED then STARTED for an attempt of sig in one
 // driver.Starter call, which also reads the task's previous state. begun
@@ -30,7 +30,7 @@ import (
 // it, as the starter wrote them.
 func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, st, started *TaskState) (begun bool, outcome settle, err error) {
 	req := driver.StartRequest{Received: st, Started: started, FirstDelivery: d.Attempt == 1}
-	res, err := w.srv.backend.start(ctx, req)
+	res, err := w.srv.backend.StartAttempt(ctx, req)
 	if err != nil {
 		return false, requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // Unique tasks (Signature.UniqueKey): a producer takes the key on the
@@ -69,10 +70,10 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	if sig.UniqueKey == "" {
 		return func() {}, nil
 	}
-	if s.broker.can.uniquer == nil {
-		return nil, fmt.Errorf("errand: send %s with UniqueKey %q: %w", sig.Name, sig.UniqueKey, unsupported("unique tasks", s.broker.drv))
+	if s.broker.Can.Uniquer == nil {
+		return nil, fmt.Errorf("errand: send %s with UniqueKey %q: %w", sig.Name, sig.UniqueKey, portable.Unsupported("unique tasks", s.broker.Drv))
 	}
-	holder, err := use(ctx, s.broker, "unique tasks", func(u driver.Uniquer) (string, error) {
+	holder, err := portable.Use(ctx, s.broker, "unique tasks", func(u driver.Uniquer) (string, error) {
 		return u.Lock(ctx, sig.UniqueKey, sig.UUID, sig.UniqueFor)
 	})
 	if err != nil {
@@ -84,7 +85,7 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		if err := s.broker.unlock(ctx, sig.UniqueKey, sig.UUID); err != nil {
+		if err := s.broker.UnlockUnique(ctx, sig.UniqueKey, sig.UUID); err != nil {
 			s.log.Warn("errand: a failed send could not free its unique key; it is held until UniqueFor runs out",
 				"task", sig.Name, "uuid", sig.UUID, "unique_key", sig.UniqueKey, "unique_for", sig.UniqueFor, "err", err)
 		}
@@ -99,11 +100,11 @@ func (w *Worker) unlockUnique(ctx context.Context, sig *Signature) error {
 	if sig.UniqueKey == "" {
 		return nil
 	}
-	if w.srv.broker.can.uniquer == nil {
+	if w.srv.broker.Can.Uniquer == nil {
 		w.log.Warn("errand: task has a UniqueKey but this worker's broker holds no unique keys; nothing freed", taskAttrs(sig, sig.RoutingKey)...)
 		return nil
 	}
-	if err := w.srv.broker.unlock(ctx, sig.UniqueKey, sig.UUID); err != nil {
+	if err := w.srv.broker.UnlockUnique(ctx, sig.UniqueKey, sig.UUID); err != nil {
 		return fmt.Errorf("errand: task %s (%s): free unique key %q: %w", sig.Name, sig.UUID, sig.UniqueKey, err)
 	}
 	return nil

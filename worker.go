@@ -277,7 +277,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		cfg.UnknownTaskAttempts = DefaultUnknownTaskAttempts
 	}
 	if cfg.MaxMessageSize == 0 {
-		cfg.MaxMessageSize = s.broker.limits.MaxPayload
+		cfg.MaxMessageSize = s.broker.Limits().MaxPayload
 		if cfg.MaxMessageSize <= 0 {
 			cfg.MaxMessageSize = DefaultMaxMessageSize
 		}
@@ -311,7 +311,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{}),
 		stopped: make(chan struct{}), held: heldTasks{m: map[*delivery]time.Time{}}}
 	w.queues = newQueueSet(cfg)
-	w.archiver = s.broker.can.archiver
+	w.archiver = s.broker.Can.Archiver
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
@@ -319,11 +319,11 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 
 	w.lease = newLeaseExtender(leaseParams{broker: s.broker, lease: cfg.Lease, every: cfg.ExtendEvery, bound: cfg.CallTimeout,
 		calls: w.callCtx, report: w.report})
-	if p := s.broker.can.pauser; p != nil && cfg.PausePoll > 0 {
+	if p := s.broker.Can.Pauser; p != nil && cfg.PausePoll > 0 {
 		w.poller = newPausePoller(pauseParams{broker: s.broker, pauser: p, queues: w.queues.list, every: cfg.PausePoll,
 			fetch: w.fetchCtx, call: w.call, report: w.report, log: log, changed: func(q *workerQueue) { kick(q.kick) }})
 	}
-	if h := s.broker.can.heartbeater; h != nil && cfg.Heartbeat > 0 {
+	if h := s.broker.Can.Heartbeater; h != nil && cfg.Heartbeat > 0 {
 		w.beat = newHeartbeater(heartbeatParams{broker: s.broker, hb: h, every: cfg.Heartbeat,
 			info:     WorkerInfo{ID: w.id, Queues: w.queues.names(), Concurrency: cfg.Concurrency},
 			stopping: w.fetchCtx, calls: w.callCtx, call: w.call, report: w.report, log: log})
@@ -677,7 +677,7 @@ func (w *Worker) archiveFailed(ctx context.Context, d *driver.Delivery, sig *Sig
 	if sig != nil {
 		e.Attempts = sig.attempt()
 	}
-	if err := w.srv.broker.archive(ctx, w.archiver, d, e, w.cfg.ArchiveRetention); err != nil {
+	if err := w.srv.broker.ArchiveVia(ctx, w.archiver, d, e, w.cfg.ArchiveRetention); err != nil {
 		attrs := []any{"message", d.ID, "queue", d.Queue}
 		if sig != nil {
 			attrs = taskAttrs(sig, d.Queue)

@@ -1,4 +1,4 @@
-package errand
+package portable
 
 import (
 	"context"
@@ -35,25 +35,25 @@ import (
 // have in flight.
 
 const (
-	// ackFlights is how many Ack calls of one queue may be in flight.
-	ackFlights = 4
-	// backendFlights is how many Start calls, and how many state writes,
+	// AckFlights is how many Ack calls of one queue may be in flight.
+	AckFlights = 4
+	// BackendFlights is how many Start calls, and how many state writes,
 	// may be in flight. Two, not four: with ten worker slots, four
 	// flights of each of the three settling calls (start, state, ack)
 	// leave almost every call alone; with two, the Redis drain of ten
 	// slots made 2.8 server reads a task instead of 3.4 at the same
 	// throughput (docs/benchmarks.md's machine; with fifty slots both
 	// coalesce well).
-	backendFlights = 2
-	// maxBackendBatch is the most requests one backend batch call carries.
-	maxBackendBatch = 64
+	BackendFlights = 2
+	// MaxBackendBatch is the most requests one backend batch call carries.
+	MaxBackendBatch = 64
 )
 
-// checkBatch checks drv's answer errs to a batch call of n items (its
+// CheckBatch checks drv's answer errs to a batch call of n items (its
 // method) under the batch convention of driver/doc.go: it returns nil when
 // every item succeeded, else exactly n errors. An answer of another length
 // is the driver's bug, reported for every item.
-func checkBatch(drv any, method string, n int, errs []error) []error {
+func CheckBatch(drv any, method string, n int, errs []error) []error {
 	if errs == nil {
 		return nil
 	}
@@ -77,22 +77,22 @@ func mapBatch(ctx context.Context, after func(context.Context, error) error, err
 }
 
 // newAckCoalescer joins acks per queue into Ack calls of b's driver.
-func (b *broker) newAckCoalescer() *coalesce.Coalescer[*driver.Delivery, struct{}] {
+func (b *Broker) newAckCoalescer() *coalesce.Coalescer[*driver.Delivery, struct{}] {
 	return coalesce.New(coalesce.Config[*driver.Delivery, struct{}]{
-		Flights: ackFlights, Limit: b.limits.MaxAckBatch, Closed: ErrClosed,
+		Flights: AckFlights, Limit: b.limits.MaxAckBatch, Closed: driver.ErrClosed,
 		Run: func(ctx context.Context, _ string, ds []*driver.Delivery, _ []struct{}, errs []error) {
-			copy(errs, checkBatch(b.drv, "Ack", len(ds), b.drv.Ack(ctx, ds)))
+			copy(errs, CheckBatch(b.Drv, "Ack", len(ds), b.Drv.Ack(ctx, ds)))
 		},
 	})
 }
 
 // newStateCoalescer joins single state writes into SetStates calls of b's
 // driver. One state the driver refuses fails its own task alone.
-func (b *backend) newStateCoalescer() *coalesce.Coalescer[*TaskState, struct{}] {
-	return coalesce.New(coalesce.Config[*TaskState, struct{}]{
-		Flights: backendFlights, Limit: maxBackendBatch, Closed: ErrClosed,
-		Run: func(ctx context.Context, _ string, sts []*TaskState, _ []struct{}, errs []error) {
-			copy(errs, checkBatch(b.drv, "SetStates", len(sts), b.drv.SetStates(ctx, sts)))
+func (b *Backend) newStateCoalescer() *coalesce.Coalescer[*driver.TaskState, struct{}] {
+	return coalesce.New(coalesce.Config[*driver.TaskState, struct{}]{
+		Flights: BackendFlights, Limit: MaxBackendBatch, Closed: driver.ErrClosed,
+		Run: func(ctx context.Context, _ string, sts []*driver.TaskState, _ []struct{}, errs []error) {
+			copy(errs, CheckBatch(b.Drv, "SetStates", len(sts), b.Drv.SetStates(ctx, sts)))
 		},
 	})
 }
@@ -102,13 +102,13 @@ func (b *backend) newStateCoalescer() *coalesce.Coalescer[*TaskState, struct{}] 
 // every request fails: the driver's bug), each written exactly when the
 // starter's table allows it (else that request fails). A request the
 // driver answers with an error fails alone.
-func (b *backend) newStartCoalescer() *coalesce.Coalescer[driver.StartRequest, driver.StartResult] {
+func (b *Backend) newStartCoalescer() *coalesce.Coalescer[driver.StartRequest, driver.StartResult] {
 	return coalesce.New(coalesce.Config[driver.StartRequest, driver.StartResult]{
-		Flights: backendFlights, Limit: maxBackendBatch, Closed: ErrClosed,
+		Flights: BackendFlights, Limit: MaxBackendBatch, Closed: driver.ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []driver.StartRequest, out []driver.StartResult, errs []error) {
-			res := b.starter.Start(ctx, reqs)
+			res := b.Starter.Start(ctx, reqs)
 			if len(res) != len(reqs) {
-				err := fmt.Errorf("errand: backend %T broke the batch convention of package driver: Start answered %d results for %d requests", b.drv, len(res), len(reqs))
+				err := fmt.Errorf("errand: backend %T broke the batch convention of package driver: Start answered %d results for %d requests", b.Drv, len(res), len(reqs))
 				copy(errs, driver.BatchErrors(len(reqs), err))
 				return
 			}
@@ -118,7 +118,7 @@ func (b *backend) newStartCoalescer() *coalesce.Coalescer[driver.StartRequest, d
 					errs[i] = r.Err
 				case r.Written != reqs[i].Allows(r.Prev):
 					errs[i] = fmt.Errorf("errand: backend %T broke the driver.Starter contract: task %s with previous state %s (attempt %d): written %v, want %v",
-						b.drv, reqs[i].Started.TaskUUID, stateName(r.Prev), attemptOf(r.Prev), r.Written, !r.Written)
+						b.Drv, reqs[i].Started.TaskUUID, StateName(r.Prev), AttemptOf(r.Prev), r.Written, !r.Written)
 				default:
 					out[i] = r
 				}
@@ -127,14 +127,14 @@ func (b *backend) newStartCoalescer() *coalesce.Coalescer[driver.StartRequest, d
 	})
 }
 
-func stateName(st *TaskState) State {
+func StateName(st *driver.TaskState) driver.State {
 	if st == nil {
 		return "none"
 	}
 	return st.State
 }
 
-func attemptOf(st *TaskState) int {
+func AttemptOf(st *driver.TaskState) int {
 	if st == nil {
 		return 0
 	}
