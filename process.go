@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/lease"
 )
 
 // The task state machine: what a worker does with one delivery, from
@@ -22,9 +23,9 @@ import (
 type delivery struct {
 	w *Worker
 	job
-	sig   *Signature // nil until decoded
-	lease extension  // dv.ext when the runner starts its renewals (handle)
-	queue string     // the queue its retries and callbacks go to
+	sig   *Signature      // nil until decoded
+	lease lease.Extension // dv.ext when the runner starts its renewals (handle)
+	queue string          // the queue its retries and callbacks go to
 
 	// The attempt: the task's function and arguments, and the states it
 	// records (RECEIVED and STARTED before the middleware runs).
@@ -54,16 +55,16 @@ func (w *Worker) handle(j job) {
 	w.held.add(dv)
 	defer w.held.remove(dv)
 	if dv.ext == nil {
-		dv.ext = w.lease.startIn(&dv.lease, dv.d, dv.got)
+		dv.ext = w.lease.StartIn(&dv.lease, dv.d, dv.got)
 	}
 	dv.process()
-	dv.ext.stop()
+	dv.ext.Stop()
 	if dv.outcome != release {
-		dv.ext.wait() // settle only once no extend can follow
+		dv.ext.Wait() // settle only once no extend can follow
 	} else {
 		// Shutdown: an extend stuck on a silent server must not hold the
 		// release back; the two end by their own deadlines, side by side.
-		defer dv.ext.wait()
+		defer dv.ext.Wait()
 	}
 	dv.settle()
 }
@@ -106,7 +107,7 @@ func (dv *delivery) decode() bool {
 	w, d := dv.w, dv.d
 	discard := func(reason error) bool {
 		if dv.ext != nil {
-			dv.ext.halt() // no extend may follow the settling
+			dv.ext.Halt() // no extend may follow the settling
 		}
 		dv.unstart()
 		w.setAside(d, reason)
@@ -150,7 +151,7 @@ func (dv *delivery) decode() bool {
 // (Worker.call); the task itself runs under the task's ctx.
 func (dv *delivery) process() {
 	w, sig := dv.w, dv.sig
-	if lost := dv.ext.lostCause(); lost != nil {
+	if lost := dv.ext.LostCause(); lost != nil {
 		// Its lease ran out while it waited in the worker's hand (a slow
 		// or silent broker): another worker may hold it now.
 		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost before it started; not run here, the broker delivers it again: %w", sig.Name, sig.UUID, lost)
@@ -276,7 +277,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	results, runErr := safeCall(tctx, dv.tk, dv.args)
 	w.beat.remove(sig)
 	dv.ran()
-	if lost := dv.ext.lostCause(); lost != nil {
+	if lost := dv.ext.LostCause(); lost != nil {
 		// The broker may have handed the message to another worker, whose
 		// attempt owns the task now: record nothing, settle nothing.
 		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s) returned after its lease was lost; its outcome is not recorded and the broker delivers it again: %w", sig.Name, sig.UUID, lost)
@@ -314,7 +315,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
 		}
-		if lost := dv.ext.lostCause(); lost != nil {
+		if lost := dv.ext.LostCause(); lost != nil {
 			// Lost while SUCCESS was written: the callbacks are the
 			// redelivery's to send (it finds SUCCESS and settles the task).
 			dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost while its SUCCESS was recorded; its callbacks are left to the redelivery: %w", sig.Name, sig.UUID, lost)
@@ -341,7 +342,7 @@ func (dv *delivery) settle() {
 	ctx, cancel := w.call()
 	defer cancel()
 	attrs := dv.attrs // only when something is reported
-	if lost := dv.ext.lostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
+	if lost := dv.ext.LostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
 		// Nothing to give back: the broker refuses a settle of a lost
 		// lease, and delivers the message again on its own.
 		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): not given back, its lease being lost: %w", sig.Name, sig.UUID, lost)
@@ -473,7 +474,7 @@ func (dv *delivery) taskContext() context.Context {
 	ctx, cancelLost := context.WithCancelCause(w.hardCtx)
 	dv.cancelTask = cancelLost
 	if dv.ext != nil {
-		dv.ext.follow(cancelLost)
+		dv.ext.Follow(cancelLost)
 	}
 	ctx = &taskInfoCtx{Context: ctx, info: TaskInfo{
 		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig),
@@ -501,7 +502,7 @@ func (dv *delivery) endTask() {
 		dv.cancelTimeout()
 	}
 	if dv.ext != nil {
-		dv.ext.unfollow()
+		dv.ext.Unfollow()
 	}
 	dv.cancelTask(nil)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/dispatch"
+	"github.com/errand-go/errand/internal/lease"
 )
 
 // Several queues per worker (WorkerConfig.Queues): one fetch loop per
@@ -62,7 +63,7 @@ type queueSet struct {
 type job struct {
 	d   *driver.Delivery
 	q   *workerQueue
-	ext *extension
+	ext *lease.Extension
 	got time.Time
 	// start is the co-located fetch's start of d's attempt at startAt
 	// (colocation.go); nil when the fetch did not start it.
@@ -167,7 +168,7 @@ func (w *Worker) loopQueues() {
 	w.queues.mu.Unlock()
 	ds := make([]*driver.Delivery, 0, len(left))
 	for _, j := range left {
-		j.ext.halt()
+		j.ext.Halt()
 		ds = append(ds, j.d)
 	}
 	w.giveBack(ds)
@@ -226,7 +227,7 @@ func (w *Worker) fetched(q *workerQueue, ds []*driver.Delivery, starts []*driver
 		if d.Queue == "" {
 			d.Queue = q.name
 		}
-		jobs[i] = job{d: d, q: q, ext: w.lease.start(d, got)} // the lease runs while it waits in hand
+		jobs[i] = job{d: d, q: q, ext: w.lease.Start(d, got)} // the lease runs while it waits in hand
 		if starts != nil {
 			jobs[i].start, jobs[i].startAt = starts[i], at
 		}

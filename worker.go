@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/lease"
 )
 
 // WorkerConfig configures a Worker.
@@ -195,7 +196,7 @@ const (
 // loop (one per queue and a dispatcher, queues.go, with several queues or
 // a cap), the runners (2×Concurrency goroutines handling deliveries,
 // process.go), the lease extender (one goroutine per delivery held,
-// lease.go), the pause poller (pause.go) and the heartbeater
+// internal/lease), the pause poller (pause.go) and the heartbeater
 // (heartbeat.go). Shutdown stops them in the order stop documents.
 type Worker struct {
 	srv      *Server
@@ -207,7 +208,7 @@ type Worker struct {
 	mw       []Middleware    // cfg.Middleware, copied
 
 	queues *queueSet
-	lease  *leaseExtender
+	lease  *lease.Extender
 	poller *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
 	beat   *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
 
@@ -317,8 +318,8 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	w.callCtx, w.callStop = context.WithCancel(context.Background())
 
-	w.lease = newLeaseExtender(leaseParams{broker: s.broker, lease: cfg.Lease, every: cfg.ExtendEvery, bound: cfg.CallTimeout,
-		calls: w.callCtx, report: w.report})
+	w.lease = lease.New(lease.Params{Broker: s.broker, Lease: cfg.Lease, Every: cfg.ExtendEvery, Bound: cfg.CallTimeout,
+		Calls: w.callCtx, Report: w.report})
 	if p := s.broker.Can.Pauser; p != nil && cfg.PausePoll > 0 {
 		w.poller = newPausePoller(pauseParams{broker: s.broker, pauser: p, queues: w.queues.list, every: cfg.PausePoll,
 			fetch: w.fetchCtx, call: w.call, report: w.report, log: log, changed: func(q *workerQueue) { kick(q.kick) }})
@@ -485,7 +486,7 @@ func (w *Worker) stop() {
 	w.hardStop()
 	w.callStop() // 4
 	<-drained    // a task function still running holds the worker here
-	w.lease.wait()
+	w.lease.Wait()
 	w.runners.Wait() // the loop closed w.work; runners return once it is drained
 	close(w.stopped)
 }
