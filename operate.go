@@ -15,7 +15,7 @@ import (
 // The operator's view of a server's queues: the archive of tasks that
 // failed for good, lists by state, one task's detail, pause and resume, and
 // the live workers. These are what `errand` (the command) and the web
-// dashboard use. Each needs an optional ability of the broker
+// dashboard use. Each needs an optional capability of the broker
 // (driver.Archiver, driver.Lister, driver.QueueLister, driver.Pauser,
 // driver.Heartbeater) and returns an error satisfying
 // errors.Is(err, errors.ErrUnsupported) when the broker lacks it.

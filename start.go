@@ -18,7 +18,7 @@ import (
 //     own round trip where the broker and the backend are co-located
 //     (driver.Colocator; colocation.go).
 //
-// Backends without these abilities take the two-call paths, with the same
+// Backends without these capabilities take the two-call paths, with the same
 // outcome. Concurrent starts of many worker slots share Start calls
 // (internal/portable/batch.go).
 
