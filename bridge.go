@@ -5,6 +5,9 @@ import (
 	"github.com/errand-go/errand/internal/bridge"
 )
 
+// What packages of this module outside the root reach of a Server
+// through internal/bridge: the periodic scheduler (package schedule) its
+// schedule store, the conformance kit its broker in the portable layer.
 func init() {
 	bridge.ScheduleStore = func(srv any) (driver.ScheduleStore, error) { return srv.(*Server).scheduleStore() }
 	bridge.PortableBroker = func(srv any) driver.Broker { return srv.(*Server).broker }
