@@ -28,7 +28,7 @@ import (
 //     of each whose task this server can run now (registered, without a
 //     rate limit: startableTasks, any number) by driver.Starter's table.
 //     The delivery reaches its runner with its start decided (job.start),
-//     and beginCarried takes it from there as begin takes a Starter's
+//     and beginColocated takes it from there as begin takes a Starter's
 //     answer: no Start call before the function runs. A delivery the
 //     fetch did not start (another task, a message sent without its
 //     task's name, a task over a rate limit) takes the usual path.
@@ -93,13 +93,13 @@ func quiet(sig *Signature) bool {
 	return len(sig.OnSuccess) == 0 && sig.UniqueKey == "" && (sig.GroupUUID == "" || sig.ChordCallback == nil)
 }
 
-// settleCarried records dv.carried, the task's final state st, and acks
+// settleColocated records dv.stateInAck, the task's final state st, and acks
 // its delivery d in one Colocation.Settle call. A lost lease
 // is reported (st was written: the redelivery finds it); any other error
 // leaves d unacked, its state perhaps unwritten, and gives it back after
 // ErrorBackoff, as a failed SUCCESS write does on the two-call path.
-func (dv *delivery) settleCarried(ctx context.Context) {
-	w, d, st, attrs := dv.w, dv.d, dv.carried, dv.attrs
+func (dv *delivery) settleColocated(ctx context.Context) {
+	w, d, st, attrs := dv.w, dv.d, dv.stateInAck, dv.attrs
 	s := w.srv
 	err := s.broker.Before(ctx)
 	if err == nil {
@@ -179,14 +179,14 @@ func (w *Worker) fetch(queue string, limit int) ([]*driver.Delivery, []*driver.S
 	return ds, starts, at, b.After(ctx, err)
 }
 
-// beginCarried is begin for a delivery whose attempt the fetch started
+// beginColocated is begin for a delivery whose attempt the fetch started
 // (dv.start): it reports whether the attempt runs, as begin does. The
 // start is checked first: it must be readable, of the task the body
 // decodes to (the message's ID, Task and TaskAttempt are sig's; a message
 // whose ID names another task is set aside, that task's state put back),
 // and written exactly when driver.Starter's table allows it; a start that
 // is not is an error and the delivery goes back to the broker.
-func (dv *delivery) beginCarried(cannotRun error) bool {
+func (dv *delivery) beginColocated(cannotRun error) bool {
 	w, sig, d, res := dv.w, dv.sig, dv.d, dv.start
 	now := dv.startAt.UTC()
 	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: now})
@@ -237,7 +237,7 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 	return true
 }
 
-// unstart puts back the state a carried fetch replaced with STARTED, for
+// unstart puts back the state a co-located fetch replaced with STARTED, for
 // a delivery the worker sets aside undecoded (it never ran): the previous
 // state, or RECEIVED when there was none. A STARTED left behind would make
 // the message's re-drive from the archive, a first delivery, look like a

@@ -33,7 +33,7 @@ type delivery struct {
 	args        []reflect.Value
 	st, started *TaskState
 	states      [3]TaskState // where st, started and the final state are (state)
-	carried     *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
+	stateInAck  *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
 	cancelTimeout, cancelDeadline context.CancelFunc
@@ -195,7 +195,7 @@ func (dv *delivery) begin() bool {
 		dv.args, cannotRun = dv.tk.decodeArgs(sig.Args)
 	}
 	if dv.start != nil {
-		return dv.beginCarried(cannotRun) // the fetch started it (colocation.go)
+		return dv.beginColocated(cannotRun) // the fetch started it (colocation.go)
 	}
 	ctx, cancel := w.call()
 	defer cancel()
@@ -300,7 +300,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 		if w.srv.coloc != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
 			// nothing called here.
-			dv.carried, dv.outcome, dv.err = final, ack, nil
+			dv.stateInAck, dv.outcome, dv.err = final, ack, nil
 			return final, nil
 		}
 	}
@@ -351,8 +351,8 @@ func (dv *delivery) settle() {
 	case abandon:
 		w.report(dv.err, "errand: delivery left to its lease", attrs()...)
 	case ack:
-		if dv.carried != nil {
-			dv.settleCarried(ctx)
+		if dv.stateInAck != nil {
+			dv.settleColocated(ctx)
 			break
 		}
 		if err := b.AckOne(ctx, d); err != nil {
