@@ -78,8 +78,8 @@
 // queue); [WorkerConfig] documents every field with its default. A worker
 // runs Concurrency tasks at once; a task's slot is freed when its function
 // returns, and up to Concurrency more deliveries settle (outcome,
-// callbacks, ack) beside the slots. On one queue without a cap it never
-// fetches more deliveries than it has free slots. On several, it shares
+// callbacks, ack) beside the slots. On one queue it never fetches more
+// deliveries than it has free slots. On several, it shares
 // its slots among them by weight, or with StrictPriority always to the
 // highest-weight queue with a task waiting, within each queue's
 // QueueConcurrency cap, whatever the fetches' round trips; each queue's

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -211,4 +212,133 @@ func TestWorkerQueuesWeightsHoldWithSlowFetches(t *testing.T) {
 			t.Errorf("queue weights promise broken: with the high queue's fetches taking 300ms and the low one's none, of the first %d tasks started %d were high and %d low; want 300 ± 4 (3:1, to within the slots)", n, hi, n-hi)
 		}
 	})
+}
+
+// A worker on one queue with a cap below Concurrency fetches only for the
+// free slots within its cap (the one-queue fetch loop, design.md: no
+// prefetch beyond free slots). Before the one fetch loop, a cap sent such
+// a worker through the several-queue dispatch, whose fetch asks for its
+// share plus one: 4 in flight for 3 running.
+func TestWorkerQueuesOneCappedQueueFetchesOnlyFreeSlots(t *testing.T) {
+	checkNoLeak(t)
+	e := newEnv(t)
+	var cur, peak atomic.Int32
+	release := make(chan struct{})
+	e.srv.Register("hold", func() error {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		cur.Add(-1)
+		return nil
+	})
+	ctx := ctxT(t)
+	var rs []*errand.AsyncResult
+	for range 10 {
+		sig := errand.NewSignature("hold")
+		sig.RoutingKey = "capped"
+		r, err := e.srv.SendTask(ctx, sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	e.start(t, errand.WorkerConfig{Queues: map[string]int{"capped": 1}, QueueConcurrency: map[string]int{"capped": 3}, Concurrency: 10})
+	waitFor(t, "3 tasks running", func() bool { return cur.Load() == 3 })
+	qi, err := e.srv.Queue(ctx, "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := qi.Stats; st.InFlight != 3 || st.Pending != 7 {
+		t.Errorf("a worker on one queue capped at 3 (Concurrency 10), its 3 slots busy, leaves the queue %+v; want 3 in flight and 7 pending (no prefetch beyond free slots)", st)
+	}
+	close(release)
+	for _, r := range rs {
+		if _, err := r.Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := peak.Load(); p != 3 {
+		t.Errorf("peak concurrency of the queue capped at 3 = %d, want 3", p)
+	}
+}
+
+// releaseCounter is the memory broker counting the deliveries given back
+// (Release).
+type releaseCounter struct {
+	*memorybroker.Broker
+	released atomic.Int32
+}
+
+func (b *releaseCounter) Release(ctx context.Context, d *driver.Delivery, notBefore time.Time) error {
+	b.released.Add(1)
+	return b.Broker.Release(ctx, d, notBefore)
+}
+
+// A worker on one queue whose every slot is busy when the queue is paused
+// fetches nothing when a slot frees: the fetch loop waiting for a slot
+// sees the pause. Before the one fetch loop, the single-queue loop took
+// the freed slot, fetched, found the queue paused and gave the delivery
+// back (Release: on Redis, to the tail of the queue; on a broker counting
+// deliveries, one delivery more).
+func TestWorkerQueuesOneQueuePausedWhileBusyFetchesNothing(t *testing.T) {
+	checkNoLeak(t)
+	br := &releaseCounter{Broker: memorybroker.New(nil)}
+	be := memorybackend.New(nil)
+	srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(); br.Close(); be.Close() })
+	running := make(chan struct{})
+	release := make(chan struct{})
+	srv.Register("hold", func() error {
+		close(running)
+		<-release
+		return nil
+	})
+	srv.Register("quick", func() error { return nil })
+	ctx := ctxT(t)
+	logs := &attrRecorder{}
+	w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{"q": 1}, Concurrency: 1, PausePoll: 5 * time.Millisecond, Heartbeat: -1,
+		Logger: slog.New(logs)})
+	w.Start()
+	t.Cleanup(func() {
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("worker shutdown: %v", err)
+		}
+	})
+	send := func(name string) *errand.AsyncResult {
+		sig := errand.NewSignature(name)
+		sig.RoutingKey = "q"
+		r, err := srv.SendTask(ctx, sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	held := send("hold")
+	<-running
+	quick := send("quick")
+	if err := srv.Pause(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, `the worker's "queue paused" log line`, func() bool { return logs.find("errand: queue paused: not fetching") != nil })
+	close(release)
+	if _, err := held.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Resume(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := quick.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := br.released.Load(); n != 0 {
+		t.Errorf("pause promise broken: a worker on one queue, its one slot busy when the queue was paused, gave back %d deliveries: it fetched when the slot freed although the queue was paused; want none (a paused queue is not fetched)", n)
+	}
 }

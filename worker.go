@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,22 +36,25 @@ type WorkerConfig struct {
 	StrictPriority bool
 	// QueueConcurrency caps, per queue, how many of its tasks run at
 	// once, within Concurrency (0 or absent: no cap but Concurrency). Each
-	// key must be a queue the worker consumes. Default: none.
+	// key must be a queue the worker consumes; on a worker of one queue a
+	// lower cap is its Concurrency. Default: none.
 	QueueConcurrency map[string]int
 	// Concurrency is how many tasks run at once: a slot is held from a
-	// delivery's fetch until its task's function returns, and a
-	// worker on one queue without caps never fetches more than it has
-	// free slots for. A worker on several queues (or with QueueConcurrency)
-	// keeps a bounded prefetch: each queue's fetch asks for its share of
-	// the slots plus one (docs/flow-control.md), so up to that many
-	// deliveries per queue may wait, leased and extended, in the worker's
-	// hand beyond its free slots. What follows the function — recording
-	// SUCCESS, RETRY or FAILURE, sending callbacks, the ack, and the lease
-	// extension until the ack — no longer holds the slot: up to
-	// Concurrency more deliveries may be settling beside the running ones
-	// (a task whose function returned while that many are settling keeps
-	// its slot until one of them is done). QueueConcurrency caps and
-	// heartbeats count running functions only. Default: 10.
+	// delivery's fetch until its task's function returns. Each queue has
+	// one fetch loop. On one queue it fetches only as many deliveries as
+	// the worker has free slots, holding them while it fetches: it never
+	// fetches beyond them. On several queues, where a slot held by a fetch
+	// waiting on an empty queue would be lost to the others, each queue's
+	// fetch asks for its share of the free slots plus one without holding
+	// them (docs/flow-control.md), so up to that many deliveries per queue
+	// may wait, leased and extended, in the worker's hand beyond its free
+	// slots. What follows the function — recording SUCCESS, RETRY or
+	// FAILURE, sending callbacks, the ack, and the lease extension until
+	// the ack — no longer holds the slot: up to Concurrency more
+	// deliveries may be settling beside the running ones (a task whose
+	// function returned while that many are settling keeps its slot until
+	// one of them is done). QueueConcurrency caps and heartbeats count
+	// running functions only. Default: 10.
 	Concurrency int
 	// Lease is how long a fetched delivery stays invisible to other
 	// consumers. While a task runs its lease is extended every
@@ -193,8 +195,8 @@ const (
 // with Server.NewWorker.
 //
 // A worker is made of small parts, each owning its goroutines: the fetch
-// loop (one per queue and a dispatcher, queues.go, with several queues or
-// a cap), the runners (2×Concurrency goroutines handling deliveries,
+// loop (one per queue, and a dispatcher with several queues: queues.go),
+// the runners (2×Concurrency goroutines handling deliveries,
 // process.go), the lease extender (one goroutine per delivery held,
 // internal/lease), the pause poller (pause.go) and the heartbeater
 // (heartbeat.go). Shutdown stops them in the order stop documents.
@@ -308,10 +310,10 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if log == nil {
 		log = s.log
 	}
-	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), slots: make(chan struct{}, cfg.Concurrency),
+	qs := newQueueSet(cfg)
+	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), queues: qs, slots: make(chan struct{}, qs.slots),
 		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{}),
 		stopped: make(chan struct{}), held: heldTasks{m: map[*delivery]time.Time{}}}
-	w.queues = newQueueSet(cfg)
 	w.archiver = s.broker.Can.Archiver
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
@@ -359,11 +361,7 @@ func (w *Worker) Start() {
 		}
 		w.poller.start()
 		w.beat.start()
-		if w.queues.multi {
-			go w.loopQueues()
-		} else {
-			go w.loop()
-		}
+		go w.loop()
 	})
 }
 
@@ -531,74 +529,6 @@ func (w *Worker) report(err error, msg string, attrs ...any) {
 	w.log.Warn(msg, append(attrs, "err", err)...)
 	if w.cfg.ErrorHandler != nil {
 		w.cfg.ErrorHandler(err)
-	}
-}
-
-// loop is the fetch loop of a worker on one queue without a cap: it
-// fetches as many deliveries as there are free slots, holding them while
-// it fetches, and hands each to a runner.
-func (w *Worker) loop() {
-	defer close(w.loopDone)
-	defer close(w.work)
-	q := w.queues.list[0]
-	failures := 0   // failed fetches in a row
-	w.poller.poll() // a worker starting on a paused queue fetches nothing
-	for {
-		if resumed := q.pause.wait(); resumed != nil {
-			select {
-			case <-resumed:
-			case <-w.fetchCtx.Done():
-				return
-			}
-		}
-		select {
-		case w.slots <- struct{}{}:
-		case <-w.fetchCtx.Done():
-			return
-		}
-		n := 1
-	more:
-		for n < w.cfg.Concurrency {
-			select {
-			case w.slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		ds, starts, at, err := w.fetch(q.name, n) // at: when a co-located fetch started them
-		got := time.Now()                         // the leases began just before
-		for range n - len(ds) {
-			<-w.slots
-		}
-		if len(ds) > 0 && q.pause.on() {
-			// Paused while the fetch waited: give them back untouched.
-			w.giveBack(ds)
-			for range ds {
-				<-w.slots
-			}
-			ds = nil
-		}
-		for i, d := range ds {
-			j := job{d: d, got: got}
-			if starts != nil {
-				j.start, j.startAt = starts[i], at
-			}
-			w.tasks.Add(1)
-			w.work <- j // never blocks: a slot is held for each delivery
-		}
-		if len(ds) > 0 && len(ds) < n {
-			// Fewer were due than slots free: the next fetch will likely
-			// wait. Let the runners just handed a delivery go first (they
-			// wait on this goroutine's P otherwise, until the next fetch
-			// has been sent and blocks), so a task reaches its function
-			// without waiting on the fetch behind it: tens of µs per task
-			// at low load (bench, latency).
-			runtime.Gosched()
-		}
-		if !w.fetchFailed(q.name, err, &failures) {
-			return
-		}
 	}
 }
 
