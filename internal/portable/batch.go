@@ -21,16 +21,16 @@ import (
 //
 // It carries:
 //
-//   - acks, per queue: ackFlights in flight, Limits().MaxAckBatch a call;
+//   - acks, per queue: AckFlights in flight, Limits().MaxAckBatch a call;
 //   - attempt starts (driver.Starter) and single state writes, SUCCESS,
 //     FAILURE, RETRY and PENDING among them (one SetStates of many tasks'
-//     states): backendFlights in flight of each, maxBackendBatch a call.
+//     states): BackendFlights in flight of each, MaxBackendBatch a call.
 //
 // Every caller waits for its own request's outcome, so a caller's next
 // step (a task's ack after its SUCCESS, its SUCCESS after its STARTED)
 // still follows it, and the states of one task stay in order. Each
 // answer is checked against the batch convention of driver/doc.go
-// (checkBatch), so one item the driver refuses fails its own caller alone.
+// (CheckBatch), so one item the driver refuses fails its own caller alone.
 // Closing the wrapper closes its coalescers, which wait for the calls they
 // have in flight.
 
