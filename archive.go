@@ -3,18 +3,7 @@ package errand
 import (
 	"context"
 	"errors"
-
-	"github.com/errand-go/errand/driver"
 )
-
-// archive archives d through a, with e and keep, under the portable
-// layer's checks.
-func (b *broker) archive(ctx context.Context, a driver.Archiver, d *driver.Delivery, e driver.ArchiveEntry, keep Retention) error {
-	if err := b.before(ctx); err != nil {
-		return err
-	}
-	return b.after(ctx, a.Archive(ctx, d, e, keep))
-}
 
 // archiveReason says in a few words why a task ended in the archive.
 func archiveReason(cause error) string {

@@ -127,7 +127,7 @@ func (w *Worker) failChord(ctx context.Context, cb *Signature, errText string) e
 		if prev != nil {
 			st.CreatedAt, st.FinishedAt = prev.CreatedAt, notBefore(now, prev.CreatedAt)
 		}
-		if err := be.setState(ctx, st); err != nil {
+		if err := be.SetState(ctx, st); err != nil {
 			return fmt.Errorf("errand: chord callback %s: set FAILURE: %w", cb.UUID, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/coalesce"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // Co-location (driver.Colocator): where the broker and the backend keep
@@ -27,7 +28,7 @@ import (
 //     of each whose task this server can run now (registered, without a
 //     rate limit: startableTasks, any number) by driver.Starter's table.
 //     The delivery reaches its runner with its start decided (job.start),
-//     and beginCarried takes it from there as begin takes a Starter's
+//     and beginColocated takes it from there as begin takes a Starter's
 //     answer: no Start call before the function runs. A delivery the
 //     fetch did not start (another task, a message sent without its
 //     task's name, a task over a rate limit) takes the usual path.
@@ -35,10 +36,10 @@ import (
 //     OnSuccess callbacks, no chord group to complete, no unique key to
 //     free (quiet) — records SUCCESS and is acked in one call, joined with
 //     the settles of concurrent slots of its queue as acks are joined
-//     (batch.go), instead of a SetStates and then an Ack. The order of the
-//     two-call path is kept: the state is written before the message
-//     leaves the queue, so a redelivery (after a lost lease) finds SUCCESS
-//     and runs nothing again.
+//     (internal/portable/batch.go), instead of a SetStates and then an
+//     Ack. The order of the two-call path is kept: the state is written
+//     before the message leaves the queue, so a redelivery (after a lost
+//     lease) finds SUCCESS and runs nothing again.
 
 // colocated is a server's co-location with its backend: the broker's
 // one-trip calls, the coalescers joining concurrent sends and settles into
@@ -61,7 +62,7 @@ type colocatedSettle struct {
 // Server.Close closes it.
 func (s *Server) newColocatedSettler() *coalesce.Coalescer[colocatedSettle, struct{}] {
 	return coalesce.New(coalesce.Config[colocatedSettle, struct{}]{
-		Flights: ackFlights, Limit: s.broker.limits.MaxAckBatch, AnswerTaken: true, Closed: ErrClosed,
+		Flights: portable.AckFlights, Limit: s.broker.Limits().MaxAckBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []colocatedSettle, _ []struct{}, errs []error) {
 			var ds []*driver.Delivery
 			var sts []*TaskState
@@ -74,7 +75,7 @@ func (s *Server) newColocatedSettler() *coalesce.Coalescer[colocatedSettle, stru
 			for i, r := range reqs {
 				ds[i], sts[i] = r.d, r.st
 			}
-			copy(errs, checkBatch(s.broker.drv, "Colocation.Settle", len(ds), s.coloc.calls.Settle(ctx, ds, sts)))
+			copy(errs, portable.CheckBatch(s.broker.Drv, "Colocation.Settle", len(ds), s.coloc.calls.Settle(ctx, ds, sts)))
 		},
 	})
 }
@@ -92,21 +93,21 @@ func quiet(sig *Signature) bool {
 	return len(sig.OnSuccess) == 0 && sig.UniqueKey == "" && (sig.GroupUUID == "" || sig.ChordCallback == nil)
 }
 
-// settleCarried records dv.carried, the task's final state st, and acks
+// settleColocated records dv.stateInAck, the task's final state st, and acks
 // its delivery d in one Colocation.Settle call. A lost lease
 // is reported (st was written: the redelivery finds it); any other error
 // leaves d unacked, its state perhaps unwritten, and gives it back after
 // ErrorBackoff, as a failed SUCCESS write does on the two-call path.
-func (dv *delivery) settleCarried(ctx context.Context) {
-	w, d, st, attrs := dv.w, dv.d, dv.carried, dv.attrs
+func (dv *delivery) settleColocated(ctx context.Context) {
+	w, d, st, attrs := dv.w, dv.d, dv.stateInAck, dv.attrs
 	s := w.srv
-	err := s.broker.before(ctx)
+	err := s.broker.Before(ctx)
 	if err == nil {
-		err = s.backend.before(ctx)
+		err = s.backend.Before(ctx)
 	}
 	if err == nil {
 		_, err = s.coloc.settles.Do(ctx, d.Queue, colocatedSettle{d, st})
-		err = s.broker.after(ctx, err)
+		err = s.broker.After(ctx, err)
 	}
 	switch {
 	case err == nil:
@@ -165,27 +166,27 @@ func (w *Worker) fetch(queue string, limit int) ([]*driver.Delivery, []*driver.S
 		return ds, nil, time.Time{}, err
 	}
 	ctx := w.fetchCtx
-	if err := b.before(ctx); err != nil {
+	if err := b.Before(ctx); err != nil {
 		return nil, nil, time.Time{}, err
 	}
 	ds, starts, at, err := s.coloc.calls.FetchStart(ctx, queue, max(limit, 1), w.cfg.Lease, s.startableTasks())
 	if starts != nil && len(starts) != len(ds) {
 		if err == nil {
-			err = fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart answered %d starts for %d deliveries", b.drv, len(starts), len(ds))
+			err = fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart answered %d starts for %d deliveries", b.Drv, len(starts), len(ds))
 		}
 		starts = nil
 	}
-	return ds, starts, at, b.after(ctx, err)
+	return ds, starts, at, b.After(ctx, err)
 }
 
-// beginCarried is begin for a delivery whose attempt the fetch started
+// beginColocated is begin for a delivery whose attempt the fetch started
 // (dv.start): it reports whether the attempt runs, as begin does. The
 // start is checked first: it must be readable, of the task the body
 // decodes to (the message's ID, Task and TaskAttempt are sig's; a message
 // whose ID names another task is set aside, that task's state put back),
 // and written exactly when driver.Starter's table allows it; a start that
 // is not is an error and the delivery goes back to the broker.
-func (dv *delivery) beginCarried(cannotRun error) bool {
+func (dv *delivery) beginColocated(cannotRun error) bool {
 	w, sig, d, res := dv.w, dv.sig, dv.d, dv.start
 	now := dv.startAt.UTC()
 	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: now})
@@ -208,7 +209,7 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 		return false
 	case res.Written != req.Allows(res.Prev):
 		dv.outcome, dv.err = requeue, fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart of task %s with previous state %s (attempt %d): written %v, want %v",
-			w.srv.broker.drv, sig.UUID, stateName(res.Prev), attemptOf(res.Prev), res.Written, !res.Written)
+			w.srv.broker.Drv, sig.UUID, portable.StateName(res.Prev), portable.AttemptOf(res.Prev), res.Written, !res.Written)
 		return false
 	case !res.Written:
 		ctx, cancel := w.call() // a step of its own, as every call is
@@ -236,7 +237,7 @@ func (dv *delivery) beginCarried(cannotRun error) bool {
 	return true
 }
 
-// unstart puts back the state a carried fetch replaced with STARTED, for
+// unstart puts back the state a co-located fetch replaced with STARTED, for
 // a delivery the worker sets aside undecoded (it never ran): the previous
 // state, or RECEIVED when there was none. A STARTED left behind would make
 // the message's re-drive from the archive, a first delivery, look like a
@@ -253,7 +254,7 @@ func (dv *delivery) unstart() {
 	}
 	ctx, cancel := dv.w.call()
 	defer cancel()
-	if err := dv.w.srv.backend.setState(ctx, st); err != nil {
+	if err := dv.w.srv.backend.SetState(ctx, st); err != nil {
 		dv.w.report(fmt.Errorf("errand: task %s (%s): put back its state %s after its start in the fetch: %w", d.Task, d.ID, st.State, err), "errand: delivery set aside")
 	}
 }

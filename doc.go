@@ -270,7 +270,7 @@
 //     once, never held back to fill a batch;
 //   - errors of [OpenBroker] and [OpenBackend] hide the URL's secrets and
 //     still satisfy errors.Is and errors.As for what the driver returned;
-//   - an ability the driver lacks is an error satisfying
+//   - a capability the driver lacks is an error satisfying
 //     errors.Is(err, errors.ErrUnsupported), never a silent no-op.
 //
 // [Server.Broker] and [Server.Backend] return the drivers the server was
@@ -308,7 +308,7 @@
 //     heartbeats;
 //   - [Server.Result] is a handle on a task's outcome from its UUID alone.
 //
-// Each needs an optional ability of the broker (the driver package's
+// Each needs an optional capability of the broker (the driver package's
 // Archiver, Lister, QueueLister, StatsReporter, Purger, Pauser or
 // Heartbeater) and returns an error satisfying errors.Is(err,
 // errors.ErrUnsupported) without it. A task that fails for good, and a

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // Sentinel errors, tested with [errors.Is]. The first four (and
@@ -75,6 +76,14 @@ func (e *PayloadError) Error() string {
 
 // Is reports whether target is ErrPayloadTooLarge.
 func (e *PayloadError) Is(target error) bool { return target == ErrPayloadTooLarge }
+
+func init() {
+	// The portable layer reports a message over a broker's limit as a
+	// *PayloadError.
+	portable.TooLarge = func(name string, size, limit int) error {
+		return &PayloadError{TaskName: name, Size: size, Limit: limit}
+	}
+}
 
 // ArgumentError reports an argument that does not fit the registered
 // function's parameter. It satisfies errors.Is(err, ErrBadArguments) and is
@@ -247,3 +256,21 @@ func (e *ShutdownError) Error() string {
 
 // Unwrap returns the ctx error.
 func (e *ShutdownError) Unwrap() error { return e.Err }
+
+// ErrDuplicate is satisfied by the error of a send refused because its
+// signature's UniqueKey is held by another task (a *DuplicateError).
+var ErrDuplicate = errors.New("errand: duplicate task")
+
+// DuplicateError reports a send refused because another task holds its
+// unique key. It satisfies errors.Is(err, ErrDuplicate).
+type DuplicateError struct {
+	Key string // the signature's UniqueKey
+	ID  string // the UUID of the task holding it
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("errand: duplicate task: unique key %q is held by task %s", e.Key, e.ID)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }

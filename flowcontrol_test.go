@@ -15,7 +15,7 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// plainBroker hides every optional ability of the memory broker (no
+// plainBroker hides every optional capability of the memory broker (no
 // driver.Uniquer, no driver.RateLimiter).
 type plainBroker struct{ driver.Broker }
 

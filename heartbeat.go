@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 	"github.com/errand-go/errand/internal/uuid"
 )
 
@@ -57,7 +58,7 @@ func newWorkerID() string {
 
 // heartbeatParams are what a heartbeater needs of its worker.
 type heartbeatParams struct {
-	broker *broker
+	broker *portable.Broker
 	hb     driver.Heartbeater
 	info   WorkerInfo    // ID, Queues, Concurrency: the rest is filled in
 	every  time.Duration // WorkerConfig.Heartbeat
@@ -144,8 +145,8 @@ func (h *heartbeater) run() {
 		}
 		ctx, cancel := h.call()
 		defer cancel()
-		if err = h.broker.before(ctx); err == nil {
-			err = h.broker.after(ctx, h.hb.Beat(ctx, info.ID, data, ttl))
+		if err = h.broker.Before(ctx); err == nil {
+			err = h.broker.After(ctx, h.hb.Beat(ctx, info.ID, data, ttl))
 		}
 		switch {
 		case err != nil && !failing && h.stopping.Err() == nil:
@@ -167,9 +168,9 @@ func (h *heartbeater) run() {
 		case <-h.drained:
 			ctx, cancel := h.call()
 			defer cancel()
-			if err := h.broker.before(ctx); err == nil {
+			if err := h.broker.Before(ctx); err == nil {
 				if err := h.hb.Unbeat(ctx, info.ID); err != nil {
-					h.log.Warn("errand: remove heartbeat on shutdown", "worker", info.ID, "err", h.broker.after(ctx, err))
+					h.log.Warn("errand: remove heartbeat on shutdown", "worker", info.ID, "err", h.broker.After(ctx, err))
 				}
 			}
 			return

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // The operator's view of a server's queues: the archive of tasks that
 // failed for good, lists by state, one task's detail, pause and resume, and
 // the live workers. These are what `errand` (the command) and the web
-// dashboard use. Each needs an optional ability of the broker
+// dashboard use. Each needs an optional capability of the broker
 // (driver.Archiver, driver.Lister, driver.QueueLister, driver.Pauser,
 // driver.Heartbeater) and returns an error satisfying
 // errors.Is(err, errors.ErrUnsupported) when the broker lacks it.
@@ -180,27 +181,27 @@ func (s *Server) withStates(ctx context.Context, ts []QueuedTask) error {
 // Queues lists the broker's queues with their counts and whether each is
 // paused.
 func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
-	pb, ql, err := ability[driver.QueueLister](ctx, s.broker, "listing queues")
+	pb, ql, err := portable.Capability[driver.QueueLister](ctx, s.broker, "listing queues")
 	if err != nil {
 		return nil, err
 	}
 	names, err := ql.Queues(ctx)
 	if err != nil {
-		return nil, pb.after(ctx, err)
+		return nil, pb.After(ctx, err)
 	}
 	slices.Sort(names)
 	var paused []string
-	if p := pb.can.pauser; p != nil {
+	if p := pb.Can.Pauser; p != nil {
 		if paused, err = p.Paused(ctx); err != nil {
-			return nil, pb.after(ctx, err)
+			return nil, pb.After(ctx, err)
 		}
 	}
 	out := make([]QueueInfo, 0, len(names))
 	for _, n := range names {
 		qi := QueueInfo{Name: n, Paused: slices.Contains(paused, n)}
-		if sr := pb.can.stats; sr != nil {
+		if sr := pb.Can.Stats; sr != nil {
 			if qi.Stats, err = sr.Stats(ctx, n); err != nil {
-				return nil, pb.after(ctx, err)
+				return nil, pb.After(ctx, err)
 			}
 		}
 		qi.Archived = qi.Stats.Dead
@@ -223,12 +224,12 @@ func (s *Server) Queues(ctx context.Context) ([]QueueInfo, error) {
 // errors.ErrUnsupported).
 func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 	pb := s.broker
-	if err := pb.before(ctx); err != nil {
+	if err := pb.Before(ctx); err != nil {
 		return QueueInfo{}, err
 	}
-	ql, sr := pb.can.queues, pb.can.stats
+	ql, sr := pb.Can.Queues, pb.Can.Stats
 	if ql == nil && sr == nil {
-		return QueueInfo{}, unsupported("queue stats", pb.drv)
+		return QueueInfo{}, portable.Unsupported("queue stats", pb.Drv)
 	}
 	if err := s.knownQueue(ctx, queue); err != nil {
 		return QueueInfo{}, err
@@ -237,14 +238,14 @@ func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 	if sr != nil {
 		st, err := sr.Stats(ctx, queue)
 		if err != nil {
-			return QueueInfo{}, pb.after(ctx, err)
+			return QueueInfo{}, pb.After(ctx, err)
 		}
 		qi.Stats, qi.Archived = st, st.Dead
 	}
-	if p := pb.can.pauser; p != nil {
+	if p := pb.Can.Pauser; p != nil {
 		paused, err := p.Paused(ctx)
 		if err != nil {
-			return QueueInfo{}, pb.after(ctx, err)
+			return QueueInfo{}, pb.After(ctx, err)
 		}
 		qi.Paused = slices.Contains(paused, queue)
 	}
@@ -257,7 +258,7 @@ func (s *Server) Queue(ctx context.Context, queue string) (QueueInfo, error) {
 // not list queues.
 func (s *Server) knownQueue(ctx context.Context, queue string) error {
 	pb := s.broker
-	ql, k := pb.can.queues, pb.can.knower
+	ql, k := pb.Can.Queues, pb.Can.Knower
 	if ql == nil && k == nil {
 		return nil // cannot tell: counts for any name
 	}
@@ -277,7 +278,7 @@ func (s *Server) knownQueue(ctx context.Context, queue string) error {
 	}
 	switch {
 	case err != nil:
-		return pb.after(ctx, err)
+		return pb.After(ctx, err)
 	case known:
 		return nil
 	}
@@ -290,12 +291,12 @@ func (s *Server) knownQueue(ctx context.Context, queue string) error {
 // archived are kept. It needs driver.Purger and returns an error
 // satisfying errors.Is(err, errors.ErrUnsupported) without it.
 func (s *Server) Purge(ctx context.Context, queue string) (int, error) {
-	pb, p, err := ability[driver.Purger](ctx, s.broker, "purge")
+	pb, p, err := portable.Capability[driver.Purger](ctx, s.broker, "purge")
 	if err != nil {
 		return 0, err
 	}
 	n, err := p.Purge(ctx, queue)
-	return n, pb.after(ctx, err)
+	return n, pb.After(ctx, err)
 }
 
 // ErrUnknownQueue is returned for a queue the broker does not know.
@@ -314,13 +315,13 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 	var out []QueuedTask
 	switch l {
 	case ListArchived:
-		pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+		pb, a, err := portable.Capability[driver.Archiver](ctx, s.broker, "the archive")
 		if err != nil {
 			return nil, err
 		}
 		es, err := a.Archived(ctx, queue, offset, limit)
 		if err != nil {
-			return nil, pb.after(ctx, err)
+			return nil, pb.After(ctx, err)
 		}
 		for _, e := range es {
 			ti := s.describe(e.Message, l, e.At)
@@ -328,20 +329,20 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 			out = append(out, ti)
 		}
 	case ListPending, ListInFlight, ListCompleted:
-		pb, ls, err := ability[driver.Lister](ctx, s.broker, "listing by state")
+		pb, ls, err := portable.Capability[driver.Lister](ctx, s.broker, "listing by state")
 		if err != nil {
 			return nil, err
 		}
 		ms, err := ls.List(ctx, queue, l, offset, limit)
 		if err != nil {
-			return nil, pb.after(ctx, err)
+			return nil, pb.After(ctx, err)
 		}
 		for _, m := range ms {
 			out = append(out, s.describe(m.Message, l, m.At))
 		}
 	case ListScheduled, ListRetrying:
 		// One delayed set holds both (see describe).
-		pb, ls, err := ability[driver.Lister](ctx, s.broker, "listing by state")
+		pb, ls, err := portable.Capability[driver.Lister](ctx, s.broker, "listing by state")
 		if err != nil {
 			return nil, err
 		}
@@ -349,7 +350,7 @@ func (s *Server) List(ctx context.Context, queue string, l ListState, offset, li
 		for from := 0; len(out) < limit; from += scanPage {
 			ms, err := ls.List(ctx, queue, driver.ListScheduled, from, scanPage)
 			if err != nil {
-				return nil, pb.after(ctx, err)
+				return nil, pb.After(ctx, err)
 			}
 			for _, m := range ms {
 				ti := s.describe(m.Message, ListScheduled, m.At)
@@ -388,7 +389,7 @@ const findLimit = 100_000
 // an error satisfying errors.Is(err, ErrTaskNotFound) when neither the
 // queue's lists nor the backend know id.
 func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error) {
-	if s.broker.can.archiver != nil {
+	if s.broker.Can.Archiver != nil {
 		ti, err := s.ArchivedTask(ctx, queue, id)
 		if err == nil {
 			return ti, nil
@@ -400,23 +401,23 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 	found := func(m driver.Listed, l driver.ListState) (QueuedTask, error) {
 		return s.withState(ctx, s.describe(m.Message, l, m.At))
 	}
-	if err := s.broker.before(ctx); err != nil {
+	if err := s.broker.Before(ctx); err != nil {
 		return QueuedTask{}, err
 	}
-	if f := s.broker.can.finder; f != nil {
+	if f := s.broker.Can.Finder; f != nil {
 		m, l, ok, err := f.Find(ctx, queue, id)
 		if err != nil {
-			return QueuedTask{}, s.broker.after(ctx, err)
+			return QueuedTask{}, s.broker.After(ctx, err)
 		}
 		if ok {
 			return found(m, l)
 		}
-	} else if ls := s.broker.can.lister; ls != nil {
+	} else if ls := s.broker.Can.Lister; ls != nil {
 		for _, l := range []driver.ListState{driver.ListInFlight, driver.ListPending, driver.ListScheduled, driver.ListCompleted} {
 			for from := 0; from < findLimit; from += scanPage {
 				ms, err := ls.List(ctx, queue, l, from, scanPage)
 				if err != nil {
-					return QueuedTask{}, s.broker.after(ctx, err)
+					return QueuedTask{}, s.broker.After(ctx, err)
 				}
 				for _, m := range ms {
 					if m.ID == id {
@@ -439,13 +440,13 @@ func (s *Server) Task(ctx context.Context, queue, id string) (QueuedTask, error)
 // ArchivedTask returns the archived task id of queue, or an error
 // satisfying errors.Is(err, ErrNotArchived).
 func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask, error) {
-	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	pb, a, err := portable.Capability[driver.Archiver](ctx, s.broker, "the archive")
 	if err != nil {
 		return QueuedTask{}, err
 	}
 	e, err := a.ArchivedEntry(ctx, queue, id)
 	if err != nil {
-		return QueuedTask{}, fmt.Errorf("errand: task %q in the archive of queue %q: %w", id, queue, pb.after(ctx, err))
+		return QueuedTask{}, fmt.Errorf("errand: task %q in the archive of queue %q: %w", id, queue, pb.After(ctx, err))
 	}
 	ti := s.describe(e.Message, ListArchived, e.At)
 	ti.Archive = &e
@@ -475,13 +476,13 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 // milliseconds between this call's reads and its write can be left showing
 // PENDING).
 func (s *Server) Requeue(ctx context.Context, queue, id string) error {
-	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	pb, a, err := portable.Capability[driver.Archiver](ctx, s.broker, "the archive")
 	if err != nil {
 		return err
 	}
 	e, err := a.ArchivedEntry(ctx, queue, id)
 	if err != nil {
-		return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, pb.after(ctx, err))
+		return fmt.Errorf("errand: requeue %q of queue %q: %w", id, queue, pb.After(ctx, err))
 	}
 	if e.Size > len(e.Body) {
 		return fmt.Errorf("errand: requeue %q of queue %q: %w: the archive keeps only the first %d bytes of its body of %d bytes (set aside for its size), and a requeue would send a truncated message (delete it instead)", id, queue, errPartialBody, len(e.Body), e.Size)
@@ -522,10 +523,10 @@ func (s *Server) Requeue(ctx context.Context, queue, id string) error {
 		}
 	}
 	if err := a.Requeue(ctx, queue, id, m); err != nil {
-		err = pb.after(ctx, err)
+		err = pb.After(ctx, err)
 		if prev != nil && !errors.Is(err, ErrNotArchived) {
 			// Nothing was sent: put the recorded state back.
-			if rerr := s.backend.setState(ctx, prev); rerr != nil {
+			if rerr := s.backend.SetState(ctx, prev); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("restore state %s: %w", prev.State, rerr))
 			}
 		}
@@ -577,12 +578,12 @@ func (s *Server) RequeueAll(ctx context.Context, queue, name string) (int, error
 // DeleteArchived removes the archived tasks ids of queue and returns how
 // many there were.
 func (s *Server) DeleteArchived(ctx context.Context, queue string, ids ...string) (int, error) {
-	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	pb, a, err := portable.Capability[driver.Archiver](ctx, s.broker, "the archive")
 	if err != nil {
 		return 0, err
 	}
 	n, err := a.DeleteArchived(ctx, queue, ids...)
-	return n, pb.after(ctx, err)
+	return n, pb.After(ctx, err)
 }
 
 // DeleteAllArchived removes every archived task of queue (only those named
@@ -602,7 +603,7 @@ var errSkip = errors.New("skip")
 // eachArchived calls fn for every archived task of queue named name (any
 // name when empty) and counts the calls that did not return errSkip.
 func (s *Server) eachArchived(ctx context.Context, queue, name string, fn func(QueuedTask) error) (int, error) {
-	pb, a, err := ability[driver.Archiver](ctx, s.broker, "the archive")
+	pb, a, err := portable.Capability[driver.Archiver](ctx, s.broker, "the archive")
 	if err != nil {
 		return 0, err
 	}
@@ -611,7 +612,7 @@ func (s *Server) eachArchived(ctx context.Context, queue, name string, fn func(Q
 	for from := 0; ; from += scanPage {
 		es, err := a.Archived(ctx, queue, from, scanPage)
 		if err != nil {
-			return 0, pb.after(ctx, err)
+			return 0, pb.After(ctx, err)
 		}
 		for _, e := range es {
 			ti := s.describe(e.Message, ListArchived, e.At)
@@ -640,42 +641,42 @@ func (s *Server) eachArchived(ctx context.Context, queue, name string, fn func(Q
 // (within WorkerConfig.PausePoll) until Resume. Tasks already running
 // finish; nothing is lost. The flag lives on the broker's server.
 func (s *Server) Pause(ctx context.Context, queue string) error {
-	pb, p, err := ability[driver.Pauser](ctx, s.broker, "pausing queues")
+	pb, p, err := portable.Capability[driver.Pauser](ctx, s.broker, "pausing queues")
 	if err != nil {
 		return err
 	}
-	return pb.after(ctx, p.Pause(ctx, queue))
+	return pb.After(ctx, p.Pause(ctx, queue))
 }
 
 // Resume lets workers fetch queue's tasks again.
 func (s *Server) Resume(ctx context.Context, queue string) error {
-	pb, p, err := ability[driver.Pauser](ctx, s.broker, "pausing queues")
+	pb, p, err := portable.Capability[driver.Pauser](ctx, s.broker, "pausing queues")
 	if err != nil {
 		return err
 	}
-	return pb.after(ctx, p.Resume(ctx, queue))
+	return pb.After(ctx, p.Resume(ctx, queue))
 }
 
 // Paused returns the queues paused now.
 func (s *Server) Paused(ctx context.Context) ([]string, error) {
-	pb, p, err := ability[driver.Pauser](ctx, s.broker, "pausing queues")
+	pb, p, err := portable.Capability[driver.Pauser](ctx, s.broker, "pausing queues")
 	if err != nil {
 		return nil, err
 	}
 	qs, err := p.Paused(ctx)
-	return qs, pb.after(ctx, err)
+	return qs, pb.After(ctx, err)
 }
 
 // Workers returns the live workers of every process that share the
 // broker, as their last heartbeats describe them, oldest first.
 func (s *Server) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	pb, h, err := ability[driver.Heartbeater](ctx, s.broker, "worker heartbeats")
+	pb, h, err := portable.Capability[driver.Heartbeater](ctx, s.broker, "worker heartbeats")
 	if err != nil {
 		return nil, err
 	}
 	beats, err := h.Beats(ctx)
 	if err != nil {
-		return nil, pb.after(ctx, err)
+		return nil, pb.After(ctx, err)
 	}
 	out := make([]WorkerInfo, 0, len(beats))
 	for _, b := range beats {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // pauseFlag is whether one of the worker's queues is paused, as the pause
@@ -52,7 +53,7 @@ func (p *pauseFlag) wait() <-chan struct{} {
 
 // pauseParams are what a pausePoller needs of its worker.
 type pauseParams struct {
-	broker *broker
+	broker *portable.Broker
 	pauser driver.Pauser
 	queues []*workerQueue
 	every  time.Duration   // WorkerConfig.PausePoll
@@ -111,7 +112,7 @@ func (p *pausePoller) poll() {
 	}
 	ctx, cancel := p.call()
 	defer cancel()
-	if err := p.broker.before(ctx); err != nil {
+	if err := p.broker.Before(ctx); err != nil {
 		return
 	}
 	qs, err := p.pauser.Paused(ctx)
@@ -121,7 +122,7 @@ func (p *pausePoller) poll() {
 			for i, q := range p.queues {
 				names[i] = q.name
 			}
-			p.report(p.broker.after(ctx, err), "errand: read paused queues", "queues", names)
+			p.report(p.broker.After(ctx, err), "errand: read paused queues", "queues", names)
 		}
 		return
 	}

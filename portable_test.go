@@ -55,7 +55,7 @@ func TestClosedServerAnswersErrClosed(t *testing.T) {
 		t.Fatalf("Fetch after Close = %v, want ErrClosed", err)
 	}
 	if _, err := srv.Queues(ctx); !errors.Is(err, errand.ErrClosed) {
-		t.Fatalf("Queues after Close = %v, want ErrClosed (an optional ability's call is checked as every call)", err)
+		t.Fatalf("Queues after Close = %v, want ErrClosed (an optional capability's call is checked as every call)", err)
 	}
 	if errs := srv.Broker().Ack(ctx, []*driver.Delivery{{}, {}}); len(errs) != 2 || !errors.Is(errs[0], errand.ErrClosed) || !errors.Is(errs[1], errand.ErrClosed) {
 		t.Fatalf("Ack of two deliveries after Close = %v, want ErrClosed for each", errs)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/lease"
 )
 
 // The task state machine: what a worker does with one delivery, from
@@ -22,9 +23,9 @@ import (
 type delivery struct {
 	w *Worker
 	job
-	sig   *Signature // nil until decoded
-	lease extension  // dv.ext when the runner starts its renewals (handle)
-	queue string     // the queue its retries and callbacks go to
+	sig   *Signature      // nil until decoded
+	lease lease.Extension // dv.ext when the runner starts its renewals (handle)
+	queue string          // the queue its retries and callbacks go to
 
 	// The attempt: the task's function and arguments, and the states it
 	// records (RECEIVED and STARTED before the middleware runs).
@@ -32,7 +33,7 @@ type delivery struct {
 	args        []reflect.Value
 	st, started *TaskState
 	states      [3]TaskState // where st, started and the final state are (state)
-	carried     *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
+	stateInAck  *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
 	cancelTimeout, cancelDeadline context.CancelFunc
@@ -54,16 +55,16 @@ func (w *Worker) handle(j job) {
 	w.held.add(dv)
 	defer w.held.remove(dv)
 	if dv.ext == nil {
-		dv.ext = w.lease.startIn(&dv.lease, dv.d, dv.got)
+		dv.ext = w.lease.StartIn(&dv.lease, dv.d, dv.got)
 	}
 	dv.process()
-	dv.ext.stop()
+	dv.ext.Stop()
 	if dv.outcome != release {
-		dv.ext.wait() // settle only once no extend can follow
+		dv.ext.Wait() // settle only once no extend can follow
 	} else {
 		// Shutdown: an extend stuck on a silent server must not hold the
 		// release back; the two end by their own deadlines, side by side.
-		defer dv.ext.wait()
+		defer dv.ext.Wait()
 	}
 	dv.settle()
 }
@@ -106,7 +107,7 @@ func (dv *delivery) decode() bool {
 	w, d := dv.w, dv.d
 	discard := func(reason error) bool {
 		if dv.ext != nil {
-			dv.ext.halt() // no extend may follow the settling
+			dv.ext.Halt() // no extend may follow the settling
 		}
 		dv.unstart()
 		w.setAside(d, reason)
@@ -150,7 +151,7 @@ func (dv *delivery) decode() bool {
 // (Worker.call); the task itself runs under the task's ctx.
 func (dv *delivery) process() {
 	w, sig := dv.w, dv.sig
-	if lost := dv.ext.lostCause(); lost != nil {
+	if lost := dv.ext.LostCause(); lost != nil {
 		// Its lease ran out while it waited in the worker's hand (a slow
 		// or silent broker): another worker may hold it now.
 		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost before it started; not run here, the broker delivers it again: %w", sig.Name, sig.UUID, lost)
@@ -194,11 +195,11 @@ func (dv *delivery) begin() bool {
 		dv.args, cannotRun = dv.tk.decodeArgs(sig.Args)
 	}
 	if dv.start != nil {
-		return dv.beginCarried(cannotRun) // the fetch started it (colocation.go)
+		return dv.beginColocated(cannotRun) // the fetch started it (colocation.go)
 	}
 	ctx, cancel := w.call()
 	defer cancel()
-	oneCall := dv.tk != nil && cannotRun == nil && be.starter != nil
+	oneCall := dv.tk != nil && cannotRun == nil && be.Starter != nil
 	dv.st = dv.state(0, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateReceived, Attempt: sig.attempt(), CreatedAt: stateTime()})
 	if !oneCall {
 		prev, err := be.GetState(ctx, sig.UUID)
@@ -228,7 +229,7 @@ func (dv *delivery) begin() bool {
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
 	}
 	if cannotRun != nil {
-		if err := be.setState(ctx, dv.st); err != nil {
+		if err := be.SetState(ctx, dv.st); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 			return false
 		}
@@ -260,7 +261,7 @@ func (dv *delivery) begin() bool {
 		}
 		return begun
 	}
-	if err := be.setStates(ctx, []*TaskState{dv.st, dv.started}); err != nil {
+	if err := be.SetAll(ctx, []*TaskState{dv.st, dv.started}); err != nil {
 		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 		return false
 	}
@@ -276,7 +277,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	results, runErr := safeCall(tctx, dv.tk, dv.args)
 	w.beat.remove(sig)
 	dv.ran()
-	if lost := dv.ext.lostCause(); lost != nil {
+	if lost := dv.ext.LostCause(); lost != nil {
 		// The broker may have handed the message to another worker, whose
 		// attempt owns the task now: record nothing, settle nothing.
 		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s) returned after its lease was lost; its outcome is not recorded and the broker delivers it again: %w", sig.Name, sig.UUID, lost)
@@ -299,7 +300,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 		if w.srv.coloc != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
 			// nothing called here.
-			dv.carried, dv.outcome, dv.err = final, ack, nil
+			dv.stateInAck, dv.outcome, dv.err = final, ack, nil
 			return final, nil
 		}
 	}
@@ -310,11 +311,11 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	// bounded lifetime.
 	ctx = withValuesOf(ctx, tctx)
 	if runErr == nil {
-		if err := w.srv.backend.setState(ctx, final); err != nil {
+		if err := w.srv.backend.SetState(ctx, final); err != nil {
 			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
 		}
-		if lost := dv.ext.lostCause(); lost != nil {
+		if lost := dv.ext.LostCause(); lost != nil {
 			// Lost while SUCCESS was written: the callbacks are the
 			// redelivery's to send (it finds SUCCESS and settles the task).
 			dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost while its SUCCESS was recorded; its callbacks are left to the redelivery: %w", sig.Name, sig.UUID, lost)
@@ -341,7 +342,7 @@ func (dv *delivery) settle() {
 	ctx, cancel := w.call()
 	defer cancel()
 	attrs := dv.attrs // only when something is reported
-	if lost := dv.ext.lostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
+	if lost := dv.ext.LostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
 		// Nothing to give back: the broker refuses a settle of a lost
 		// lease, and delivers the message again on its own.
 		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): not given back, its lease being lost: %w", sig.Name, sig.UUID, lost)
@@ -350,11 +351,11 @@ func (dv *delivery) settle() {
 	case abandon:
 		w.report(dv.err, "errand: delivery left to its lease", attrs()...)
 	case ack:
-		if dv.carried != nil {
-			dv.settleCarried(ctx)
+		if dv.stateInAck != nil {
+			dv.settleColocated(ctx)
 			break
 		}
-		if err := b.ack(ctx, d); err != nil {
+		if err := b.AckOne(ctx, d); err != nil {
 			w.report(err, "errand: ack", attrs()...)
 		}
 	case requeue:
@@ -370,7 +371,7 @@ func (dv *delivery) settle() {
 		w.reject(ctx, d, sig, dv.err)
 	case archive:
 		if w.archiver == nil {
-			if err := b.ack(ctx, d); err != nil {
+			if err := b.AckOne(ctx, d); err != nil {
 				w.report(err, "errand: ack", attrs()...)
 			}
 			break
@@ -473,7 +474,7 @@ func (dv *delivery) taskContext() context.Context {
 	ctx, cancelLost := context.WithCancelCause(w.hardCtx)
 	dv.cancelTask = cancelLost
 	if dv.ext != nil {
-		dv.ext.follow(cancelLost)
+		dv.ext.Follow(cancelLost)
 	}
 	ctx = &taskInfoCtx{Context: ctx, info: TaskInfo{
 		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig),
@@ -501,7 +502,7 @@ func (dv *delivery) endTask() {
 		dv.cancelTimeout()
 	}
 	if dv.ext != nil {
-		dv.ext.unfollow()
+		dv.ext.Unfollow()
 	}
 	dv.cancelTask(nil)
 }
@@ -548,7 +549,7 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 	if st.State != StateRetry {
 		st = st.Copy()
 		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
-		if err := w.srv.backend.setState(ctx, st); err != nil {
+		if err := w.srv.backend.SetState(ctx, st); err != nil {
 			return requeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
 		}
 	}
@@ -572,7 +573,7 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	st = st.Copy()
 	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), notBefore(stateTime(), notBefore(st.StartedAt, st.CreatedAt))
 	st.ErrorKind, st.ErrorDetail = classify(cause)
-	if err := w.srv.backend.setState(ctx, st); err != nil {
+	if err := w.srv.backend.SetState(ctx, st); err != nil {
 		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}
 	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)

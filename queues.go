@@ -11,6 +11,7 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/dispatch"
+	"github.com/errand-go/errand/internal/lease"
 )
 
 // The fetch loop: one per queue (fetchQueue), the same code for one
@@ -74,7 +75,7 @@ type queueSet struct {
 type job struct {
 	d   *driver.Delivery
 	q   *workerQueue
-	ext *extension
+	ext *lease.Extension
 	got time.Time
 	// start is the co-located fetch's start of d's attempt at startAt
 	// (colocation.go); nil when the fetch did not start it.
@@ -185,7 +186,7 @@ func (w *Worker) loop() {
 	qs.mu.Unlock()
 	ds := make([]*driver.Delivery, 0, len(left))
 	for _, j := range left {
-		j.ext.halt()
+		j.ext.Halt()
 		ds = append(ds, j.d)
 	}
 	w.giveBack(ds)
@@ -309,7 +310,7 @@ func (w *Worker) fetched(q *workerQueue, limit int, ds []*driver.Delivery, start
 		if d.Queue == "" {
 			d.Queue = q.name
 		}
-		jobs[i] = job{d: d, q: q, ext: w.lease.start(d, got)} // the lease runs while it waits in hand
+		jobs[i] = job{d: d, q: q, ext: w.lease.Start(d, got)} // the lease runs while it waits in hand
 		if starts != nil {
 			jobs[i].start, jobs[i].startAt = starts[i], at
 		}

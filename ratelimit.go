@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // Rate limits per task name (WithRateLimit), kept in a token bucket on the
@@ -46,8 +47,8 @@ func (s *Server) checkRateLimit(t *task) error {
 	if !(t.limit.rate > 0) || math.IsInf(t.limit.rate, 0) {
 		return fmt.Errorf("errand: register %q: WithRateLimit(%v, %d): the rate must be a positive, finite number of tasks a second", t.name, t.limit.rate, t.limit.burst)
 	}
-	if s.broker.can.rateLimiter == nil {
-		return fmt.Errorf("errand: register %q: WithRateLimit: %w", t.name, unsupported("rate limits", s.broker.drv))
+	if s.broker.Can.RateLimiter == nil {
+		return fmt.Errorf("errand: register %q: WithRateLimit: %w", t.name, portable.Unsupported("rate limits", s.broker.Drv))
 	}
 	return nil
 }
@@ -73,7 +74,7 @@ func (w *Worker) takeToken(ctx context.Context, tk *task, sig *Signature) (settl
 	if tk.limit == nil {
 		return ack, nil
 	}
-	wait, err := use(ctx, w.srv.broker, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
+	wait, err := portable.Use(ctx, w.srv.broker, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
 		return rl.Take(ctx, rateKey(tk.name), tk.limit.rate, tk.limit.burst)
 	})
 	switch {

@@ -3,6 +3,8 @@ package errand
 import (
 	"context"
 	"fmt"
+
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // AsyncResult is a handle on one task's outcome, read from its server's
@@ -11,7 +13,7 @@ type AsyncResult struct {
 	// Signature is the task as it was sent; for a handle from
 	// Server.Result, only its UUID is set.
 	Signature *Signature
-	backend   *backend
+	backend   *portable.Backend
 }
 
 // Result returns a handle on the outcome of the task whose UUID is uuid,
@@ -34,7 +36,7 @@ func (r *AsyncResult) State(ctx context.Context) (*TaskState, error) {
 // returns ErrTaskNotFound at once for an unknown or expired task, and
 // ctx.Err() when ctx is done.
 func (r *AsyncResult) Wait(ctx context.Context) (*TaskState, error) {
-	return r.backend.waitState(ctx, r.Signature.UUID, func(st *TaskState) bool { return st.State.Terminal() })
+	return r.backend.AwaitState(ctx, r.Signature.UUID, func(st *TaskState) bool { return st.State.Terminal() })
 }
 
 // Get waits like Wait and returns the task's results, or a *TaskError when

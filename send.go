@@ -22,8 +22,9 @@ import (
 //   - else PENDING is written first, then the message published (the path
 //     of every send under a UUID the caller chose).
 //
-// Co-located sends are joined per queue (batch.go): a send finding
-// sendFlights calls of its queue in flight joins the next, which carries
+// Co-located sends are joined per queue, as acks are
+// (internal/portable/batch.go): a send finding sendFlights calls of its
+// queue in flight joins the next, which carries
 // every send of that queue queued meanwhile (up to Config.PublishBatch),
 // so many producers' SendTask calls make one pipeline. One call holds the
 // messages of one queue only, so a broker whose publish to one queue is
@@ -65,7 +66,7 @@ func (s *Server) newFreshSender() *coalesce.Coalescer[freshSend, bool] {
 				sts[i], msgs[i] = r.st, r.m
 			}
 			ok, err := s.coloc.calls.Send(ctx, sts, msgs)
-			err = s.broker.after(ctx, err)
+			err = s.broker.After(ctx, err)
 			for i := range reqs {
 				published[i], errs[i] = ok, err
 			}
@@ -79,7 +80,7 @@ func (s *Server) newFreshSender() *coalesce.Coalescer[freshSend, bool] {
 func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Message) (published bool, err error) {
 	var pendErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { pendErr = s.backend.setPendingIfAbsent(ctx, st) })
+	wg.Go(func() { pendErr = s.backend.SetPending(ctx, st) })
 	pubErr := s.broker.Publish(ctx, m)
 	wg.Wait()
 	switch {
@@ -99,13 +100,13 @@ func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Mess
 func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
 	switch {
 	case fresh && s.coloc != nil:
-		if err = s.broker.before(ctx); err == nil {
-			err = s.backend.before(ctx)
+		if err = s.broker.Before(ctx); err == nil {
+			err = s.backend.Before(ctx)
 		}
 		if err == nil {
 			published, err = s.coloc.sends.Do(ctx, m.Queue, freshSend{pendingState(sig, stateTime()), m})
 		}
-	case fresh && s.backend.pending != nil:
+	case fresh && s.backend.Pending != nil:
 		published, err = s.pendingBesidePublish(ctx, pendingState(sig, stateTime()), m)
 	default:
 		if err := s.setPending(ctx, sig); err != nil {

@@ -97,7 +97,7 @@ func (c *carrier) calls() []int {
 }
 
 // noPending hides the memory backend's driver.PendingWriter (and every
-// other optional ability).
+// other optional capability).
 type noPending struct{ driver.Backend }
 
 // countedBackend is a memory backend that counts its state writes.

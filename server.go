@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/errand-go/errand/internal/portable"
 	"github.com/errand-go/errand/internal/uuid"
 )
 
@@ -49,8 +50,8 @@ type Config struct {
 // is safe for concurrent use.
 type Server struct {
 	cfg     Config
-	broker  *broker  // cfg.Broker in the portable layer
-	backend *backend // cfg.Backend in the portable layer
+	broker  *portable.Broker  // cfg.Broker in the portable layer
+	backend *portable.Backend // cfg.Backend in the portable layer
 	log     *slog.Logger
 	mu      sync.RWMutex
 	tasks   map[string]*task
@@ -83,9 +84,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{cfg: cfg, broker: asBroker(cfg.Broker), backend: asBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}
-	if c := s.broker.can.colocator; c != nil {
-		if calls := c.Colocate(s.backend.drv); calls != nil {
+	s := &Server{cfg: cfg, broker: portable.WrapBroker(cfg.Broker), backend: portable.WrapBackend(cfg.Backend), log: log, tasks: make(map[string]*task)}
+	if c := s.broker.Can.Colocator; c != nil {
+		if calls := c.Colocate(s.backend.Drv); calls != nil {
 			s.coloc = &colocated{calls: calls}
 			s.coloc.sends, s.coloc.settles = s.newFreshSender(), s.newColocatedSettler()
 		}
@@ -243,7 +244,7 @@ func (s *Server) messageSignedBy(sig *Signature, sg *Signing) (Message, error) {
 	if sig.ETA != nil {
 		m.NotBefore = *sig.ETA
 	}
-	if err := s.broker.checkPayload(m, sig.Name); err != nil {
+	if err := s.broker.CheckPayload(m, sig.Name); err != nil {
 		return Message{}, err
 	}
 	return m, nil
@@ -275,7 +276,7 @@ func (s *Server) publishNow(ctx context.Context, sigs []*Signature) error {
 }
 
 func (s *Server) setPending(ctx context.Context, sig *Signature) error {
-	return s.backend.setState(ctx, pendingState(sig, stateTime()))
+	return s.backend.SetState(ctx, pendingState(sig, stateTime()))
 }
 
 func pendingState(sig *Signature, now time.Time) *TaskState {
@@ -290,7 +291,7 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 	for i, sig := range sigs {
 		sts[i] = pendingState(sig, now)
 	}
-	if err := s.backend.setStates(ctx, sts); err != nil {
+	if err := s.backend.SetAll(ctx, sts); err != nil {
 		return fmt.Errorf("set PENDING for %d tasks: %w", len(sigs), err)
 	}
 	return nil

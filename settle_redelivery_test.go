@@ -32,7 +32,7 @@ func TestRedeliveryOfFinishedWorkNeverReachesMiddleware(t *testing.T) {
 				t.Fatal("the memory backend is no longer a driver.Starter: this test no longer covers the one-call path")
 			}
 			if !tc.starter {
-				be = struct{ errand.Backend }{mb} // hides Start (and every other optional ability)
+				be = struct{ errand.Backend }{mb} // hides Start (and every other optional capability)
 			}
 			srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
 			if err != nil {

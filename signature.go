@@ -279,7 +279,7 @@ func (s *Signature) attempt() int {
 
 // EncodeSignature returns the wire form of s (JSON).
 func EncodeSignature(s *Signature) ([]byte, error) {
-	// Written without reflection where it can be (fastenc.go), byte for
+	// Written without reflection where it can be (sigencode.go), byte for
 	// byte as encoding/json writes it; else by encoding/json.
 	if s != nil {
 		if b, ok := appendSignature(make([]byte, 0, sigSize(s)), s, 0); ok {
@@ -298,7 +298,7 @@ func EncodeSignature(s *Signature) ([]byte, error) {
 func DecodeSignature(b []byte) (*Signature, error) {
 	var s Signature
 	// What EncodeSignature writes is decoded without reflection
-	// (fastsig.go), which takes valid JSON only; anything else, and any
+	// (sigdecode.go), which takes valid JSON only; anything else, and any
 	// invalid input, by encoding/json.
 	if !fastSignature(&s, b) {
 		s = Signature{}

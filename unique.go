@@ -2,11 +2,11 @@ package errand
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
 // Unique tasks (Signature.UniqueKey): a producer takes the key on the
@@ -16,24 +16,6 @@ import (
 // good (SUCCESS, or FAILURE with no retry left), never on a retry; the
 // lock's ttl (UniqueFor) frees it if no worker ever does. See
 // docs/flow-control.md.
-
-// ErrDuplicate is satisfied by the error of a send refused because its
-// signature's UniqueKey is held by another task (a *DuplicateError).
-var ErrDuplicate = errors.New("errand: duplicate task")
-
-// DuplicateError reports a send refused because another task holds its
-// unique key. It satisfies errors.Is(err, ErrDuplicate).
-type DuplicateError struct {
-	Key string // the signature's UniqueKey
-	ID  string // the UUID of the task holding it
-}
-
-func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("errand: duplicate task: unique key %q is held by task %s", e.Key, e.ID)
-}
-
-// Is reports whether target is ErrDuplicate.
-func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // checkUnique refuses what errand cannot keep unique: a UniqueKey without
 // a positive UniqueFor on head (the one signature of the send that may be
@@ -88,10 +70,10 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	if sig.UniqueKey == "" {
 		return func() {}, nil
 	}
-	if s.broker.can.uniquer == nil {
-		return nil, fmt.Errorf("errand: send %s with UniqueKey %q: %w", sig.Name, sig.UniqueKey, unsupported("unique tasks", s.broker.drv))
+	if s.broker.Can.Uniquer == nil {
+		return nil, fmt.Errorf("errand: send %s with UniqueKey %q: %w", sig.Name, sig.UniqueKey, portable.Unsupported("unique tasks", s.broker.Drv))
 	}
-	holder, err := use(ctx, s.broker, "unique tasks", func(u driver.Uniquer) (string, error) {
+	holder, err := portable.Use(ctx, s.broker, "unique tasks", func(u driver.Uniquer) (string, error) {
 		return u.Lock(ctx, sig.UniqueKey, sig.UUID, sig.UniqueFor)
 	})
 	if err != nil {
@@ -103,7 +85,7 @@ func (s *Server) lockUnique(ctx context.Context, sig *Signature) (unlock func(),
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		if err := s.broker.unlock(ctx, sig); err != nil {
+		if err := s.broker.UnlockUnique(ctx, sig.UniqueKey, sig.UUID); err != nil {
 			s.log.Warn("errand: a failed send could not free its unique key; it is held until UniqueFor runs out",
 				"task", sig.Name, "uuid", sig.UUID, "unique_key", sig.UniqueKey, "unique_for", sig.UniqueFor, "err", err)
 		}
@@ -118,19 +100,12 @@ func (w *Worker) unlockUnique(ctx context.Context, sig *Signature) error {
 	if sig.UniqueKey == "" {
 		return nil
 	}
-	if w.srv.broker.can.uniquer == nil {
+	if w.srv.broker.Can.Uniquer == nil {
 		w.log.Warn("errand: task has a UniqueKey but this worker's broker holds no unique keys; nothing freed", taskAttrs(sig, sig.RoutingKey)...)
 		return nil
 	}
-	if err := w.srv.broker.unlock(ctx, sig); err != nil {
+	if err := w.srv.broker.UnlockUnique(ctx, sig.UniqueKey, sig.UUID); err != nil {
 		return fmt.Errorf("errand: task %s (%s): free unique key %q: %w", sig.Name, sig.UUID, sig.UniqueKey, err)
 	}
 	return nil
-}
-
-// unlock frees sig's unique key if sig holds it (driver.Uniquer).
-func (b *broker) unlock(ctx context.Context, sig *Signature) error {
-	return useErr(ctx, b, "unique tasks", func(u driver.Uniquer) error {
-		return u.Unlock(ctx, sig.UniqueKey, sig.UUID)
-	})
 }

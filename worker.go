@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/lease"
 )
 
 // WorkerConfig configures a Worker.
@@ -197,7 +198,7 @@ const (
 // loop (one per queue, and a dispatcher with several queues: queues.go),
 // the runners (2×Concurrency goroutines handling deliveries,
 // process.go), the lease extender (one goroutine per delivery held,
-// lease.go), the pause poller (pause.go) and the heartbeater
+// internal/lease), the pause poller (pause.go) and the heartbeater
 // (heartbeat.go). Shutdown stops them in the order stop documents.
 type Worker struct {
 	srv      *Server
@@ -209,7 +210,7 @@ type Worker struct {
 	mw       []Middleware    // cfg.Middleware, copied
 
 	queues *queueSet
-	lease  *leaseExtender
+	lease  *lease.Extender
 	poller *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
 	beat   *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
 
@@ -279,7 +280,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		cfg.UnknownTaskAttempts = DefaultUnknownTaskAttempts
 	}
 	if cfg.MaxMessageSize == 0 {
-		cfg.MaxMessageSize = s.broker.limits.MaxPayload
+		cfg.MaxMessageSize = s.broker.Limits().MaxPayload
 		if cfg.MaxMessageSize <= 0 {
 			cfg.MaxMessageSize = DefaultMaxMessageSize
 		}
@@ -313,19 +314,19 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), queues: qs, slots: make(chan struct{}, qs.slots),
 		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{}),
 		stopped: make(chan struct{}), held: heldTasks{m: map[*delivery]time.Time{}}}
-	w.archiver = s.broker.can.archiver
+	w.archiver = s.broker.Can.Archiver
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
 	w.fetchCtx, w.stopFetch = context.WithCancel(context.Background())
 	w.hardCtx, w.hardStop = context.WithCancel(context.Background())
 	w.callCtx, w.callStop = context.WithCancel(context.Background())
 
-	w.lease = newLeaseExtender(leaseParams{broker: s.broker, lease: cfg.Lease, every: cfg.ExtendEvery, bound: cfg.CallTimeout,
-		calls: w.callCtx, report: w.report})
-	if p := s.broker.can.pauser; p != nil && cfg.PausePoll > 0 {
+	w.lease = lease.New(lease.Params{Broker: s.broker, Lease: cfg.Lease, Every: cfg.ExtendEvery, Bound: cfg.CallTimeout,
+		Calls: w.callCtx, Report: w.report})
+	if p := s.broker.Can.Pauser; p != nil && cfg.PausePoll > 0 {
 		w.poller = newPausePoller(pauseParams{broker: s.broker, pauser: p, queues: w.queues.list, every: cfg.PausePoll,
 			fetch: w.fetchCtx, call: w.call, report: w.report, log: log, changed: func(q *workerQueue) { kick(q.kick) }})
 	}
-	if h := s.broker.can.heartbeater; h != nil && cfg.Heartbeat > 0 {
+	if h := s.broker.Can.Heartbeater; h != nil && cfg.Heartbeat > 0 {
 		w.beat = newHeartbeater(heartbeatParams{broker: s.broker, hb: h, every: cfg.Heartbeat,
 			info:     WorkerInfo{ID: w.id, Queues: w.queues.names(), Concurrency: cfg.Concurrency},
 			stopping: w.fetchCtx, calls: w.callCtx, call: w.call, report: w.report, log: log})
@@ -483,7 +484,7 @@ func (w *Worker) stop() {
 	w.hardStop()
 	w.callStop() // 4
 	<-drained    // a task function still running holds the worker here
-	w.lease.wait()
+	w.lease.Wait()
 	w.runners.Wait() // the loop closed w.work; runners return once it is drained
 	close(w.stopped)
 }
@@ -607,7 +608,7 @@ func (w *Worker) archiveFailed(ctx context.Context, d *driver.Delivery, sig *Sig
 	if sig != nil {
 		e.Attempts = sig.attempt()
 	}
-	if err := w.srv.broker.archive(ctx, w.archiver, d, e, w.cfg.ArchiveRetention); err != nil {
+	if err := w.srv.broker.ArchiveVia(ctx, w.archiver, d, e, w.cfg.ArchiveRetention); err != nil {
 		attrs := []any{"message", d.ID, "queue", d.Queue}
 		if sig != nil {
 			attrs = taskAttrs(sig, d.Queue)

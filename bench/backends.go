@@ -56,7 +56,7 @@ func (c *counting) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskSta
 }
 
 // countingBackend returns c as an errand.Backend that has the optional
-// abilities of c's backend that errand's hot path uses.
+// capabilities of c's backend that errand's hot path uses.
 func countingBackend(c *counting) errand.Backend {
 	_, s := c.Backend.(driver.Starter)
 	_, p := c.Backend.(driver.PendingWriter)

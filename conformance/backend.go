@@ -66,11 +66,11 @@ func (c *becase) set(st *errand.TaskState) {
 
 func backendCapabilities(t testing.TB, h BackendHarness) {
 	b := h.New(t, 0)
-	checkAbility(t, b, h.Caps.Waiter, reflect.TypeFor[driver.StateWaiter](), "Waiter")
-	checkAbility(t, b, h.Caps.Expiry, reflect.TypeFor[driver.Expirer](), "Expiry")
-	checkAbility(t, b, h.Caps.Start, reflect.TypeFor[driver.Starter](), "Start")
-	checkAbility(t, b, h.Caps.PendingIfAbsent, reflect.TypeFor[driver.PendingWriter](), "PendingIfAbsent")
-	checkAbility(t, b, h.Caps.Located, reflect.TypeFor[driver.Located](), "Located")
+	checkCapability(t, b, h.Caps.Waiter, reflect.TypeFor[driver.StateWaiter](), "Waiter")
+	checkCapability(t, b, h.Caps.Expiry, reflect.TypeFor[driver.Expirer](), "Expiry")
+	checkCapability(t, b, h.Caps.Start, reflect.TypeFor[driver.Starter](), "Start")
+	checkCapability(t, b, h.Caps.PendingIfAbsent, reflect.TypeFor[driver.PendingWriter](), "PendingIfAbsent")
+	checkCapability(t, b, h.Caps.Located, reflect.TypeFor[driver.Located](), "Located")
 	if h.Caps.Durable && h.Caps.Lossy {
 		t.Errorf("capabilities promise broken: harness declares both Durable and Lossy; a backend that may lose entries cannot promise to keep them across a restart")
 	}

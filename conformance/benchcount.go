@@ -59,7 +59,7 @@ func (c *countingBroker) Limits() driver.Limits {
 }
 
 // countBroker wraps br to count its calls into calls. It keeps the optional
-// ability that decides errand's per-task path (driver.Limiter's limits,
+// capability that decides errand's per-task path (driver.Limiter's limits,
 // among them the largest ack batch); it hides the periodic ones (driver.Pauser's
 // pause polls, driver.Heartbeater's heartbeats), which cost the same
 // whatever the number of tasks, and those a no-op task never uses.
@@ -122,7 +122,7 @@ func (p countPending) SetPendingIfAbsent(ctx context.Context, sts []*driver.Task
 }
 
 // countBackend wraps be to count its calls into calls. It keeps the
-// optional abilities that decide errand's per-task path (driver.Starter,
+// optional capabilities that decide errand's per-task path (driver.Starter,
 // driver.PendingWriter); it hides driver.StateWaiter and driver.Expirer, which
 // a drain without result waits never uses.
 func countBackend(be errand.Backend, calls *atomic.Int64) errand.Backend {

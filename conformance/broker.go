@@ -159,18 +159,18 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 		t.Errorf("capabilities promise broken: harness declares MaxPayload %d, MaxDelay %v; broker Limits() reports %d, %v",
 			caps.MaxPayload, caps.MaxDelay, lim.MaxPayload, lim.MaxDelay)
 	}
-	checkAbility(t, b, caps.Purge, reflect.TypeFor[driver.Purger](), "Purge")
-	checkAbility(t, b, caps.Stats, reflect.TypeFor[driver.StatsReporter](), "Stats")
-	checkAbility(t, b, caps.Archive, reflect.TypeFor[driver.Archiver](), "Archive")
-	checkAbility(t, b, caps.List, reflect.TypeFor[driver.Lister](), "List")
-	checkAbility(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
-	checkAbility(t, b, caps.Pause, reflect.TypeFor[driver.Pauser](), "Pause")
-	checkAbility(t, b, caps.Heartbeat, reflect.TypeFor[driver.Heartbeater](), "Heartbeat")
-	checkAbility(t, b, caps.Find, reflect.TypeFor[driver.Finder](), "Find")
-	checkAbility(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
-	checkAbility(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
-	checkAbility(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
-	checkAbility(t, b, caps.Colocate, reflect.TypeFor[driver.Colocator](), "Colocate")
+	checkCapability(t, b, caps.Purge, reflect.TypeFor[driver.Purger](), "Purge")
+	checkCapability(t, b, caps.Stats, reflect.TypeFor[driver.StatsReporter](), "Stats")
+	checkCapability(t, b, caps.Archive, reflect.TypeFor[driver.Archiver](), "Archive")
+	checkCapability(t, b, caps.List, reflect.TypeFor[driver.Lister](), "List")
+	checkCapability(t, b, caps.Queues, reflect.TypeFor[driver.QueueLister](), "Queues")
+	checkCapability(t, b, caps.Pause, reflect.TypeFor[driver.Pauser](), "Pause")
+	checkCapability(t, b, caps.Heartbeat, reflect.TypeFor[driver.Heartbeater](), "Heartbeat")
+	checkCapability(t, b, caps.Find, reflect.TypeFor[driver.Finder](), "Find")
+	checkCapability(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
+	checkCapability(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
+	checkCapability(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
+	checkCapability(t, b, caps.Colocate, reflect.TypeFor[driver.Colocator](), "Colocate")
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

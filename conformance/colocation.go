@@ -12,8 +12,8 @@ import (
 )
 
 // The Worker/Colocation cases (driver.Colocator, BrokerCaps.Colocate):
-// Colocation/Send (carry.go), Colocation/Start (startcarry.go) and
-// Colocation/Settle (settlecarry.go). Each asks the broker driver to
+// Colocation/Send (colocation_send.go), Colocation/Start (colocation_start.go)
+// and Colocation/Settle (colocation_settle.go). Each asks the broker driver to
 // co-locate with the raw backend the backend harness made, checks the
 // answered call directly, then runs a real Server over a wrapper of the
 // broker that exposes that one call (counted, and recorded in the tasks'

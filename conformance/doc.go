@@ -24,7 +24,7 @@
 // Backend/Chord/ClaimOnce, Worker/Retry/Fibonacci — so -run and -skip select
 // them. There is no skip list: a case that does not apply to a declared
 // capability checks the declaration instead (for example that an undeclared
-// ability reports errors.ErrUnsupported).
+// capability reports errors.ErrUnsupported).
 //
 // # Capabilities
 //

@@ -70,7 +70,7 @@ type BrokerCaps struct {
 	// and in flight alike. Checked by RunServerRestart: a broker restarted
 	// there must declare it, and then nothing may be lost.
 	Durable bool
-	// Optional abilities; each must match the optional interface the broker
+	// Optional capabilities; each must match the optional interface the broker
 	// implements, both ways.
 	Purge     bool // driver.Purger
 	Stats     bool // driver.StatsReporter
@@ -231,9 +231,9 @@ func sleepUntil(ctx context.Context, at time.Time) error {
 	}
 }
 
-// checkAbility reports a mismatch between a declared ability and the
+// checkCapability reports a mismatch between a declared capability and the
 // optional interface v implements.
-func checkAbility(t testing.TB, v any, declared bool, iface reflect.Type, capName string) {
+func checkCapability(t testing.TB, v any, declared bool, iface reflect.Type, capName string) {
 	t.Helper()
 	has := reflect.TypeOf(v).Implements(iface)
 	switch {
@@ -244,7 +244,7 @@ func checkAbility(t testing.TB, v any, declared bool, iface reflect.Type, capNam
 	}
 }
 
-// isUnsupported reports whether err says an optional ability is missing.
+// isUnsupported reports whether err says an optional capability is missing.
 func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
 
 // How a case runs beside others (kase.alone).

@@ -15,10 +15,10 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// The operator's abilities of a broker (driver.Archiver, driver.Lister,
+// The operator's capabilities of a broker (driver.Archiver, driver.Lister,
 // driver.QueueLister, driver.Pauser, driver.Heartbeater), checked on the
 // driver itself. Each case logs and checks nothing else when the harness
-// does not declare the ability (Capabilities checks that the declaration
+// does not declare the capability (Capabilities checks that the declaration
 // matches what the driver implements).
 
 // stamp is how far a time a driver stores may move on the way (a network

@@ -15,7 +15,7 @@ import (
 	"github.com/errand-go/errand"
 )
 
-// The operator's abilities end to end through errand's worker: what fails
+// The operator's capabilities end to end through errand's worker: what fails
 // for good ends in the archive and can be requeued, a paused queue is not
 // fetched, a running worker is listed with what it runs.
 
@@ -147,7 +147,7 @@ func pauseWorker(t testing.TB, p workerPair) {
 	c := newWCase(t, p)
 	if !c.caps.Pause {
 		if err := c.srv.Pause(c.ctx, c.queue); !isUnsupported(err) {
-			t.Errorf("Server.Pause on a broker without the ability returned %v, want errors.ErrUnsupported", err)
+			t.Errorf("Server.Pause on a broker without the capability returned %v, want errors.ErrUnsupported", err)
 		}
 		t.Logf("broker does not declare Pause")
 		return

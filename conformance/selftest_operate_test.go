@@ -1,6 +1,6 @@
 package conformance
 
-// Broken variants of the memory broker's operator abilities (the archive,
+// Broken variants of the memory broker's operator capabilities (the archive,
 // lists by state, queues, pause flags, heartbeats), for the self-test.
 
 import (

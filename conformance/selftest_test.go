@@ -86,7 +86,7 @@ type brokenBroker struct {
 	limits   *driver.Limits
 	stats    func(b *brokenBroker, ctx context.Context, q string) (driver.QueueStats, error)
 	purge    func(b *brokenBroker, ctx context.Context, q string) (int, error)
-	// The operator's abilities (selftest_operate_test.go).
+	// The operator's capabilities (selftest_operate_test.go).
 	archive        func(b *brokenBroker, ctx context.Context, d *driver.Delivery, e driver.ArchiveEntry, keep driver.Retention) error
 	requeue        func(b *brokenBroker, ctx context.Context, q, id string, m errand.Message) error
 	deleteArchived func(b *brokenBroker, ctx context.Context, q string, ids ...string) (int, error)
@@ -464,7 +464,7 @@ var brokenBrokers = map[string]BrokerHarness{
 		}
 	}),
 	// Implements purging but does not declare it.
-	"undeclared-ability": func() BrokerHarness {
+	"undeclared-capability": func() BrokerHarness {
 		h := healthyBroker()
 		h.Caps.Purge = false
 		return h
@@ -760,7 +760,7 @@ var brokenBackends = map[string]BackendHarness{
 			return nil, ctx.Err()
 		}
 	}),
-	"undeclared-ability": func() BackendHarness {
+	"undeclared-capability": func() BackendHarness {
 		h := healthyBackend()
 		h.Caps.Waiter = false
 		return h
@@ -784,7 +784,7 @@ func (l *lyingExpiry) ResultExpiry() time.Duration { return l.expiry }
 
 // targets maps every case to the broken variant that must make it fail.
 var brokerTargets = map[string]string{
-	"Capabilities":                 "undeclared-ability",
+	"Capabilities":                 "undeclared-capability",
 	"PublishFetchAck":              "ack-is-a-no-op",
 	"BatchPublish":                 "batch-drops-last",
 	"Release/Immediate":            "release-drops",
@@ -842,7 +842,7 @@ var moreBrokerTargets = map[string]string{
 }
 
 var backendTargets = map[string]string{
-	"Capabilities":               "undeclared-ability",
+	"Capabilities":               "undeclared-capability",
 	"State/RoundTrip":            "drops-results",
 	"State/Unknown":              "unknown-is-pending",
 	"State/Expiry":               "never-expires",

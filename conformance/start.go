@@ -13,7 +13,7 @@ import (
 
 // Backend cases for driver.Starter (beginning an attempt in one call) and
 // driver.PendingWriter (PENDING only where a task has no state). A backend
-// without the ability passes them untested: errand takes its two-call
+// without the capability passes them untested: errand takes its two-call
 // path instead (Capabilities checks the declaration both ways).
 
 // startRow is one row of driver.Starter's table.
@@ -347,7 +347,7 @@ func (w recWaiter) WaitState(ctx context.Context, id string, done func(*errand.T
 	return w.r.Backend.(driver.StateWaiter).WaitState(ctx, id, done)
 }
 
-// backend returns r as an errand.Backend with the optional abilities of
+// backend returns r as an errand.Backend with the optional capabilities of
 // the backend it wraps.
 func (r *recorder) backend() errand.Backend {
 	_, w := r.Backend.(driver.StateWaiter)

@@ -196,7 +196,7 @@ type wcase struct {
 func newWCase(t testing.TB, p workerPair) *wcase {
 	tm := p.broker.Timing
 	rec := &recorder{Backend: p.backend.New(t, 0), paths: map[string][]errand.State{}}
-	be := rec.backend() // with the wrapped backend's optional abilities
+	be := rec.backend() // with the wrapped backend's optional capabilities
 	c := &wcase{t: t, tm: tm, caps: p.broker.Caps, broker: p.broker.New(t), rec: rec, queue: name(t, "q"), ctx: caseCtx(t, tm), lease: tm.Lease * 3}
 	srv, err := errand.NewServer(errand.Config{Broker: c.broker, Backend: be, DefaultQueue: c.queue})
 	if err != nil {

@@ -10,7 +10,7 @@
 // A [Broker] is a handful of pull-based primitives on one service: Publish,
 // Fetch under a lease, Ack, Release (optionally not before a time), Extend
 // and Reject. The worker loop, retries and workflows are errand's.
-// Abilities a service may lack are small optional interfaces, never methods
+// Capabilities a service may lack are small optional interfaces, never methods
 // that fail; errand discovers each once, when it wraps the driver:
 //
 //   - [Limiter]: the largest payload, delay and ack batch the broker takes;

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The operator's abilities: an archive of what failed for good, listing a
+// The operator's capabilities: an archive of what failed for good, listing a
 // queue by state, pausing a queue, and the heartbeats of live workers. Each
 // is a small optional interface; errand (Server.Archived, Server.List,
 // Server.Pause, Server.Workers, ...) answers errors.ErrUnsupported for a

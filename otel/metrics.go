@@ -76,7 +76,7 @@ const StatsTimeout = 5 * time.Second
 // delayed, in_flight, dead), read with the broker's driver.StatsReporter
 // each time the meter provider collects (a Prometheus scrape, a periodic
 // reader's tick). A queue whose
-// stats cannot be read (the broker lacks the ability, or the call fails
+// stats cannot be read (the broker lacks the capability, or the call fails
 // within [StatsTimeout]) is left out of that collection and logged at Warn
 // on Config.Logger. Unregister the returned registration to stop.
 //

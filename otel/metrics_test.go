@@ -261,7 +261,7 @@ func TestMetricsAllQueues(t *testing.T) {
 	}
 }
 
-// noLister hides the memory broker's optional abilities (QueueLister among
+// noLister hides the memory broker's optional capabilities (QueueLister among
 // them): srv.Queues fails with errors.ErrUnsupported.
 type noLister struct{ errand.Broker }
 

@@ -31,9 +31,9 @@
 //   - /workers — the live workers, from their heartbeats.
 //   - /api/queues and /api/workers — the same as JSON.
 //
-// What the dashboard shows needs the broker's optional abilities
+// What the dashboard shows needs the broker's optional capabilities
 // (driver.QueueLister, driver.Lister, driver.Archiver, driver.Pauser,
-// driver.Heartbeater); a page whose ability the broker lacks says so.
+// driver.Heartbeater); a page whose capability the broker lacks says so.
 //
 // # Actions and their protection
 //

@@ -54,7 +54,7 @@
 // length: beyond Options.MaxDelay a message hops through the longest level
 // again.
 //
-// # Limits and abilities
+// # Limits and capabilities
 //
 // Bodies up to Options.MaxPayload (16 MiB). Stats (InFlight counts only this
 // process's deliveries) and Purge. The archive (driver.Archiver) is the

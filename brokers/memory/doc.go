@@ -36,7 +36,7 @@
 //
 // # Operating
 //
-// The broker has every operator's ability errand uses (Server.Queues,
+// The broker has every operator's capability errand uses (Server.Queues,
 // List, Archived, Requeue, Pause, Workers, ...):
 //
 //   - [driver.Archiver]: each queue keeps an archive of what failed for

@@ -12,7 +12,7 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// The operator's abilities: the archive, lists by state, the queues, pause
+// The operator's capabilities: the archive, lists by state, the queues, pause
 // flags and worker heartbeats. Each works under the broker's one mutex, so
 // every method is atomic.
 

@@ -123,7 +123,7 @@
 //
 // # Operating
 //
-// The broker implements every operator ability: [driver.Archiver],
+// The broker implements every operator capability: [driver.Archiver],
 // [driver.Lister], [driver.Finder], [driver.QueueLister],
 // [driver.QueueKnower], [driver.Pauser] and [driver.Heartbeater]. Besides the keys of a queue above, it keeps (all in
 // scripts.go's key table):

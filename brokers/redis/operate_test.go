@@ -1,6 +1,6 @@
 package redisbroker_test
 
-// The operator's abilities where the conformance kit cannot see Redis:
+// The operator's capabilities where the conformance kit cannot see Redis:
 // the archive outliving the client, retention trimmed inside the script,
 // older versions' dead letters, round trips of ack and publish, and the
 // global keys on Redis Cluster.

@@ -93,7 +93,7 @@
 //
 // # Operating
 //
-// Of the operator's abilities the broker is a [driver.QueueLister]
+// Of the operator's capabilities the broker is a [driver.QueueLister]
 // ([Broker.Queues]: the queues under the prefix, from ListQueues, without
 // the dead-letter queues), a [driver.StatsReporter] (approximate counts)
 // and a [driver.Purger]. SQS allows no archive listing or requeue (a

@@ -13,7 +13,7 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// Of the operator's abilities (driver/operate.go) SQS allows the queue
+// Of the operator's capabilities (driver/operate.go) SQS allows the queue
 // listing only; see docs/sqs.md, "Operating", for what it does not allow
 // and why (no archive, no listing by state, no pause, no heartbeats).
 var _ driver.QueueLister = (*Broker)(nil)

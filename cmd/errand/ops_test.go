@@ -107,7 +107,7 @@ func redisDeployment(t *testing.T) *deployment {
 	_, beats := drv.(driver.Heartbeater)
 	drv.Close()
 	if !archiver || !lister || !queues || !pauser || !beats {
-		t.Skipf("brokers/redis lacks operator abilities yet (Archiver %v, Lister %v, QueueLister %v, Pauser %v, Heartbeater %v): these cases run once it has them",
+		t.Skipf("brokers/redis lacks operator capabilities yet (Archiver %v, Lister %v, QueueLister %v, Pauser %v, Heartbeater %v): these cases run once it has them",
 			archiver, lister, queues, pauser, beats)
 	}
 	broker, err := errand.OpenBroker(ctx, u.String())

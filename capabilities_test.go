@@ -8,39 +8,7 @@ import (
 
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
-	"github.com/errand-go/errand/driver"
 )
-
-// TestUseChecksFirst: an ability is called through use, which answers
-// ErrClosed after Close and ctx.Err() for a done ctx without reaching the
-// driver, and an unsupported error where the driver lacks the ability.
-func TestUseChecksFirst(t *testing.T) {
-	b := asBroker(memorybroker.New(nil))
-	called := 0
-	take := func(ctx context.Context) error {
-		_, err := use(ctx, b, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
-			called++
-			return rl.Take(ctx, "k", 1, 1)
-		})
-		return err
-	}
-	if err := take(t.Context()); err != nil || called != 1 {
-		t.Fatalf("use on a live broker = %v after %d calls; want nil after one", err, called)
-	}
-	done, cancel := context.WithCancel(t.Context())
-	cancel()
-	if err := take(done); !errors.Is(err, context.Canceled) || called != 1 {
-		t.Fatalf("use with a done ctx = %v after %d driver calls; want context.Canceled without reaching the driver", err, called)
-	}
-	b.Close()
-	if err := take(t.Context()); !errors.Is(err, ErrClosed) || called != 1 {
-		t.Fatalf("use after Close = %v after %d driver calls; want ErrClosed without reaching the driver", err, called)
-	}
-	bare := asBroker(struct{ driver.Broker }{memorybroker.New(nil)}) // no optional interface
-	if err := useErr(t.Context(), bare, "pausing queues", func(p driver.Pauser) error { return p.Pause(t.Context(), "q") }); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("use of an ability the driver lacks = %v; want errors.ErrUnsupported", err)
-	}
-}
 
 // TestUniqueAndRateLimitCheckFirst: the unique-key and rate-limit calls of
 // a closed server answer ErrClosed without reaching the broker.

@@ -15,7 +15,7 @@ func benchSignature() *Signature {
 	return s
 }
 
-// BenchmarkEncodeSignature measures the Signature encoder (fastenc.go).
+// BenchmarkEncodeSignature measures the Signature encoder (sigencode.go).
 func BenchmarkEncodeSignature(b *testing.B) {
 	s := benchSignature()
 	b.ReportAllocs()
@@ -26,7 +26,7 @@ func BenchmarkEncodeSignature(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeSignature measures the Signature decoder (fastsig.go).
+// BenchmarkDecodeSignature measures the Signature decoder (sigdecode.go).
 func BenchmarkDecodeSignature(b *testing.B) {
 	wire, err := EncodeSignature(benchSignature())
 	if err != nil {

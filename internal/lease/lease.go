@@ -1,4 +1,9 @@
-package errand
+// Package lease renews the leases of the deliveries a worker holds
+// (driver.Broker.Extend through the portable layer), one Extender per
+// worker, one Extension per delivery, from its fetch until it is settled;
+// and tells the task when its lease is lost (Extension.LostCause,
+// Extension.Follow). It knows nothing of the task a delivery carries.
+package lease
 
 import (
 	"container/heap"
@@ -9,28 +14,29 @@ import (
 	"time"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/portable"
 )
 
-// leaseParams are what a leaseExtender needs of its worker.
-type leaseParams struct {
-	broker *broker
-	lease  time.Duration // WorkerConfig.Lease
-	every  time.Duration // WorkerConfig.ExtendEvery
-	bound  time.Duration // WorkerConfig.CallTimeout
-	calls  context.Context
-	report func(err error, msg string, attrs ...any)
+// Params are what an Extender needs of its worker.
+type Params struct {
+	Broker *portable.Broker
+	Lease  time.Duration // WorkerConfig.Lease
+	Every  time.Duration // WorkerConfig.ExtendEvery
+	Bound  time.Duration // WorkerConfig.CallTimeout
+	Calls  context.Context
+	Report func(err error, msg string, attrs ...any)
 }
 
-// leaseExtender renews the leases of the deliveries a worker holds, from
+// Extender renews the leases of the deliveries a worker holds, from
 // each one's fetch (or its runner picking it up) until it is settled. One
 // goroutine (loop) serves them all: it keeps the extensions in a heap by
 // their next renewal and sleeps until the earliest; a renewal that comes
 // due runs in a goroutine of its own, so one slow call holds no other.
 // A task that ends within ExtendEvery costs no goroutine and no timer.
 // The loop runs while there are extensions to renew. It owns those
-// goroutines: wait returns once every one has returned.
-type leaseExtender struct {
-	leaseParams
+// goroutines: Wait returns once every one has returned.
+type Extender struct {
+	Params
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	due  extHeap       // the extensions waiting for their next renewal
@@ -38,34 +44,36 @@ type leaseExtender struct {
 	wake chan struct{} // tells the loop the heap's earliest changed
 }
 
-func newLeaseExtender(p leaseParams) *leaseExtender {
-	return &leaseExtender{leaseParams: p, wake: make(chan struct{}, 1)}
+// New returns an Extender with p; its loop starts with the first
+// extension.
+func New(p Params) *Extender {
+	return &Extender{Params: p, wake: make(chan struct{}, 1)}
 }
 
-// extension is the renewal of one delivery's lease. Its fields other than
+// Extension is the renewal of one delivery's lease. Its fields other than
 // lost and lose are guarded by its extender's mu, except leaseEnd and
 // outage, which only its renewal (one at a time) uses.
-type extension struct {
-	x        *leaseExtender
+type Extension struct {
+	x        *Extender
 	d        *driver.Delivery
 	next     time.Time // when its next renewal is due
 	index    int       // its place in the extender's heap; -1: not in it
 	leaseEnd time.Time // when the lease runs out on the worker's clock
 	outage   bool      // a renewal failed and none has succeeded since
 	stopped  bool
-	quit     chan struct{} // made when a renewal starts; closed by stop
+	quit     chan struct{} // made when a renewal starts; closed by Stop
 	running  sync.WaitGroup
 	// The loss of the lease, guarded by lossMu: lost is set once, to a
-	// cause wrapping ErrLeaseLost, when the lease is known lost, and the
+	// cause wrapping driver.ErrLeaseLost, when the lease is known lost, and the
 	// task's ctx (onLoss, taskContext) is cancelled with it.
 	lossMu sync.Mutex
 	lost   error
 	onLoss context.CancelCauseFunc
 }
 
-// lostCause returns why the lease is lost (wrapping ErrLeaseLost), or nil
+// LostCause returns why the lease is lost (wrapping driver.ErrLeaseLost), or nil
 // while it is not known lost. A nil extension's lease is never lost.
-func (e *extension) lostCause() error {
+func (e *Extension) LostCause() error {
 	if e == nil {
 		return nil
 	}
@@ -76,7 +84,7 @@ func (e *extension) lostCause() error {
 
 // lose records that the lease is lost, for cause, and cancels the ctx
 // that follows it; only the first call counts.
-func (e *extension) lose(cause error) {
+func (e *Extension) lose(cause error) {
 	e.lossMu.Lock()
 	if e.lost != nil {
 		e.lossMu.Unlock()
@@ -90,9 +98,9 @@ func (e *extension) lose(cause error) {
 	}
 }
 
-// follow has cancel called with the loss's cause once the lease is lost
-// (at once when it is lost already), until unfollow.
-func (e *extension) follow(cancel context.CancelCauseFunc) {
+// Follow has cancel called with the loss's cause once the lease is lost
+// (at once when it is lost already), until Unfollow.
+func (e *Extension) Follow(cancel context.CancelCauseFunc) {
 	e.lossMu.Lock()
 	lost := e.lost
 	if lost == nil {
@@ -104,16 +112,16 @@ func (e *extension) follow(cancel context.CancelCauseFunc) {
 	}
 }
 
-// unfollow ends what follow began.
-func (e *extension) unfollow() {
+// Unfollow ends what Follow began.
+func (e *Extension) Unfollow() {
 	e.lossMu.Lock()
 	e.onLoss = nil
 	e.lossMu.Unlock()
 }
 
-// stop ends the renewals: none starts after it returns (one under way
+// Stop ends the renewals: none starts after it returns (one under way
 // ends by its own deadline). Calling it again does nothing.
-func (e *extension) stop() {
+func (e *Extension) Stop() {
 	x := e.x
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -135,19 +143,19 @@ func (e *extension) stop() {
 	}
 }
 
-// wait returns once no renewal is under way (after stop).
-func (e *extension) wait() { e.running.Wait() }
+// Wait returns once no renewal is under way (after Stop).
+func (e *Extension) Wait() { e.running.Wait() }
 
-// halt stops the renewals and waits for them: no renewal can follow.
-func (e *extension) halt() {
-	e.stop()
-	e.wait()
+// Halt stops the renewals and waits for them: no renewal can follow.
+func (e *Extension) Halt() {
+	e.Stop()
+	e.Wait()
 }
 
-// wait returns once every goroutine of the extender has returned.
-func (x *leaseExtender) wait() { x.wg.Wait() }
+// Wait returns once every goroutine of the extender has returned.
+func (x *Extender) Wait() { x.wg.Wait() }
 
-// start renews d's lease every ExtendEvery until the extension is
+// Start renews d's lease every ExtendEvery until the extension is
 // stopped. Each renewal is bounded by ExtendEvery/2 (so Shutdown is not
 // held by a silent server). A failed renewal is retried with a short
 // backoff instead of waiting for the next tick, for as long as the lease
@@ -158,25 +166,26 @@ func (x *leaseExtender) wait() { x.wg.Wait() }
 // have handed the message to another consumer), or when, on the worker's
 // clock, the lease has run out with every renewal since the last success
 // failed (the last try is made as it runs out). Either ends the renewals,
-// reported once, and records the loss with a cause wrapping ErrLeaseLost
-// (lostCause), cancelling the task's ctx with it (follow). Renewals also end once every call is cancelled
-// (the settle grace is over).
+// reported once, and records the loss with a cause wrapping
+// driver.ErrLeaseLost (LostCause), cancelling the task's ctx with it
+// (Follow). Renewals also end once every call is cancelled (the settle
+// grace is over).
 //
 // got is when the Fetch that leased d returned: the lease began just
 // before, so the worker's clock believes it ends later than it does by the
 // reply's trip at most, not by the time the delivery waited for a runner.
-func (x *leaseExtender) start(d *driver.Delivery, got time.Time) *extension {
-	return x.startIn(new(extension), d, got)
+func (x *Extender) Start(d *driver.Delivery, got time.Time) *Extension {
+	return x.StartIn(new(Extension), d, got)
 }
 
-// startIn is start with the extension in e, which must be zero (a
+// StartIn is Start with the extension in e, which must be zero (a
 // delivery's own: one allocation less per delivery).
-func (x *leaseExtender) startIn(e *extension, d *driver.Delivery, got time.Time) *extension {
+func (x *Extender) StartIn(e *Extension, d *driver.Delivery, got time.Time) *Extension {
 	now := time.Now()
 	if got.IsZero() {
 		got = now
 	}
-	e.x, e.d, e.index, e.leaseEnd, e.next = x, d, -1, got.Add(x.lease), now.Add(x.every)
+	e.x, e.d, e.index, e.leaseEnd, e.next = x, d, -1, got.Add(x.Lease), now.Add(x.Every)
 	x.mu.Lock()
 	x.schedule(e)
 	x.mu.Unlock()
@@ -185,7 +194,7 @@ func (x *leaseExtender) startIn(e *extension, d *driver.Delivery, got time.Time)
 
 // schedule puts e in the heap at its next time and has the loop run (or
 // look again, when e comes first). x.mu is held.
-func (x *leaseExtender) schedule(e *extension) {
+func (x *Extender) schedule(e *Extension) {
 	heap.Push(&x.due, e)
 	if !x.on {
 		x.on = true
@@ -199,7 +208,7 @@ func (x *leaseExtender) schedule(e *extension) {
 }
 
 // poke wakes the loop without blocking. x.mu is held.
-func (x *leaseExtender) poke() {
+func (x *Extender) poke() {
 	select {
 	case x.wake <- struct{}{}:
 	default:
@@ -209,7 +218,7 @@ func (x *leaseExtender) poke() {
 // loop starts each extension's renewal when it comes due; it returns when
 // no extension waits (schedule starts it again) or every call is
 // cancelled.
-func (x *leaseExtender) loop() {
+func (x *Extender) loop() {
 	defer x.wg.Done()
 	var t *time.Timer
 	defer func() {
@@ -219,14 +228,14 @@ func (x *leaseExtender) loop() {
 	}()
 	for {
 		x.mu.Lock()
-		if len(x.due) == 0 || x.calls.Err() != nil {
+		if len(x.due) == 0 || x.Calls.Err() != nil {
 			x.on = false
 			x.mu.Unlock()
 			return
 		}
 		now := time.Now()
 		for len(x.due) > 0 && !x.due[0].next.After(now) {
-			e := heap.Pop(&x.due).(*extension)
+			e := heap.Pop(&x.due).(*Extension)
 			if e.quit == nil {
 				e.quit = make(chan struct{})
 			}
@@ -250,14 +259,14 @@ func (x *leaseExtender) loop() {
 		select {
 		case <-t.C:
 		case <-x.wake:
-		case <-x.calls.Done():
+		case <-x.Calls.Done():
 		}
 	}
 }
 
 // renew makes one renewal of e's lease (with its retries), then puts e
 // back in the heap for the next unless it was stopped or the lease lost.
-func (x *leaseExtender) renew(e *extension) {
+func (x *Extender) renew(e *Extension) {
 	defer x.wg.Done()
 	defer e.running.Done()
 	if !x.renewOnce(e) {
@@ -268,28 +277,28 @@ func (x *leaseExtender) renew(e *extension) {
 	if e.stopped {
 		return
 	}
-	e.next = e.next.Add(x.every)
+	e.next = e.next.Add(x.Every)
 	if now := time.Now(); e.next.Before(now) {
 		e.next = now // a late renewal: the next is due at once, as a ticker's
 	}
 	x.schedule(e)
 }
 
-// renewOnce extends e's lease, retrying as start says; it reports whether
+// renewOnce extends e's lease, retrying as Start says; it reports whether
 // the renewals go on.
-func (x *leaseExtender) renewOnce(e *extension) bool {
-	d, quit, every := e.d, e.quit, x.every
+func (x *Extender) renewOnce(e *Extension) bool {
+	d, quit, every := e.d, e.quit, x.Every
 	extend := func() error {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(x.calls, min(every/2, x.bound))
+		ctx, cancel := context.WithTimeout(x.Calls, min(every/2, x.Bound))
 		defer cancel()
-		err := x.broker.Extend(ctx, d, x.lease)
+		err := x.Broker.Extend(ctx, d, x.Lease)
 		if err == nil {
-			e.leaseEnd = start.Add(x.lease) // granted no earlier than the call began
+			e.leaseEnd = start.Add(x.Lease) // granted no earlier than the call began
 		}
 		return err
 	}
-	// sleep waits for d, or reports false when stop was called.
+	// sleep waits for d, or reports false when Stop was called.
 	sleep := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -301,25 +310,25 @@ func (x *leaseExtender) renewOnce(e *extension) bool {
 		}
 	}
 	retryable := func(err error) bool {
-		return err != nil && !errors.Is(err, driver.ErrLeaseLost) && !errors.Is(err, ErrClosed) && x.calls.Err() == nil
+		return err != nil && !errors.Is(err, driver.ErrLeaseLost) && !errors.Is(err, driver.ErrClosed) && x.Calls.Err() == nil
 	}
-	if stopped(quit) || x.calls.Err() != nil {
+	if stopped(quit) || x.Calls.Err() != nil {
 		return false
 	}
 	err := extend()
 	for wait := every / 20; retryable(err); wait = min(2*wait, every/10) {
 		if !e.outage {
 			e.outage = true
-			x.report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(e.leaseEnd))
+			x.Report(err, "errand: extend lease failed; retrying while the lease lasts", "message", d.ID, "queue", d.Queue, "lease_left", time.Until(e.leaseEnd))
 		}
 		left := time.Until(e.leaseEnd)
 		if left <= 0 {
 			// The lease has run out on our clock (the last try was made
 			// as it did): the broker may hand the message to another
 			// consumer, if it has not already.
-			cause := fmt.Errorf("%w: message %q on queue %q: lease of %v not renewed in time (last error: %v); the task may run again elsewhere", ErrLeaseLost, d.ID, d.Queue, x.lease, err)
+			cause := fmt.Errorf("%w: message %q on queue %q: lease of %v not renewed in time (last error: %v); the task may run again elsewhere", driver.ErrLeaseLost, d.ID, d.Queue, x.Lease, err)
 			e.lose(cause)
-			x.report(cause, "errand: lease ran out during an outage; the task's ctx is cancelled", "message", d.ID, "queue", d.Queue)
+			x.Report(cause, "errand: lease ran out during an outage; the task's ctx is cancelled", "message", d.ID, "queue", d.Queue)
 			return false
 		}
 		if !sleep(min(wait, left)) {
@@ -337,15 +346,15 @@ func (x *leaseExtender) renewOnce(e *extension) bool {
 		return false
 	case errors.Is(err, driver.ErrLeaseLost):
 		e.lose(err)
-		x.report(err, "errand: lease lost; no longer extended, the task's ctx is cancelled (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
+		x.Report(err, "errand: lease lost; no longer extended, the task's ctx is cancelled (another consumer may run the task)", "message", d.ID, "queue", d.Queue)
 		return false
-	default: // ErrClosed, or every call cancelled
+	default: // driver.ErrClosed, or every call cancelled
 		return false
 	}
 }
 
 // extHeap orders extensions by their next renewal (container/heap).
-type extHeap []*extension
+type extHeap []*Extension
 
 func (h extHeap) Len() int           { return len(h) }
 func (h extHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
@@ -355,7 +364,7 @@ func (h extHeap) Swap(i, j int) {
 	h[j].index = j
 }
 func (h *extHeap) Push(v any) {
-	e := v.(*extension)
+	e := v.(*Extension)
 	e.index = len(*h)
 	*h = append(*h, e)
 }

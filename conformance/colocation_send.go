@@ -35,7 +35,7 @@ const carryTask = "conformance.carried"
 
 // carryingBroker is the broker driver as errand sees it in the case: its
 // Colocator forwarded with Send alone co-located (partialColocation),
-// every other optional ability hidden. errand asks it to co-locate with
+// every other optional capability hidden. errand asks it to co-locate with
 // the backend it holds (the recorder's wrapper), which the driver cannot
 // recognise; it asks the driver for the raw backend the wrapper stands
 // for instead. It counts carried calls, their messages,

@@ -35,7 +35,7 @@ const settleTask = "conformance.settled"
 
 // settlingBroker is the broker driver as errand sees it in the case: its
 // Colocator forwarded (for the raw backend the recorder wraps) with Settle
-// alone co-located (partialColocation), every other optional ability
+// alone co-located (partialColocation), every other optional capability
 // hidden. It counts Settle calls and their deliveries, and Ack calls, and
 // records each settled state in the task's path, as the recorder does for
 // SetStates.

@@ -9,13 +9,13 @@ import (
 	"github.com/errand-go/errand/driver"
 )
 
-// The kit reaches a driver's settlement calls and optional abilities
+// The kit reaches a driver's settlement calls and optional capabilities
 // through package driver's interfaces, on the value a harness made, never
 // through errand's operator calls: these helpers assert the interface and
 // answer an error satisfying errors.ErrUnsupported where the driver lacks
 // it (the Capabilities cases check the declarations).
 
-// unsupportedBy is the error of a helper whose driver lacks an ability.
+// unsupportedBy is the error of a helper whose driver lacks a capability.
 func unsupportedBy(v any, what string) error {
 	return fmt.Errorf("%T is no %s: %w", v, what, errors.ErrUnsupported)
 }

@@ -1,4 +1,4 @@
-package errand
+package portable
 
 import (
 	"context"
@@ -28,7 +28,7 @@ type stateBatcher struct {
 	written []string
 }
 
-func (b *stateBatcher) SetStates(_ context.Context, sts []*TaskState) []error {
+func (b *stateBatcher) SetStates(_ context.Context, sts []*driver.TaskState) []error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var ids []string
@@ -52,22 +52,22 @@ func (b *stateBatcher) Close() error { return nil }
 // state is a SetStates of one.
 func TestStateWritesErrorsPerTask(t *testing.T) {
 	drv := &stateBatcher{}
-	be := asBackend(drv)
+	be := WrapBackend(drv)
 	defer be.Close()
-	if err := be.setState(t.Context(), &TaskState{TaskUUID: "lone"}); err != nil {
+	if err := be.SetState(t.Context(), &driver.TaskState{TaskUUID: "lone"}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.EqualFunc(drv.batches, [][]string{{"lone"}}, slices.Equal) {
 		t.Fatalf("a lone state went as SetStates calls %v; want one call of one", drv.batches)
 	}
-	errs := be.SetStates(t.Context(), []*TaskState{{TaskUUID: "a"}, {TaskUUID: "bad"}, {TaskUUID: "c"}})
+	errs := be.SetStates(t.Context(), []*driver.TaskState{{TaskUUID: "a"}, {TaskUUID: "bad"}, {TaskUUID: "c"}})
 	if len(errs) != 3 || errs[0] != nil || errs[1] == nil || errs[2] != nil {
 		t.Fatalf("a batch with one refused state answered %v; want an error for that state alone", errs)
 	}
 	if len(drv.batches) != 2 || !slices.Equal(drv.written, []string{"lone", "a", "c"}) {
 		t.Fatalf("after the batch: calls %v, written %v; want one call more, a and c written", drv.batches, drv.written)
 	}
-	if err := be.setStates(t.Context(), []*TaskState{{TaskUUID: "x"}, {TaskUUID: "bad", State: StateSuccess}}); err == nil || !strings.Contains(err.Error(), "task bad: set SUCCESS") {
+	if err := be.SetAll(t.Context(), []*driver.TaskState{{TaskUUID: "x"}, {TaskUUID: "bad", State: driver.StateSuccess}}); err == nil || !strings.Contains(err.Error(), "task bad: set SUCCESS") {
 		t.Fatalf("setStates with a refused state = %v; want the refused state's error, naming its task and state", err)
 	}
 }
@@ -84,7 +84,7 @@ func (wrongLength) Ack(_ context.Context, ds []*driver.Delivery) []error {
 	return make([]error, len(ds)-1)
 }
 
-func (wrongLength) SetStates(_ context.Context, sts []*TaskState) []error {
+func (wrongLength) SetStates(_ context.Context, sts []*driver.TaskState) []error {
 	return make([]error, len(sts)+1)
 }
 
@@ -99,7 +99,7 @@ func (wrongLength) Close() error { return nil }
 // succeeded.
 func TestBatchAnswerOfWrongLength(t *testing.T) {
 	drv := wrongLength{}
-	br, be := asBroker(drv), asBackend(drv)
+	br, be := WrapBroker(drv), WrapBackend(drv)
 	defer br.Close()
 	defer be.Close()
 	ctx := t.Context()
@@ -108,30 +108,30 @@ func TestBatchAnswerOfWrongLength(t *testing.T) {
 			t.Errorf("Ack answering 1 error for 2 deliveries: delivery %d got %v; want the convention broken, for every delivery", i, err)
 		}
 	}
-	if err := br.ack(ctx, &driver.Delivery{}); err == nil || !strings.Contains(err.Error(), "batch convention") {
+	if err := br.AckOne(ctx, &driver.Delivery{}); err == nil || !strings.Contains(err.Error(), "batch convention") {
 		t.Errorf("a lone ack answered no error at all: got %v; want the convention broken", err)
 	}
-	errs := be.SetStates(ctx, []*TaskState{{}, {}})
+	errs := be.SetStates(ctx, []*driver.TaskState{{}, {}})
 	if len(errs) != 2 || errs[0] == nil || errs[1] == nil {
 		t.Errorf("SetStates answering 3 errors for 2 states: %v; want the convention broken, for both", errs)
 	}
-	if _, err := be.start(ctx, driver.StartRequest{Started: &TaskState{}}); err == nil || !strings.Contains(err.Error(), "batch convention") {
+	if _, err := be.StartAttempt(ctx, driver.StartRequest{Started: &driver.TaskState{}}); err == nil || !strings.Contains(err.Error(), "batch convention") {
 		t.Errorf("Start answering no result for one request: %v; want the convention broken", err)
 	}
 }
 
 // TestBatchCallAfterClose: after Close, a batch call of the wrapper
-// answers ErrClosed for every item without reaching the driver.
+// answers driver.ErrClosed for every item without reaching the driver.
 func TestBatchCallAfterClose(t *testing.T) {
 	drv := &stateBatcher{}
-	be := asBackend(drv)
+	be := WrapBackend(drv)
 	be.Close()
-	errs := be.SetStates(t.Context(), []*TaskState{{TaskUUID: "a"}, {TaskUUID: "b"}})
-	if len(errs) != 2 || !errors.Is(errs[0], ErrClosed) || !errors.Is(errs[1], ErrClosed) || len(drv.batches) != 0 {
-		t.Fatalf("SetStates after Close = %v, driver calls %v; want ErrClosed for each state, no call", errs, drv.batches)
+	errs := be.SetStates(t.Context(), []*driver.TaskState{{TaskUUID: "a"}, {TaskUUID: "b"}})
+	if len(errs) != 2 || !errors.Is(errs[0], driver.ErrClosed) || !errors.Is(errs[1], driver.ErrClosed) || len(drv.batches) != 0 {
+		t.Fatalf("SetStates after Close = %v, driver calls %v; want driver.ErrClosed for each state, no call", errs, drv.batches)
 	}
-	if err := be.setState(t.Context(), &TaskState{TaskUUID: "c"}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("setState after Close = %v; want ErrClosed", err)
+	if err := be.SetState(t.Context(), &driver.TaskState{TaskUUID: "c"}); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("setState after Close = %v; want driver.ErrClosed", err)
 	}
 }
 
@@ -163,11 +163,11 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 		t.Run(fmt.Sprintf("limit%d", limit), func(t *testing.T) {
 			ctx := t.Context()
 			drv := &batchingBroker{Broker: memorybroker.New(nil), limit: limit, gate: make(chan struct{})}
-			b := asBroker(drv)
+			b := WrapBroker(drv)
 			defer b.Close()
 			const n = 40
 			for i := range n {
-				if err := b.Publish(ctx, Message{ID: fmt.Sprint(i), Queue: "q", Body: []byte("x")}); err != nil {
+				if err := b.Publish(ctx, driver.Message{ID: fmt.Sprint(i), Queue: "q", Body: []byte("x")}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -178,14 +178,14 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 			errs := make(chan error, n)
 			var calling atomic.Int32
 			for _, d := range ds {
-				go func() { calling.Add(1); errs <- b.ack(ctx, d) }()
+				go func() { calling.Add(1); errs <- b.AckOne(ctx, d) }()
 			}
 			// While the first calls are held (every flight busy), the rest
 			// queue up behind them.
 			waitFor(t, "every flight busy and every ack queued", func() bool {
 				drv.mu.Lock()
 				defer drv.mu.Unlock()
-				return len(drv.batches) == ackFlights && calling.Load() == n && b.acks.Queued() == n-ackFlights
+				return len(drv.batches) == AckFlights && calling.Load() == n && b.Acks.Queued() == n-AckFlights
 			})
 			close(drv.gate)
 			for range n {
@@ -214,5 +214,19 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 				t.Fatalf("after every ack the queue holds %+v, want nothing", st)
 			}
 		})
+	}
+}
+
+// waitFor polls cond until it holds, failing t after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		<-tick.C
 	}
 }

@@ -34,7 +34,7 @@ const startTask = "conformance.started"
 // startingBroker is the broker driver as errand sees it in the case: its
 // Colocator forwarded (for the raw backend the recorder wraps) with
 // FetchStart alone co-located (partialColocation), every other optional
-// ability hidden. It counts FetchStart calls and the starts they made, and
+// capability hidden. It counts FetchStart calls and the starts they made, and
 // records each written STARTED in the task's path.
 type startingBroker struct {
 	errand.Broker
