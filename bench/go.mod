@@ -7,14 +7,14 @@ require (
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
-	github.com/errand-go/errand v0.0.0
-	github.com/errand-go/errand/backends/memcache v0.0.0
-	github.com/errand-go/errand/backends/mongo v0.0.0
-	github.com/errand-go/errand/backends/redis v0.0.0
-	github.com/errand-go/errand/brokers/redis v0.0.0
-	github.com/errand-go/errand/brokers/amqp v0.0.0
-	github.com/errand-go/errand/brokers/sqs v0.0.0
-	github.com/errand-go/errand/config v0.0.0
+	github.com/errand-go/errand v0.1.0
+	github.com/errand-go/errand/backends/memcache v0.1.0
+	github.com/errand-go/errand/backends/mongo v0.1.0
+	github.com/errand-go/errand/backends/redis v0.1.0
+	github.com/errand-go/errand/brokers/redis v0.1.0
+	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/sqs v0.1.0
+	github.com/errand-go/errand/config v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.9.3
@@ -90,4 +90,3 @@ require (
 	google.golang.org/protobuf v1.36.10 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
-

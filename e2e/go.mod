@@ -7,14 +7,14 @@ require (
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/chromedp/chromedp v0.23.0
-	github.com/errand-go/errand v0.0.0
-	github.com/errand-go/errand/backends/mongo v0.0.0
-	github.com/errand-go/errand/backends/redis v0.0.0
-	github.com/errand-go/errand/brokers/amqp v0.0.0
-	github.com/errand-go/errand/brokers/redis v0.0.0
-	github.com/errand-go/errand/brokers/sqs v0.0.0
-	github.com/errand-go/errand/otel v0.0.0
-	github.com/errand-go/errand/schedule v0.0.0
+	github.com/errand-go/errand v0.1.0
+	github.com/errand-go/errand/backends/mongo v0.1.0
+	github.com/errand-go/errand/backends/redis v0.1.0
+	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/redis v0.1.0
+	github.com/errand-go/errand/brokers/sqs v0.1.0
+	github.com/errand-go/errand/otel v0.1.0
+	github.com/errand-go/errand/schedule v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.9.3
@@ -40,7 +40,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
-	github.com/errand-go/errand/internal/redisconn v0.0.0 // indirect
+	github.com/errand-go/errand/internal/redisconn v0.1.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

@@ -2,7 +2,7 @@ module github.com/errand-go/errand/backends/mongo
 
 go 1.25.0
 
-require github.com/errand-go/errand v0.0.0
+require github.com/errand-go/errand v0.1.0
 
 require (
 	github.com/klauspost/compress v1.19.2 // indirect

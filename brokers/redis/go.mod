@@ -3,8 +3,8 @@ module github.com/errand-go/errand/brokers/redis
 go 1.26.0
 
 require (
-	github.com/errand-go/errand v0.0.0
-	github.com/errand-go/errand/internal/redisconn v0.0.0
+	github.com/errand-go/errand v0.1.0
+	github.com/errand-go/errand/internal/redisconn v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -8,7 +8,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/credentials v1.20.15
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/aws/smithy-go v1.28.8
-	github.com/errand-go/errand v0.0.0
+	github.com/errand-go/errand v0.1.0
 )
 
 require (

@@ -3,14 +3,14 @@ module github.com/errand-go/errand/cmd/errand
 go 1.26.0
 
 require (
-	github.com/errand-go/errand v0.0.0
-	github.com/errand-go/errand/backends/memcache v0.0.0
-	github.com/errand-go/errand/backends/mongo v0.0.0
-	github.com/errand-go/errand/backends/redis v0.0.0
-	github.com/errand-go/errand/brokers/amqp v0.0.0
-	github.com/errand-go/errand/brokers/redis v0.0.0
-	github.com/errand-go/errand/brokers/sqs v0.0.0
-	github.com/errand-go/errand/otel v0.0.0
+	github.com/errand-go/errand v0.1.0
+	github.com/errand-go/errand/backends/memcache v0.1.0
+	github.com/errand-go/errand/backends/mongo v0.1.0
+	github.com/errand-go/errand/backends/redis v0.1.0
+	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/redis v0.1.0
+	github.com/errand-go/errand/brokers/sqs v0.1.0
+	github.com/errand-go/errand/otel v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0 // the tests clean their keys up
 )
 
@@ -33,7 +33,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/errand-go/errand/internal/redisconn v0.0.0 // indirect
+	github.com/errand-go/errand/internal/redisconn v0.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
