@@ -195,7 +195,7 @@ func (dv *delivery) beginColocated(cannotRun error) bool {
 	req := driver.StartRequest{Received: dv.st, Started: dv.started, FirstDelivery: d.Attempt == 1}
 	switch {
 	case res.Err != nil:
-		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): its start in the fetch: %w", sig.Name, sig.UUID, res.Err)
+		dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): its start in the fetch: %w", sig.Name, sig.UUID, res.Err)
 		return false
 	case sig.UUID != d.ID || sig.Name != d.Task || sig.attempt() != d.TaskAttempt:
 		// The message's ID names another task than its body does (a
@@ -204,11 +204,11 @@ func (dv *delivery) beginColocated(cannotRun error) bool {
 		// state back and set the message aside; every delivery of it
 		// would do the same.
 		dv.unstart()
-		dv.outcome, dv.err = setAside, fmt.Errorf("%w: message %q on queue %q is task %s (%s, attempt %d) but its ID names task %q (%s, attempt %d), which the broker's fetch began: that task's state is put back; not run, set aside",
+		dv.outcome, dv.err = settleSetAside, fmt.Errorf("%w: message %q on queue %q is task %s (%s, attempt %d) but its ID names task %q (%s, attempt %d), which the broker's fetch began: that task's state is put back; not run, set aside",
 			ErrUUIDConflict, d.ID, d.Queue, sig.Name, sig.UUID, sig.attempt(), d.Task, d.ID, d.TaskAttempt)
 		return false
 	case res.Written != req.Allows(res.Prev):
-		dv.outcome, dv.err = requeue, fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart of task %s with previous state %s (attempt %d): written %v, want %v",
+		dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart of task %s with previous state %s (attempt %d): written %v, want %v",
 			w.srv.broker.Drv, sig.UUID, portable.StateName(res.Prev), portable.AttemptOf(res.Prev), res.Written, !res.Written)
 		return false
 	case !res.Written:
@@ -216,7 +216,7 @@ func (dv *delivery) beginColocated(cannotRun error) bool {
 		defer cancel()
 		done, outcome, err := w.resume(ctx, sig, res.Prev, d)
 		if !done { // the table was checked above: not reached
-			outcome, err = requeue, fmt.Errorf("errand: task %s (%s): the broker did not start a task in state %s", sig.Name, sig.UUID, res.Prev.State)
+			outcome, err = settleRequeue, fmt.Errorf("errand: task %s (%s): the broker did not start a task in state %s", sig.Name, sig.UUID, res.Prev.State)
 		}
 		dv.outcome, dv.err = outcome, err
 		return false

@@ -38,7 +38,7 @@ type delivery struct {
 	cancelTask                    context.CancelCauseFunc
 	cancelTimeout, cancelDeadline context.CancelFunc
 	outcome                       settle      // how it is settled
-	err                           error       // why (the reason, for setAside and archive)
+	err                           error       // why (the reason, for settleSetAside and settleArchive)
 	settling                      bool        // its function returned: it holds a settling place, not a slot
 	returned                      atomic.Bool // its function returned (read by Shutdown, heldTasks)
 }
@@ -47,7 +47,7 @@ type delivery struct {
 // held: its slot (until its function returned) and its settling place.
 func (w *Worker) handle(j job) {
 	defer w.tasks.Done()
-	dv := &delivery{w: w, job: j, outcome: requeue}
+	dv := &delivery{w: w, job: j, outcome: settleRequeue}
 	defer dv.free()
 	if !dv.decode() {
 		return
@@ -59,7 +59,7 @@ func (w *Worker) handle(j job) {
 	}
 	dv.process()
 	dv.ext.Stop()
-	if dv.outcome != release {
+	if dv.outcome != settleRelease {
 		dv.ext.Wait() // settle only once no extend can follow
 	} else {
 		// Shutdown: an extend stuck on a silent server must not hold the
@@ -142,7 +142,7 @@ func (dv *delivery) decode() bool {
 }
 
 // process runs the decoded task through its states and leaves in
-// dv.outcome how to settle the delivery (with setAside or archive,
+// dv.outcome how to settle the delivery (with settleSetAside or settleArchive,
 // dv.err is the reason). Whether the attempt runs at all — a redelivery of
 // a task already finished, owned by a later attempt or claimed by another
 // message does not — is decided by begin, before the worker's middleware,
@@ -154,7 +154,7 @@ func (dv *delivery) process() {
 	if lost := dv.ext.LostCause(); lost != nil {
 		// Its lease ran out while it waited in the worker's hand (a slow
 		// or silent broker): another worker may hold it now.
-		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost before it started; not run here, the broker delivers it again: %w", sig.Name, sig.UUID, lost)
+		dv.outcome, dv.err = settleAbandon, fmt.Errorf("errand: task %s (%s): its lease was lost before it started; not run here, the broker delivers it again: %w", sig.Name, sig.UUID, lost)
 		return
 	}
 	if !dv.begin() {
@@ -171,7 +171,7 @@ func (dv *delivery) process() {
 		wrapTask(w.mw, dv.attempt)(tctx, sig)
 	}
 	if !dv.settling { // the attempt never ran
-		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
+		dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): a worker middleware did not run it", sig.Name, sig.UUID)
 	}
 }
 
@@ -207,7 +207,7 @@ func (dv *delivery) begin() bool {
 		case errors.Is(err, ErrTaskNotFound):
 			prev = nil
 		case err != nil:
-			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
+			dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): read state: %w", sig.Name, sig.UUID, err)
 			return false
 		}
 		if prev != nil {
@@ -223,27 +223,27 @@ func (dv *delivery) begin() bool {
 		if d.Attempt >= 1 && d.Attempt < w.cfg.UnknownTaskAttempts {
 			// Perhaps another worker on this queue has it (another
 			// application, a newer version): give it back untouched.
-			dv.outcome, dv.err = passOn, nil
+			dv.outcome, dv.err = settlePassOn, nil
 			return false
 		}
 		cannotRun = fmt.Errorf("%w %q (task %s): no function is registered under that name on this worker (delivery %d; UnknownTaskAttempts %d)", ErrUnknownTask, sig.Name, sig.UUID, d.Attempt, w.cfg.UnknownTaskAttempts)
 	}
 	if cannotRun != nil {
 		if err := be.SetState(ctx, dv.st); err != nil {
-			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
+			dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
 			return false
 		}
 		dv.outcome, _, dv.err = w.fail(ctx, sig, dv.st, cannotRun)
-		if dv.tk == nil && dv.outcome == archive {
+		if dv.tk == nil && dv.outcome == settleArchive {
 			// Set it aside even on a broker without an archive (its dead
 			// letters), so it can be re-driven once a worker has the
 			// function.
-			dv.outcome, dv.err = setAside, cannotRun
+			dv.outcome, dv.err = settleSetAside, cannotRun
 		}
 		return false
 	}
 	// Over its rate limit: back to the queue, nothing recorded.
-	if outcome, err := w.takeToken(ctx, dv.tk, sig); outcome != ack {
+	if outcome, err := w.takeToken(ctx, dv.tk, sig); outcome != settleAck {
 		dv.outcome, dv.err = outcome, err
 		return false
 	}
@@ -262,7 +262,7 @@ func (dv *delivery) begin() bool {
 		return begun
 	}
 	if err := be.SetAll(ctx, []*TaskState{dv.st, dv.started}); err != nil {
-		dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+		dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 		return false
 	}
 	return true
@@ -280,17 +280,17 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	if lost := dv.ext.LostCause(); lost != nil {
 		// The broker may have handed the message to another worker, whose
 		// attempt owns the task now: record nothing, settle nothing.
-		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s) returned after its lease was lost; its outcome is not recorded and the broker delivers it again: %w", sig.Name, sig.UUID, lost)
+		dv.outcome, dv.err = settleAbandon, fmt.Errorf("errand: task %s (%s) returned after its lease was lost; its outcome is not recorded and the broker delivers it again: %w", sig.Name, sig.UUID, lost)
 		return nil, runErr
 	}
 	if w.callCtx.Err() != nil {
-		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s) returned after the worker's settle grace; its outcome is not recorded and the broker delivers it again once its lease runs out", sig.Name, sig.UUID)
+		dv.outcome, dv.err = settleAbandon, fmt.Errorf("errand: task %s (%s) returned after the worker's settle grace; its outcome is not recorded and the broker delivers it again once its lease runs out", sig.Name, sig.UUID)
 		return nil, runErr
 	}
 	if runErr != nil && w.hardCtx.Err() != nil {
 		// Shutdown gave up waiting and cancelled the task: give it back
 		// unrecorded so another worker runs it.
-		dv.outcome, dv.err = release, nil
+		dv.outcome, dv.err = settleRelease, nil
 		return nil, runErr
 	}
 	final := dv.started
@@ -300,7 +300,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 		if w.srv.coloc != nil && quiet(sig) {
 			// One round trip out: SUCCESS goes with the ack (settle),
 			// nothing called here.
-			dv.stateInAck, dv.outcome, dv.err = final, ack, nil
+			dv.stateInAck, dv.outcome, dv.err = final, settleAck, nil
 			return final, nil
 		}
 	}
@@ -312,13 +312,13 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	ctx = withValuesOf(ctx, tctx)
 	if runErr == nil {
 		if err := w.srv.backend.SetState(ctx, final); err != nil {
-			dv.outcome, dv.err = requeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
+			dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
 			return nil, runErr
 		}
 		if lost := dv.ext.LostCause(); lost != nil {
 			// Lost while SUCCESS was written: the callbacks are the
 			// redelivery's to send (it finds SUCCESS and settles the task).
-			dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): its lease was lost while its SUCCESS was recorded; its callbacks are left to the redelivery: %w", sig.Name, sig.UUID, lost)
+			dv.outcome, dv.err = settleAbandon, fmt.Errorf("errand: task %s (%s): its lease was lost while its SUCCESS was recorded; its callbacks are left to the redelivery: %w", sig.Name, sig.UUID, lost)
 			return final, runErr
 		}
 		dv.outcome, dv.err = w.afterSuccess(ctx, sig, results)
@@ -329,7 +329,7 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 		}
 		dv.outcome, final, dv.err = w.scheduleRetry(ctx, sig, runErr, policy, dv.started)
 	}
-	if dv.outcome != ack && dv.outcome != archive {
+	if dv.outcome != settleAck && dv.outcome != settleArchive {
 		return nil, runErr
 	}
 	return final, runErr
@@ -342,15 +342,15 @@ func (dv *delivery) settle() {
 	ctx, cancel := w.call()
 	defer cancel()
 	attrs := dv.attrs // only when something is reported
-	if lost := dv.ext.LostCause(); lost != nil && dv.outcome != ack && dv.outcome != abandon {
+	if lost := dv.ext.LostCause(); lost != nil && dv.outcome != settleAck && dv.outcome != settleAbandon {
 		// Nothing to give back: the broker refuses a settle of a lost
 		// lease, and delivers the message again on its own.
-		dv.outcome, dv.err = abandon, fmt.Errorf("errand: task %s (%s): not given back, its lease being lost: %w", sig.Name, sig.UUID, lost)
+		dv.outcome, dv.err = settleAbandon, fmt.Errorf("errand: task %s (%s): not given back, its lease being lost: %w", sig.Name, sig.UUID, lost)
 	}
 	switch dv.outcome {
-	case abandon:
+	case settleAbandon:
 		w.report(dv.err, "errand: delivery left to its lease", attrs()...)
-	case ack:
+	case settleAck:
 		if dv.stateInAck != nil {
 			dv.settleColocated(ctx)
 			break
@@ -358,18 +358,18 @@ func (dv *delivery) settle() {
 		if err := b.AckOne(ctx, d); err != nil {
 			w.report(err, "errand: ack", attrs()...)
 		}
-	case requeue:
+	case settleRequeue:
 		w.report(dv.err, "errand: task requeued after an error", attrs()...)
 		if err := b.Release(ctx, d, time.Now().Add(w.cfg.ErrorBackoff)); err != nil {
 			w.report(err, "errand: release", attrs()...)
 		}
-	case release:
+	case settleRelease:
 		if err := b.Release(ctx, d, time.Time{}); err != nil {
 			w.report(err, "errand: release on shutdown", attrs()...)
 		}
-	case setAside:
+	case settleSetAside:
 		w.reject(ctx, d, sig, dv.err)
-	case archive:
+	case settleArchive:
 		if w.archiver == nil {
 			if err := b.AckOne(ctx, d); err != nil {
 				w.report(err, "errand: ack", attrs()...)
@@ -377,14 +377,14 @@ func (dv *delivery) settle() {
 			break
 		}
 		w.archiveFailed(ctx, d, sig, dv.err)
-	case passOn:
+	case settlePassOn:
 		wait := w.backoff(d.Attempt)
 		w.log.Info("errand: no function for this task here: given back for another worker", append(attrs(),
 			"delivery", d.Attempt, "of", w.cfg.UnknownTaskAttempts, "retry_in", wait)...)
 		if err := b.Release(ctx, d, time.Now().Add(wait)); err != nil {
 			w.report(err, "errand: release unknown task", attrs()...)
 		}
-	case throttle:
+	case settleThrottle:
 		w.releaseThrottled(ctx, d, sig, dv.err)
 	}
 }
@@ -411,7 +411,7 @@ func (dv *delivery) attrs() []any { return taskAttrs(dv.sig, dv.queue) }
 // false.
 func (w *Worker) resume(ctx context.Context, sig *Signature, prev *TaskState, d *driver.Delivery) (done bool, outcome settle, err error) {
 	if err := uuidConflict(sig, prev, d); err != nil {
-		return true, setAside, err
+		return true, settleSetAside, err
 	}
 	// A redelivery of work already recorded: finish what the crashed
 	// or stale attempt left (callbacks are idempotent by UUID), never
@@ -424,17 +424,17 @@ func (w *Worker) resume(ctx context.Context, sig *Signature, prev *TaskState, d 
 		// Failed for good before: finish its callbacks and archive it
 		// (a crash came between its FAILURE and its archiving).
 		outcome, err := w.afterFailure(ctx, sig, prev.Error)
-		if outcome == ack {
-			return true, archive, recordedFailure(prev)
+		if outcome == settleAck {
+			return true, settleArchive, recordedFailure(prev)
 		}
 		return true, outcome, err
 	case prev.State == StateRetry && prev.Attempt > sig.attempt():
 		outcome, _, err := w.scheduleRetry(ctx, sig, errors.New(prev.Error), nil, prev)
 		return true, outcome, err
 	case prev.Attempt > sig.attempt():
-		return true, ack, nil // a later attempt owns the task
+		return true, settleAck, nil // a later attempt owns the task
 	}
-	return false, ack, nil
+	return false, settleAck, nil
 }
 
 // uuidConflict returns why d must not run as the task its UUID names
@@ -550,13 +550,13 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 		st = st.Copy()
 		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
 		if err := w.srv.backend.SetState(ctx, st); err != nil {
-			return requeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
+			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
 		}
 	}
 	if err := w.srv.publish(ctx, next); err != nil {
-		return requeue, st, fmt.Errorf("errand: task %s (%s): publish retry: %w", sig.Name, sig.UUID, err)
+		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): publish retry: %w", sig.Name, sig.UUID, err)
 	}
-	return ack, st, nil
+	return settleAck, st, nil
 }
 
 // retryLimit is the number of retries sig may have on this worker: its
@@ -574,12 +574,12 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), notBefore(stateTime(), notBefore(st.StartedAt, st.CreatedAt))
 	st.ErrorKind, st.ErrorDetail = classify(cause)
 	if err := w.srv.backend.SetState(ctx, st); err != nil {
-		return requeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
+		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}
 	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)
 	outcome, err := w.afterFailure(ctx, sig, st.Error)
-	if outcome == ack {
-		return archive, st, cause // failed for good: into the archive, where the broker keeps one
+	if outcome == settleAck {
+		return settleArchive, st, cause // failed for good: into the archive, where the broker keeps one
 	}
 	return outcome, st, err
 }
@@ -589,10 +589,10 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 // Every step is idempotent, so a redelivery repeats it safely.
 func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Result) (settle, error) {
 	if err := w.unlockUnique(ctx, sig); err != nil {
-		return requeue, err
+		return settleRequeue, err
 	}
 	if err := w.completeMember(ctx, sig); err != nil {
-		return requeue, err
+		return settleRequeue, err
 	}
 	cbs := make([]*Signature, 0, len(sig.OnSuccess))
 	for _, cb := range sig.OnSuccess {
@@ -603,9 +603,9 @@ func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Res
 		cbs = append(cbs, cb)
 	}
 	if err := w.sendCallbacks(ctx, cbs); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): send OnSuccess callbacks: %w", sig.Name, sig.UUID, err)
+		return settleRequeue, fmt.Errorf("errand: task %s (%s): send OnSuccess callbacks: %w", sig.Name, sig.UUID, err)
 	}
-	return ack, nil
+	return settleAck, nil
 }
 
 // afterFailure frees sig's unique key, completes sig's group (a chord then
@@ -613,15 +613,15 @@ func (w *Worker) afterSuccess(ctx context.Context, sig *Signature, results []Res
 // first argument.
 func (w *Worker) afterFailure(ctx context.Context, sig *Signature, errText string) (settle, error) {
 	if err := w.unlockUnique(ctx, sig); err != nil {
-		return requeue, err
+		return settleRequeue, err
 	}
 	if err := w.completeMember(ctx, sig); err != nil {
-		return requeue, err
+		return settleRequeue, err
 	}
 	if err := w.sendCallbacks(ctx, errorCallbacks(sig.OnError, errText)); err != nil {
-		return requeue, fmt.Errorf("errand: task %s (%s): send OnError callbacks: %w", sig.Name, sig.UUID, err)
+		return settleRequeue, fmt.Errorf("errand: task %s (%s): send OnError callbacks: %w", sig.Name, sig.UUID, err)
 	}
-	return ack, nil
+	return settleAck, nil
 }
 
 // sendCallbacks publishes callbacks, first recording PENDING for each that

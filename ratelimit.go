@@ -56,7 +56,7 @@ func (s *Server) checkRateLimit(t *task) error {
 // rateKey is the bucket of a task name on the broker.
 func rateKey(name string) string { return "task:" + name }
 
-// throttledError is what process returns with the throttle outcome: the
+// throttledError is what process returns with settleThrottle: the
 // task is over its rate limit until wait has passed.
 type throttledError struct {
 	name string
@@ -68,22 +68,22 @@ func (e *throttledError) Error() string {
 }
 
 // takeToken takes a token for one attempt of tk, if it is rate limited.
-// It returns the throttle outcome when the bucket is empty, requeue when
-// the broker failed, and ack (meaning: go on) otherwise.
+// It returns settleThrottle when the bucket is empty, settleRequeue when
+// the broker failed, and settleAck (meaning: go on) otherwise.
 func (w *Worker) takeToken(ctx context.Context, tk *task, sig *Signature) (settle, error) {
 	if tk.limit == nil {
-		return ack, nil
+		return settleAck, nil
 	}
 	wait, err := portable.Use(ctx, w.srv.broker, "rate limits", func(rl driver.RateLimiter) (time.Duration, error) {
 		return rl.Take(ctx, rateKey(tk.name), tk.limit.rate, tk.limit.burst)
 	})
 	switch {
 	case err != nil: // the broker failed, or it keeps no limits (registered on another server's broker)
-		return requeue, fmt.Errorf("errand: task %s (%s): take a rate-limit token: %w", sig.Name, sig.UUID, err)
+		return settleRequeue, fmt.Errorf("errand: task %s (%s): take a rate-limit token: %w", sig.Name, sig.UUID, err)
 	case wait > 0:
-		return throttle, &throttledError{name: sig.Name, wait: wait}
+		return settleThrottle, &throttledError{name: sig.Name, wait: wait}
 	}
-	return ack, nil
+	return settleAck, nil
 }
 
 // releaseThrottled gives d back to its queue, to be delivered again once

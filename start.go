@@ -32,7 +32,7 @@ func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, 
 	req := driver.StartRequest{Received: st, Started: started, FirstDelivery: d.Attempt == 1}
 	res, err := w.srv.backend.StartAttempt(ctx, req)
 	if err != nil {
-		return false, requeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+		return false, settleRequeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
 	}
 	prev := res.Prev
 	if res.Written {
@@ -40,11 +40,11 @@ func (w *Worker) begin(ctx context.Context, sig *Signature, d *driver.Delivery, 
 			st.CreatedAt, started.CreatedAt = prev.CreatedAt, prev.CreatedAt
 			started.StartedAt = notBefore(started.StartedAt, prev.CreatedAt)
 		}
-		return true, ack, nil
+		return true, settleAck, nil
 	}
 	done, outcome, err := w.resume(ctx, sig, prev, d)
 	if !done { // the wrapper checked the table: not reached
-		return false, requeue, fmt.Errorf("errand: task %s (%s): the backend did not start a task in state %s", sig.Name, sig.UUID, prev.State)
+		return false, settleRequeue, fmt.Errorf("errand: task %s (%s): the backend did not start a task in state %s", sig.Name, sig.UUID, prev.State)
 	}
 	return false, outcome, err
 }

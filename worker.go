@@ -572,14 +572,14 @@ func (w *Worker) backoff(n int) time.Duration {
 type settle int
 
 const (
-	ack      settle = iota // done: remove it
-	requeue                // something failed: deliver again after ErrorBackoff
-	release                // shutdown: deliver again at once
-	setAside               // must not run: archive it (Reject it, without an archive), the error as the reason
-	archive                // failed for good: archive it (Ack it, without an archive), the error as the reason
-	passOn                 // no function here: deliver again after backoff(Attempt), for another worker
-	throttle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
-	abandon                // its lease is lost, or the settle grace is over: record nothing, call nothing; the broker delivers it again
+	settleAck      settle = iota // done: remove it
+	settleRequeue                // something failed: deliver again after ErrorBackoff
+	settleRelease                // shutdown: deliver again at once
+	settleSetAside               // must not run: archive it (Reject it, without an archive), the error as the reason
+	settleArchive                // failed for good: archive it (Ack it, without an archive), the error as the reason
+	settlePassOn                 // no function here: deliver again after backoff(Attempt), for another worker
+	settleThrottle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
+	settleAbandon                // its lease is lost, or the settle grace is over: record nothing, call nothing; the broker delivers it again
 )
 
 // setAside rejects d, which is not handled at all, for reason.
