@@ -27,7 +27,7 @@ import (
 //     leases the due messages and, in the same step, begins the attempt
 //     of each whose task this server can run now (registered, without a
 //     rate limit: startableTasks, any number) by driver.Starter's table.
-//     The delivery reaches its runner with its start decided (job.start),
+//     The delivery reaches its runner with its start decided (delivery.start),
 //     and beginColocated takes it from there as begin takes a Starter's
 //     answer: no Start call before the function runs. A delivery the
 //     fetch did not start (another task, a message sent without its

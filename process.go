@@ -17,12 +17,28 @@ import (
 // The task state machine: what a worker does with one delivery, from
 // decoding it to settling it, as methods of the delivery's own value.
 
-// delivery is one delivery on its way through a runner: the delivery
-// itself, its decoded task, the attempt, and how it is settled. It is
-// used by one goroutine (its runner) from handle to its settling.
+// delivery is one delivery in a worker's hands, from its fetch to its
+// settling: the driver's delivery and what the fetch learnt of it (its
+// queue, the renewal of its lease, when it was fetched, the start a
+// co-located fetch made), then, on its runner, its decoded task, the
+// attempt, and how it is settled. The fetch loop makes it and hands it to
+// a runner; from handle to its settling it is used by that goroutine
+// alone.
 type delivery struct {
-	w *Worker
-	job
+	w *Worker // set by handle
+	d *driver.Delivery
+	// q is its queue in a worker on several queues (nil otherwise: no
+	// policy to tell), ext its lease's renewal when it was started at
+	// fetch time, got when its Fetch call returned (its lease began just
+	// before).
+	q   *workerQueue
+	ext *lease.Extension
+	got time.Time
+	// start is the co-located fetch's start of d's attempt at startAt
+	// (colocation.go); nil when the fetch did not start it.
+	start   *driver.StartResult
+	startAt time.Time
+
 	sig   *Signature      // nil until decoded
 	lease lease.Extension // dv.ext when the runner starts its renewals (handle)
 	queue string          // the queue its retries and callbacks go to
@@ -43,11 +59,11 @@ type delivery struct {
 	returned                      atomic.Bool // its function returned (read by Shutdown, heldTasks)
 }
 
-// handle runs j's delivery from decoding to settling, then frees what it
-// held: its slot (until its function returned) and its settling place.
-func (w *Worker) handle(j job) {
+// handle runs dv from decoding to settling, then frees what it held: its
+// slot (until its function returned) and its settling place.
+func (w *Worker) handle(dv *delivery) {
 	defer w.tasks.Done()
-	dv := &delivery{w: w, job: j, outcome: settleRequeue}
+	dv.w, dv.outcome = w, settleRequeue
 	defer dv.free()
 	if !dv.decode() {
 		return

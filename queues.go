@@ -11,7 +11,6 @@ import (
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/dispatch"
-	"github.com/errand-go/errand/internal/lease"
 )
 
 // The fetch loop: one per queue (fetchQueue), the same code for one
@@ -54,7 +53,7 @@ type workerQueue struct {
 	pause  *pauseFlag
 	kick   chan struct{} // wakes the queue's fetch loop
 
-	hand []job // fetched, waiting for a slot
+	hand []*delivery // fetched, waiting for a slot
 }
 
 // queueSet is a worker's queues and, with several, their dispatch
@@ -66,21 +65,6 @@ type queueSet struct {
 
 	mu     sync.Mutex       // the policy and the hands
 	policy *dispatch.Policy // nil with one queue: its loop holds the slots
-}
-
-// job is one delivery on its way to a runner; q is its queue in a
-// worker on several queues (nil otherwise: no policy to tell), ext its
-// lease's renewal when it was started at fetch time, got when its Fetch
-// call returned (its lease began just before).
-type job struct {
-	d   *driver.Delivery
-	q   *workerQueue
-	ext *lease.Extension
-	got time.Time
-	// start is the co-located fetch's start of d's attempt at startAt
-	// (colocation.go); nil when the fetch did not start it.
-	start   *driver.StartResult
-	startAt time.Time
 }
 
 // validate reports what is wrong with cfg's queues: a weight below 1, a
@@ -177,7 +161,7 @@ func (w *Worker) loop() {
 	}
 	w.dispatch()
 	fetchers.Wait()
-	var left []job
+	var left []*delivery
 	qs.mu.Lock()
 	for _, q := range qs.list {
 		left = append(left, q.hand...)
@@ -185,9 +169,9 @@ func (w *Worker) loop() {
 	}
 	qs.mu.Unlock()
 	ds := make([]*driver.Delivery, 0, len(left))
-	for _, j := range left {
-		j.ext.Halt()
-		ds = append(ds, j.d)
+	for _, dv := range left {
+		dv.ext.Halt()
+		ds = append(ds, dv.d)
 	}
 	w.giveBack(ds)
 }
@@ -287,12 +271,12 @@ func (w *Worker) fetched(q *workerQueue, limit int, ds []*driver.Delivery, start
 			<-w.slots
 		}
 		for i, d := range ds {
-			j := job{d: d, got: got}
+			dv := &delivery{d: d, got: got}
 			if starts != nil {
-				j.start, j.startAt = starts[i], at
+				dv.start, dv.startAt = starts[i], at
 			}
 			w.tasks.Add(1)
-			w.work <- j // never blocks: a slot is held for each delivery
+			w.work <- dv // never blocks: a slot is held for each delivery
 		}
 		if len(ds) > 0 && len(ds) < limit {
 			// Fewer were due than slots free: the next fetch will likely
@@ -305,19 +289,19 @@ func (w *Worker) fetched(q *workerQueue, limit int, ds []*driver.Delivery, start
 		}
 		return
 	}
-	jobs := make([]job, len(ds))
+	dvs := make([]*delivery, len(ds))
 	for i, d := range ds {
 		if d.Queue == "" {
 			d.Queue = q.name
 		}
-		jobs[i] = job{d: d, q: q, ext: w.lease.Start(d, got)} // the lease runs while it waits in hand
+		dvs[i] = &delivery{d: d, q: q, ext: w.lease.Start(d, got)} // the lease runs while it waits in hand
 		if starts != nil {
-			jobs[i].start, jobs[i].startAt = starts[i], at
+			dvs[i].start, dvs[i].startAt = starts[i], at
 		}
 	}
 	qs.mu.Lock()
-	qs.policy.Fetched(q.idx, len(jobs), err != nil, time.Now())
-	q.hand = append(q.hand, jobs...)
+	qs.policy.Fetched(q.idx, len(dvs), err != nil, time.Now())
+	q.hand = append(q.hand, dvs...)
 	qs.mu.Unlock()
 	kick(qs.kick)
 }
@@ -356,14 +340,15 @@ func (w *Worker) grant() time.Time {
 			return wake
 		}
 		q := qs.list[i]
-		j := q.hand[0]
+		dv := q.hand[0]
+		q.hand[0] = nil // the runner's now, once handed
 		q.hand = q.hand[1:]
 		if len(q.hand) == 0 {
 			kick(q.kick) // its fetch is due
 		}
 		w.slots <- struct{}{} // never blocks: the policy counts the slots held
 		w.tasks.Add(1)
-		w.work <- j // never blocks: a slot is held for each job
+		w.work <- dv // never blocks: a slot is held for each delivery
 	}
 }
 

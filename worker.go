@@ -218,7 +218,7 @@ type Worker struct {
 	held    heldTasks                  // the decoded deliveries in hand, for ShutdownError
 	slots   chan struct{}              // one per delivery held before or while its function runs (Concurrency)
 	settles chan struct{}              // one per delivery settling after its function returned (Concurrency)
-	work    chan job                   // fetched deliveries, to the runners
+	work    chan *delivery             // fetched deliveries, to the runners
 	runners sync.WaitGroup             // 2×Concurrency long-lived goroutines handling deliveries
 	tasks   sync.WaitGroup             // deliveries handed to the runners and not yet settled
 
@@ -312,7 +312,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	}
 	qs := newQueueSet(cfg)
 	w := &Worker{srv: s, cfg: cfg, log: log, err: cfgErr, id: newWorkerID(), queues: qs, slots: make(chan struct{}, qs.slots),
-		settles: make(chan struct{}, cfg.Concurrency), work: make(chan job, cfg.Concurrency), loopDone: make(chan struct{}),
+		settles: make(chan struct{}, cfg.Concurrency), work: make(chan *delivery, cfg.Concurrency), loopDone: make(chan struct{}),
 		stopped: make(chan struct{}), held: heldTasks{m: map[*delivery]time.Time{}}}
 	w.archiver = s.broker.Can.Archiver
 	w.mw = append([]Middleware(nil), cfg.Middleware...)
@@ -354,8 +354,8 @@ func (w *Worker) Start() {
 		}
 		for range 2 * w.cfg.Concurrency {
 			w.runners.Go(func() {
-				for j := range w.work {
-					w.handle(j)
+				for dv := range w.work {
+					w.handle(dv)
 				}
 			})
 		}
