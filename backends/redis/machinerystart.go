@@ -87,18 +87,18 @@ func (b *MachineryBackend) mStartArgs(r driver.StartRequest) ([]any, error) {
 		return nil, fmt.Errorf("redis machinery backend: encode state of %s: no CreatedAt in %s", st.TaskUUID, v)
 	}
 	head := v[:i+len(mCreatedKey)]
-	rest := v[len(head):] // "…"<tail>: a JSON string with no escapes (RFC 3339)
-	j := -1
-	if len(rest) > 0 && rest[0] == '"' {
-		j = bytes.IndexByte(rest[1:], '"')
-	}
-	if j < 0 {
+	own, tail, ok := leadingString(v[len(head):])
+	if !ok {
 		return nil, fmt.Errorf("redis machinery backend: encode state of %s: CreatedAt is not a string in %s", st.TaskUUID, v)
 	}
-	own, tail := rest[:j+2], rest[j+2:]
-	mid, started, tail, err := spliceString(tail, mStartedKey)
-	if err != nil {
-		return nil, fmt.Errorf("redis machinery backend: encode state of %s: StartedAt: %w in %s", st.TaskUUID, err, v)
+	k := bytes.Index(tail, mStartedKey)
+	if k < 0 {
+		return nil, fmt.Errorf("redis machinery backend: encode state of %s: no StartedAt in %s", st.TaskUUID, v)
+	}
+	mid := tail[:k+len(mStartedKey)]
+	started, tail, ok := leadingString(tail[len(mid):])
+	if !ok {
+		return nil, fmt.Errorf("redis machinery backend: encode state of %s: StartedAt is not a string in %s", st.TaskUUID, v)
 	}
 	first := "0"
 	if r.FirstDelivery {
@@ -110,25 +110,6 @@ func (b *MachineryBackend) mStartArgs(r driver.StartRequest) ([]any, error) {
 // mStartedKey is where encoding/json puts a machinery state's StartedAt
 // (errand's field), after its CreatedAt.
 var mStartedKey = []byte(`"StartedAt":`)
-
-// spliceString splits v around the JSON string value of the first key
-// (key written with its quotes and colon): v up to and including key, the
-// value with its quotes (RFC 3339: no escapes), and the rest.
-func spliceString(v, key []byte) (head, value, rest []byte, err error) {
-	i := bytes.Index(v, key)
-	if i < 0 {
-		return nil, nil, nil, fmt.Errorf("no %s", key)
-	}
-	head, rest = v[:i+len(key)], v[i+len(key):]
-	j := -1
-	if len(rest) > 0 && rest[0] == '"' {
-		j = bytes.IndexByte(rest[1:], '"')
-	}
-	if j < 0 {
-		return nil, nil, nil, fmt.Errorf("%s is not a string", key)
-	}
-	return head, rest[:j+2], rest[j+2:], nil
-}
 
 // Start begins each request's attempt with one script per request (the
 // read of the task's state, the check of driver.Starter's table and the

@@ -82,6 +82,21 @@ var (
 	startedKey = []byte(`,"started_at":`)
 )
 
+// leadingString splits v after the JSON string it begins with: the
+// string with its quotes, and the rest. A time encoding/json writes (RFC
+// 3339) has no escapes, so the string ends at its next quote. ok is false
+// when v does not begin with such a string.
+func leadingString(v []byte) (str, rest []byte, ok bool) {
+	if len(v) == 0 || v[0] != '"' {
+		return nil, v, false
+	}
+	j := bytes.IndexByte(v[1:], '"')
+	if j < 0 {
+		return nil, v, false
+	}
+	return v[:j+2], v[j+2:], true
+}
+
 // startArgs returns the script's ARGV for r.
 func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
 	st := r.Started
@@ -94,28 +109,17 @@ func (b *Backend) startArgs(r driver.StartRequest) ([]any, error) {
 		return nil, fmt.Errorf("redis backend: encode state of %s: no created_at in %s", st.TaskUUID, v)
 	}
 	head := v[:i+len(createdKey)]
-	rest := v[len(head):] // "…"<tail>: a JSON string with no escapes (RFC 3339)
-	j := -1
-	if len(rest) > 0 && rest[0] == '"' {
-		j = bytes.IndexByte(rest[1:], '"')
-	}
-	if j < 0 {
+	own, tail, ok := leadingString(v[len(head):])
+	if !ok {
 		return nil, fmt.Errorf("redis backend: encode state of %s: created_at is not a string in %s", st.TaskUUID, v)
 	}
-	own, tail := rest[:j+2], rest[j+2:]
 	// tail is ,"started_at":"…" (a JSON string with no escapes, as
 	// created_at) and what follows it, or without started_at (none set).
 	var started []byte
-	if bytes.HasPrefix(tail, startedKey) {
-		rest := tail[len(startedKey):]
-		k := -1
-		if len(rest) > 0 && rest[0] == '"' {
-			k = bytes.IndexByte(rest[1:], '"')
-		}
-		if k < 0 {
+	if after, found := bytes.CutPrefix(tail, startedKey); found {
+		if started, tail, ok = leadingString(after); !ok {
 			return nil, fmt.Errorf("redis backend: encode state of %s: started_at is not a string in %s", st.TaskUUID, v)
 		}
-		started, tail = rest[:k+2], rest[k+2:]
 	}
 	first := "0"
 	if r.FirstDelivery {
