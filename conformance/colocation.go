@@ -30,9 +30,20 @@ type strangerLocation struct{ server string }
 
 func (strangerBackend) Location() any { return &strangerLocation{server: "the kit's"} }
 
+// colocated reports whether p's broker harness declares Colocate; when
+// it does not, it logs that the case has nothing to check.
+func colocated(t testing.TB, p workerPair) bool {
+	if !p.broker.Caps.Colocate {
+		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
+	}
+	return p.broker.Caps.Colocate
+}
+
 // colocate asks drv to co-locate with the strangers (nil wanted) and then
-// with be; it reports the answer for be.
-func colocate(t testing.TB, drv errand.Broker, be errand.Backend, part string) driver.Colocation {
+// with be, and returns drv as the driver.Colocator and its answer for be;
+// when that answer is nil it logs what errand does instead (portable) and
+// that the case checks nothing more.
+func colocate(t testing.TB, drv errand.Broker, be errand.Backend, part, portable string) (driver.Colocator, driver.Colocation) {
 	t.Helper()
 	c, ok := drv.(driver.Colocator)
 	if !ok {
@@ -49,7 +60,11 @@ func colocate(t testing.TB, drv errand.Broker, be errand.Backend, part string) d
 			t.Errorf("co-location promise broken: Colocate answered calls for %T, a backend the broker cannot know; want nil (driver.Colocator: its %s would write states where that backend never reads them)", s, part)
 		}
 	}
-	return c.Colocate(be)
+	coloc := c.Colocate(be)
+	if coloc == nil {
+		t.Logf("%T is not co-located with %T (Colocate answered nil); errand %s, and this case checks nothing more", drv, be, portable)
+	}
+	return c, coloc
 }
 
 // newStrangerStore is a backend that declares no location: a memory

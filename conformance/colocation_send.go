@@ -117,19 +117,16 @@ type carryCase struct {
 }
 
 func carriedPending(t testing.TB, p workerPair) {
-	if !p.broker.Caps.Colocate {
-		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
+	if !colocated(t, p) {
 		return
 	}
 	drv := p.broker.New(t)
 	be := p.backend.New(t, 0)
-	coloc := colocate(t, drv, be, "Send")
+	carrier, coloc := colocate(t, drv, be, "Send", "writes PENDING beside the publish")
 	if coloc == nil {
-		t.Logf("%T is not co-located with %T (Colocate answered nil); errand writes PENDING beside the publish, and this case checks nothing more", drv, be)
 		return
 	}
 	carry := coloc.Send
-	carrier := drv.(driver.Colocator)
 
 	tm := p.broker.Timing
 	rec := &recorder{Backend: be, paths: map[string][]errand.State{}}

@@ -88,18 +88,16 @@ func (b *settlingBroker) counts() (calls, carried, acks int) {
 }
 
 func carriedSettle(t testing.TB, p workerPair) {
-	if !p.broker.Caps.Colocate {
-		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
+	if !colocated(t, p) {
 		return
 	}
 	c := newBCase(t, p.broker)
 	be := p.backend.New(t, 0)
-	coloc := colocate(t, c.drv, be, "Settle")
+	carrier, coloc := colocate(t, c.drv, be, "Settle", "writes SUCCESS then acks")
 	if coloc == nil {
-		t.Logf("%T is not co-located with %T (Colocate answered nil); errand writes SUCCESS then acks, and this case checks nothing more", c.drv, be)
 		return
 	}
-	carry, carrier := coloc.Settle, c.drv.(driver.Colocator)
+	carry := coloc.Settle
 	settleWritesAndAcks(c, be, carry)
 	settleLostLease(c, be, carry)
 	settleThroughWorker(t, p, c.drv, carrier, be)

@@ -82,18 +82,16 @@ func (b *startingBroker) counts() (fetches, started int) {
 }
 
 func carriedStart(t testing.TB, p workerPair) {
-	if !p.broker.Caps.Colocate {
-		t.Logf("the broker harness does not declare Colocate: nothing to check (Broker/Capabilities checks that the broker is no driver.Colocator)")
+	if !colocated(t, p) {
 		return
 	}
 	c := newBCase(t, p.broker)
 	be := p.backend.New(t, 0)
-	coloc := colocate(t, c.drv, be, "FetchStart")
+	carrier, coloc := colocate(t, c.drv, be, "FetchStart", "fetches, then starts")
 	if coloc == nil {
-		t.Logf("%T is not co-located with %T (Colocate answered nil); errand fetches, then starts, and this case checks nothing more", c.drv, be)
 		return
 	}
-	fetch, carrier := coloc.FetchStart, c.drv.(driver.Colocator)
+	fetch := coloc.FetchStart
 	carriedStartTable(c, be, fetch)
 	startThroughWorker(t, p, c.drv, carrier, be)
 }
