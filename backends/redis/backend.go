@@ -205,8 +205,8 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 	pipe := b.rdb.Pipeline()
 	var queued []int // the index in sts of each command queued
 	for i := range sts {
-		if err := b.queueStates(ctx, pipe, sts[i:i+1], nx); err != nil {
-			fail(i, err)
+		if err := b.loc.QueueStates(ctx, pipe, sts[i:i+1], nx); err != nil {
+			fail(i, fmt.Errorf("redis backend: %w", err))
 			continue
 		}
 		queued = append(queued, i)
@@ -238,28 +238,6 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 func setReplied(c goredis.Cmder) bool {
 	s, ok := c.(*goredis.StatusCmd)
 	return !ok || s.Val() != ""
-}
-
-// queueStates queues on pipe one SET ... PX per state (SET ... NX PX when
-// nx). It encodes every state before it queues anything, so an encode
-// error leaves pipe as it was.
-func (b *Backend) queueStates(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState, nx bool) error {
-	vs := make([][]byte, len(sts))
-	for i, st := range sts {
-		v, err := statejson.Marshal(st)
-		if err != nil {
-			return fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
-		}
-		vs[i] = v
-	}
-	for i, st := range sts {
-		if nx {
-			pipe.SetNX(ctx, b.taskKey(st.TaskUUID), vs[i], b.opts.ResultExpiry)
-		} else {
-			pipe.Set(ctx, b.taskKey(st.TaskUUID), vs[i], b.opts.ResultExpiry)
-		}
-	}
-	return nil
 }
 
 func decodeState(id string, v string) (*driver.TaskState, error) {

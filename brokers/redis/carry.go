@@ -78,24 +78,6 @@ func (c *colocation) Send(ctx context.Context, sts []*driver.TaskState, msgs []d
 	return c.b.publishPending(ctx, c.st, sts, msgs)
 }
 
-// queuePending queues on pipe one SET ... NX PX per state, in st's
-// layout, encoding every state before it queues anything, so an encode
-// error leaves pipe as it was.
-func queuePending(ctx context.Context, pipe goredis.Pipeliner, st *redisconn.States, sts []*driver.TaskState) error {
-	vs := make([][]byte, len(sts))
-	for i, s := range sts {
-		v, err := statejson.Marshal(s)
-		if err != nil {
-			return fmt.Errorf("redis broker: encode state of %s: %w", s.TaskUUID, err)
-		}
-		vs[i] = v
-	}
-	for i, s := range sts {
-		pipe.SetNX(ctx, st.StateKey(s.TaskUUID), vs[i], st.Expiry)
-	}
-	return nil
-}
-
 // publishPending is colocation.Send.
 func (b *Broker) publishPending(ctx context.Context, st *redisconn.States, sts []*driver.TaskState, msgs []driver.Message) (bool, error) {
 	ctx, cancel := b.bound(ctx)
@@ -106,7 +88,9 @@ func (b *Broker) publishPending(ctx context.Context, st *redisconn.States, sts [
 	}
 	var encodeErr error // a state that could not be encoded: none queued
 	cmds, err := b.sendBatch(ctx, batch, func(pipe goredis.Pipeliner) {
-		encodeErr = queuePending(ctx, pipe, st, sts)
+		if err := st.QueueStates(ctx, pipe, sts, true); err != nil {
+			encodeErr = fmt.Errorf("redis broker: %w", err)
+		}
 	})
 	if err != nil {
 		return false, b.err(ctx, err)

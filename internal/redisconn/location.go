@@ -1,9 +1,14 @@
 package redisconn
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/statejson"
 )
 
 // States is where errand's Redis result backend keeps its task states:
@@ -29,3 +34,27 @@ func (s *States) StatePrefix() string { return s.Prefix + ":task:" }
 
 // StateKey is the key of task id's state.
 func (s *States) StateKey(id string) string { return s.Prefix + ":task:" + id }
+
+// QueueStates queues on pipe one SET ... PX per state, at its key in this
+// layout with its expiry (SET ... NX PX when nx: only where the task has
+// no state). It encodes every state before it queues anything, so an
+// encode error leaves pipe as it was. The backend's writes and the
+// broker's co-located ones both go through it.
+func (s *States) QueueStates(ctx context.Context, pipe goredis.Pipeliner, sts []*driver.TaskState, nx bool) error {
+	vs := make([][]byte, len(sts))
+	for i, st := range sts {
+		v, err := statejson.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encode state of %s: %w", st.TaskUUID, err)
+		}
+		vs[i] = v
+	}
+	for i, st := range sts {
+		if nx {
+			pipe.SetNX(ctx, s.StateKey(st.TaskUUID), vs[i], s.Expiry)
+		} else {
+			pipe.Set(ctx, s.StateKey(st.TaskUUID), vs[i], s.Expiry)
+		}
+	}
+	return nil
+}
