@@ -27,7 +27,9 @@
 //   - [RateLimiter]: keeps per-task rate limits on the broker's server;
 //   - [ScheduleStore]: keeps periodic schedules and claims their ticks;
 //   - [Colocator]: sends, starts and settles in one step with a backend
-//     on its own server (see "Co-location" below).
+//     on its own server (see "Co-location" below);
+//   - [Transactor]: publishes inside a caller's own transaction (see
+//     "Transactions" below).
 //
 // # Backends
 //
@@ -39,7 +41,9 @@
 //   - [Expirer]: reports how long results are kept;
 //   - [Starter]: reads a task's state and begins its attempt in one step;
 //   - [PendingWriter]: writes PENDING only where a task has no state;
-//   - [Located]: declares where it keeps its data, for a [Colocator].
+//   - [Located]: declares where it keeps its data, for a [Colocator];
+//   - [Transactor]: writes states and group metadata inside a caller's
+//     own transaction (see "Transactions" below).
 //
 // # Co-location
 //
@@ -54,6 +58,16 @@
 // never recognises a partner by its shape, and a backend exports nothing
 // for a broker. errand's memory drivers and its Redis drivers implement
 // it; the conformance kit checks it, with broken variants, on every run.
+//
+// # Transactions
+//
+// An application can send a task inside its own transaction on the server
+// a driver uses, so that the task exists if and only if the transaction
+// commits: it puts the transaction in the send's ctx ([WithTx]), and a
+// driver that can write inside it ([Transactor.CheckTx] answers nil) does
+// the send's writes inside it, found with [TxFrom]. errand refuses such a
+// send when the broker cannot (nothing is written); a backend that cannot
+// has its states written outside the transaction, as without one.
 //
 // # Batch calls
 //
