@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -14,6 +15,10 @@ import (
 // on a spare port, for RunServerRestart: its Stop and Start methods are a
 // RestartHarness's. Never point one at a shared server.
 type ServerProcess struct {
+	// StopSignal is the signal Stop sends (nil: SIGTERM). PostgreSQL's
+	// fast shutdown is SIGINT: its SIGTERM waits for every client to leave.
+	StopSignal os.Signal
+
 	cmd   func() *exec.Cmd
 	ready func(ctx context.Context) error
 
@@ -86,7 +91,7 @@ func (p *ServerProcess) Start(t testing.TB) {
 	}
 }
 
-// Stop asks the server to stop (SIGTERM, so it flushes what it persists)
+// Stop asks the server to stop (SIGTERM or StopSignal, so it flushes what it persists)
 // and returns once it has exited; a server still running after 10s is
 // killed.
 func (p *ServerProcess) Stop(t testing.TB) {
@@ -108,7 +113,11 @@ func (p *ServerProcess) stop(t testing.TB, kill bool) {
 	if run == nil {
 		t.Fatalf("server process: Stop while it is stopped")
 	}
-	if kill || run.Process.Signal(syscall.SIGTERM) != nil {
+	sig := p.StopSignal
+	if sig == nil {
+		sig = syscall.SIGTERM
+	}
+	if kill || run.Process.Signal(sig) != nil {
 		run.Process.Kill()
 	}
 	timer := time.NewTimer(10 * time.Second)
