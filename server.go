@@ -320,7 +320,8 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 // a caller who gives up while its send is in such a call learns that
 // call's outcome. Either way
 // PENDING is recorded when SendTask returns without error, and a failed
-// publish may leave it behind.
+// publish may leave it behind. Inside a caller's transaction ([WithTx])
+// the send is a call of its own, made inside the transaction.
 func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, error) {
 	if sig == nil || sig.Name == "" {
 		return nil, errors.New("errand: SendTask: signature without a task name")
@@ -420,7 +421,8 @@ type sendOptions struct {
 
 // SendConcurrency lets one SendGroup or SendChord call have up to n
 // publish batches (of Config.PublishBatch messages) in flight at once.
-// Default: 1, one batch after another; n below 1 means 1.
+// Default: 1, one batch after another; n below 1 means 1. Inside a
+// caller's transaction ([WithTx]) it is ignored: one batch after another.
 func SendConcurrency(n int) SendOption { return func(o *sendOptions) { o.concurrency = n } }
 
 func sendOpts(opts []SendOption) sendOptions {
