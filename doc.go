@@ -204,6 +204,16 @@
 // is acked only after the callbacks it triggers are published, so none is
 // ever dropped.
 //
+// # Sending inside a transaction
+//
+// A send whose ctx carries the application's own transaction ([WithTx]: a
+// pgx.Tx for the PostgreSQL drivers, a memorybroker.Tx for the memory
+// drivers) writes inside it: its task, chain, group or chord exists if and
+// only if the transaction commits, where both drivers write inside it
+// (driver.Transactor). A broker that cannot refuses the send with
+// [ErrTxUnsupported], writing nothing; a backend that cannot writes the
+// states outside the transaction, as without one.
+//
 // # Results
 //
 // [Server.SendTask] returns an [AsyncResult]; [Server.Result] makes one,

@@ -476,6 +476,7 @@ func (s *Server) ArchivedTask(ctx context.Context, queue, id string) (QueuedTask
 // milliseconds between this call's reads and its write can be left showing
 // PENDING).
 func (s *Server) Requeue(ctx context.Context, queue, id string) error {
+	ctx = noTx(ctx) // an operator's call: never inside a caller's transaction
 	pb, a, err := portable.Capability[driver.Archiver](ctx, s.broker, "the archive")
 	if err != nil {
 		return err

@@ -325,7 +325,9 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	// The steps after the run (the retry's and callbacks' sends among
 	// them) see the attempt's values, e.g. its trace span, under their own
 	// bounded lifetime.
-	ctx = withValuesOf(ctx, tctx)
+	// A transaction a middleware put in the task's ctx is not theirs: a
+	// worker never writes inside a caller's transaction (tx.go).
+	ctx = noTx(withValuesOf(ctx, tctx))
 	if runErr == nil {
 		if err := w.srv.backend.SetState(ctx, final); err != nil {
 			dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/coalesce"
 )
 
@@ -99,6 +100,8 @@ func (s *Server) pendingBesidePublish(ctx context.Context, st *TaskState, m Mess
 // publish PENDING may remain, as it does on the sequential path.
 func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
 	switch {
+	case inTx(ctx):
+		published, err = s.sendInTx(ctx, sig, m, fresh)
 	case fresh && s.coloc != nil:
 		if err = s.broker.Before(ctx); err == nil {
 			err = s.backend.Before(ctx)
@@ -117,6 +120,40 @@ func (s *Server) setPendingAndPublish(ctx context.Context, sig *Signature, m Mes
 	}
 	if err != nil {
 		return published, fmt.Errorf("errand: send %s: %w", sig.Name, err)
+	}
+	return true, nil
+}
+
+// sendInTx is setPendingAndPublish inside the caller's transaction
+// (tx.go): one call at a time, joined with no other send. Where the
+// broker and the backend are co-located and both write inside the
+// transaction, a fresh send is one Colocation.Send call of its own; else
+// PENDING is written first (where absent, for a fresh send to a
+// PendingWriter; outside the transaction when the backend does not take
+// it), then the message published inside the transaction.
+func (s *Server) sendInTx(ctx context.Context, sig *Signature, m Message, fresh bool) (published bool, err error) {
+	st := pendingState(sig, stateTime())
+	if fresh && s.coloc != nil && s.backendTakes(driver.TxFrom(ctx)) {
+		if err = s.broker.Before(ctx); err == nil {
+			err = s.backend.Before(ctx)
+		}
+		if err != nil {
+			return false, err
+		}
+		published, err = s.coloc.calls.Send(ctx, []*TaskState{st}, []Message{m})
+		return published, s.broker.After(ctx, err)
+	}
+	sctx := s.stateCtx(ctx)
+	if fresh && s.backend.Pending != nil {
+		err = s.backend.SetPending(sctx, st)
+	} else {
+		err = s.backend.SetAll(sctx, []*TaskState{st})
+	}
+	if err != nil {
+		return false, fmt.Errorf("set PENDING: %w", err)
+	}
+	if err = s.broker.Publish(ctx, m); err != nil {
+		return false, err
 	}
 	return true, nil
 }

@@ -275,8 +275,15 @@ func (s *Server) publishNow(ctx context.Context, sigs []*Signature) error {
 	return s.broker.Publish(ctx, msgs...)
 }
 
+// setPending records sig PENDING: joined with concurrent callers' state
+// writes, except inside a caller's transaction (tx.go), where it is a
+// call of its own.
 func (s *Server) setPending(ctx context.Context, sig *Signature) error {
-	return s.backend.SetState(ctx, pendingState(sig, stateTime()))
+	st := pendingState(sig, stateTime())
+	if inTx(ctx) {
+		return s.backend.SetAll(s.stateCtx(ctx), []*TaskState{st})
+	}
+	return s.backend.SetState(ctx, st)
 }
 
 func pendingState(sig *Signature, now time.Time) *TaskState {
@@ -291,7 +298,7 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 	for i, sig := range sigs {
 		sts[i] = pendingState(sig, now)
 	}
-	if err := s.backend.SetAll(ctx, sts); err != nil {
+	if err := s.backend.SetAll(s.stateCtx(ctx), sts); err != nil {
 		return fmt.Errorf("set PENDING for %d tasks: %w", len(sigs), err)
 	}
 	return nil
@@ -313,7 +320,8 @@ func (s *Server) setPendings(ctx context.Context, sigs []*Signature) error {
 // a caller who gives up while its send is in such a call learns that
 // call's outcome. Either way
 // PENDING is recorded when SendTask returns without error, and a failed
-// publish may leave it behind.
+// publish may leave it behind. Inside a caller's transaction ([WithTx])
+// the send is a call of its own, made inside the transaction.
 func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, error) {
 	if sig == nil || sig.Name == "" {
 		return nil, errors.New("errand: SendTask: signature without a task name")
@@ -321,9 +329,15 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 	if err := checkUnique("SendTask", sig); err != nil {
 		return nil, err
 	}
+	if err := s.checkTx(ctx, "SendTask"); err != nil {
+		return nil, err
+	}
 	fresh := sig.UUID == "" || sig.UUID == sig.madeUUID
 	s.prepare(sig)
 	err := s.send(ctx, []*Signature{sig}, func(ctx context.Context, sigs []*Signature) error {
+		if err := s.checkTx(ctx, "SendTask"); err != nil { // send middleware may change ctx
+			return err
+		}
 		m, err := s.message(sigs[0])
 		if err != nil {
 			return err
@@ -350,9 +364,13 @@ func (s *Server) handle(sig *Signature) *AsyncResult {
 }
 
 // sendMany sets every signature PENDING and publishes them in batches of
-// Config.PublishBatch, with up to concurrency batches in flight (< 1: one).
-// Every payload is checked before anything is sent.
+// Config.PublishBatch, with up to concurrency batches in flight (< 1: one;
+// always one inside a caller's transaction, which runs one call at a
+// time). Every payload is checked before anything is sent.
 func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency int) error {
+	if inTx(ctx) {
+		concurrency = 1
+	}
 	msgs := make([]Message, len(sigs))
 	for i, sig := range sigs {
 		m, err := s.message(sig)
@@ -403,7 +421,8 @@ type sendOptions struct {
 
 // SendConcurrency lets one SendGroup or SendChord call have up to n
 // publish batches (of Config.PublishBatch messages) in flight at once.
-// Default: 1, one batch after another; n below 1 means 1.
+// Default: 1, one batch after another; n below 1 means 1. Inside a
+// caller's transaction ([WithTx]) it is ignored: one batch after another.
 func SendConcurrency(n int) SendOption { return func(o *sendOptions) { o.concurrency = n } }
 
 func sendOpts(opts []SendOption) sendOptions {
@@ -423,6 +442,9 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, opts ...SendOption) ([
 	if err := checkUnique("SendGroup", nil, g.Tasks...); err != nil {
 		return nil, err
 	}
+	if err := s.checkTx(ctx, "SendGroup"); err != nil {
+		return nil, err
+	}
 	for _, sig := range g.Tasks {
 		s.prepare(sig)
 	}
@@ -433,6 +455,9 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, opts ...SendOption) ([
 // metadata: only a chord's callback reads it.
 func (s *Server) sendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
 	err := s.send(ctx, g.Tasks, func(ctx context.Context, sigs []*Signature) error {
+		if err := s.checkTx(ctx, "send group"); err != nil {
+			return err
+		}
 		return s.sendMany(ctx, sigs, sendConcurrency)
 	})
 	if err != nil {
@@ -455,7 +480,7 @@ func (s *Server) initGroup(ctx context.Context, g *Group) error {
 		s.prepare(sig)
 		ids[i] = sig.UUID
 	}
-	if err := s.backend.InitGroup(ctx, g.GroupUUID, ids); err != nil {
+	if err := s.backend.InitGroup(s.stateCtx(ctx), g.GroupUUID, ids); err != nil {
 		return fmt.Errorf("errand: init group %s: %w", g.GroupUUID, err)
 	}
 	return nil
@@ -470,6 +495,9 @@ func (s *Server) SendChord(ctx context.Context, c *Chord, opts ...SendOption) (*
 		return nil, errors.New("errand: chord without a group or a callback")
 	}
 	if err := checkUnique("SendChord", nil, append([]*Signature{c.Callback}, c.Group.Tasks...)...); err != nil {
+		return nil, err
+	}
+	if err := s.checkTx(ctx, "SendChord"); err != nil {
 		return nil, err
 	}
 	s.prepare(c.Callback)
@@ -499,8 +527,14 @@ func (s *Server) SendChain(ctx context.Context, c *Chain) (*ChainAsyncResult, er
 	if err := checkUnique("SendChain", c.Tasks[0], c.Tasks[1:]...); err != nil {
 		return nil, err
 	}
+	if err := s.checkTx(ctx, "SendChain"); err != nil {
+		return nil, err
+	}
 	s.prepare(c.Tasks[0])
 	err := s.send(ctx, c.Tasks[:1], func(ctx context.Context, first []*Signature) error {
+		if err := s.checkTx(ctx, "SendChain"); err != nil {
+			return err
+		}
 		m, err := s.message(first[0])
 		if err != nil {
 			return err

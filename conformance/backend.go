@@ -71,6 +71,7 @@ func backendCapabilities(t testing.TB, h BackendHarness) {
 	checkCapability(t, b, h.Caps.Start, reflect.TypeFor[driver.Starter](), "Start")
 	checkCapability(t, b, h.Caps.PendingIfAbsent, reflect.TypeFor[driver.PendingWriter](), "PendingIfAbsent")
 	checkCapability(t, b, h.Caps.Located, reflect.TypeFor[driver.Located](), "Located")
+	checkCapability(t, b, h.Caps.Tx, reflect.TypeFor[driver.Transactor](), "Tx")
 	if h.Caps.Durable && h.Caps.Lossy {
 		t.Errorf("capabilities promise broken: harness declares both Durable and Lossy; a backend that may lose entries cannot promise to keep them across a restart")
 	}

@@ -171,6 +171,10 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkCapability(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
 	checkCapability(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 	checkCapability(t, b, caps.Colocate, reflect.TypeFor[driver.Colocator](), "Colocate")
+	checkCapability(t, b, caps.Tx, reflect.TypeFor[driver.Transactor](), "Tx")
+	if caps.Tx && h.BeginTx == nil {
+		t.Errorf("capabilities promise broken: harness declares Tx but has no BeginTx: the Worker/Tx cases cannot open a transaction")
+	}
 }
 
 func publishFetchAck(t testing.TB, h BrokerHarness) {

@@ -43,6 +43,13 @@ type BrokerHarness struct {
 	// PushRaw that case logs that the driver has no raw path and checks
 	// nothing else.
 	PushRaw func(t testing.TB, b errand.Broker, queue string, raw []byte) bool
+	// BeginTx, required when Caps.Tx is declared, opens a transaction of
+	// the caller's own that b (a broker New made) can write inside — for
+	// the PostgreSQL drivers a pgx.Tx on b's database, for the memory
+	// drivers a *memorybroker.Tx — and returns it with its Commit and
+	// Rollback. The Worker/Tx cases send inside it (errand.WithTx) and end
+	// it with one of the two.
+	BeginTx func(t testing.TB, b errand.Broker) (tx any, commit, rollback func() error)
 }
 
 // BrokerCaps are a broker's declared capabilities.
@@ -89,6 +96,10 @@ type BrokerCaps struct {
 	// backend of the RunWorker pair; a pair that is not co-located
 	// (Colocate answers nil) is logged and checked no further.
 	Colocate bool // driver.Colocator
+	// Tx: the broker writes inside a caller's transaction
+	// (driver.Transactor), which BeginTx opens. Checked by the Worker/Tx
+	// cases with the backend of the RunWorker pair.
+	Tx bool // driver.Transactor
 }
 
 // BackendHarness tells the kit how to make and judge a backend.
@@ -134,6 +145,11 @@ type BackendCaps struct {
 	// Located: the backend declares its location (driver.Located), for
 	// brokers that co-locate with it (the Worker/Colocation cases).
 	Located bool
+	// Tx: the backend writes states and groups inside a caller's
+	// transaction (driver.Transactor), checked by the Worker/Tx cases
+	// where it accepts the transaction the RunWorker pair's broker
+	// harness opens.
+	Tx bool
 }
 
 // Timing tunes the kit's waits. Every duration is multiplied by

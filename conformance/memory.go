@@ -25,11 +25,24 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true, Priority: true,
 			Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true,
+			Unique: true, RateLimit: true, Colocate: true, Tx: true,
 		},
 		Timing:  Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
 		PushRaw: pushRawMemory,
+		BeginTx: beginMemoryTx,
 	}
+}
+
+// beginMemoryTx is the memory broker's BeginTx: a *memorybroker.Tx begun
+// on b (or on the memory broker b wraps, which promotes Begin).
+func beginMemoryTx(t testing.TB, b errand.Broker) (any, func() error, func() error) {
+	t.Helper()
+	m, ok := b.(interface{ Begin() *memorybroker.Tx })
+	if !ok {
+		t.Fatalf("BeginTx: %T is no memory broker (it has no Begin)", b)
+	}
+	tx := m.Begin()
+	return tx, tx.Commit, tx.Rollback
 }
 
 // pushRawMemory is the memory broker's raw path (BrokerHarness.PushRaw): it
@@ -53,7 +66,7 @@ func MemoryBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, MinExpiry: 50 * time.Millisecond},
+		Caps: BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, Tx: true, MinExpiry: 50 * time.Millisecond},
 	}
 }
 

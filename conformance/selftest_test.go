@@ -190,9 +190,10 @@ func healthyBroker() BrokerHarness {
 		},
 		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true},
+			Unique: true, RateLimit: true, Colocate: true, Tx: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
+		BeginTx: beginMemoryTx,
 	}
 }
 
@@ -560,7 +561,7 @@ func healthyBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, MinExpiry: 80 * time.Millisecond},
+		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, Tx: true, MinExpiry: 80 * time.Millisecond},
 		Timing: selfTiming,
 	}
 }

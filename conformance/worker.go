@@ -71,6 +71,10 @@ var workerCases = []kase[workerPair]{
 	{"Colocation/Send", carriedPending, parallel},
 	{"Colocation/Settle", carriedSettle, parallel},
 	{"Colocation/Start", carriedStart, parallel},
+	{"Tx/Commit", txCommit, parallel},
+	{"Tx/Rollback", txRollback, parallel},
+	{"Tx/Workflows", txWorkflows, parallel},
+	{"Tx/Refused", txRefused, parallel},
 }
 
 // recorder wraps a backend to record each task's states, and counts the

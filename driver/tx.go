@@ -36,30 +36,32 @@ func TxFrom(ctx context.Context) any {
 // Transactor is implemented by a driver (a broker or a backend) that can
 // do a producer's writes inside a caller's transaction.
 //
-// When CheckTx(tx) answers nil, every call errand makes with a ctx
-// carrying tx (TxFrom(ctx) == tx) is done inside tx and only inside it:
-// nothing the call writes is visible to anyone else before tx commits, and
-// nothing of it remains after tx rolls back; a read in such a call sees
-// what tx wrote before. errand passes a ctx carrying tx only to a driver
-// whose CheckTx(tx) answered nil, and only to a producer's calls:
+// When CheckTx(tx) answers nil, each of the calls below whose ctx carries
+// tx (TxFrom(ctx) == tx) is done inside tx and only inside it: nothing the
+// call writes is visible to anyone else before tx commits, and nothing of
+// it remains after tx rolls back. They are a producer's calls:
 //
 //   - a broker's Publish, its Colocation.Send, and its Uniquer's Lock and
-//     Unlock (a unique key taken in tx is held only once tx commits, and
-//     a rolled-back send frees it);
-//   - a backend's SetStates, PendingWriter.SetPendingIfAbsent, InitGroup
-//     and GetState.
+//     Unlock (a unique key taken in tx is held for others only once tx
+//     commits, and a rolled-back send leaves it free);
+//   - a backend's SetStates, PendingWriter.SetPendingIfAbsent and
+//     InitGroup.
 //
-// errand never makes two calls with one tx at once (a transaction is
-// typically one connection, which runs one statement at a time), and
-// never passes a tx to Fetch, Ack or any other consumer call: workers
-// never write inside a caller's transaction. A call made inside tx does
-// not commit it or roll it back; the caller does, after errand returns.
-// When tx is no longer usable (committed, rolled back, its connection
+// errand passes a ctx carrying tx to them only in a send (errand.WithTx),
+// and only to a driver whose CheckTx(tx) answered nil; every other call
+// ignores a transaction its ctx may carry (a user's ctx reaching GetState
+// through AsyncResult.Get, say). errand never makes two calls with one tx
+// at once (a transaction is typically one connection, which runs one
+// statement at a time), never joins a call carrying tx with another
+// caller's, and never passes a tx to Fetch, Ack or any other consumer
+// call: workers never write inside a caller's transaction. A call made
+// inside tx neither commits nor rolls it back; the caller does, after
+// errand returns. When tx is no longer usable (ended, its connection
 // lost) a call returns an error, never blocks or panics.
 //
-// A Transactor's Colocation, if it has one, follows the same rules: its
-// Send with a ctx carrying tx writes the messages and the states inside
-// tx, when both the broker and the backend accepted it.
+// A Colocation's Send with a ctx carrying tx writes the messages and the
+// states inside tx; errand makes that call only when both the broker and
+// the backend accepted tx.
 type Transactor interface {
 	// CheckTx returns nil when tx is a transaction this driver can write
 	// inside: of a type the driver documents (a pgx.Tx, the memory

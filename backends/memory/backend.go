@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ var (
 	_ driver.Starter       = (*Backend)(nil)
 	_ driver.PendingWriter = (*Backend)(nil)
 	_ driver.Located       = (*Backend)(nil)
+	_ driver.Transactor    = (*Backend)(nil)
 )
 
 type stateEntry struct {
@@ -150,25 +152,39 @@ func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) []driver.
 }
 
 // SetPendingIfAbsent stores a copy of each state whose task has none (or
-// an expired one), under one lock.
-func (b *Backend) SetPendingIfAbsent(_ context.Context, sts []*driver.TaskState) []error {
-	return driver.BatchErrors(len(sts), b.setStates(sts, true))
+// an expired one), under one lock. Inside a transaction (a
+// memorybroker.Tx in ctx) it keeps them in the Tx, checked and written at
+// its Commit.
+func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) []error {
+	return driver.BatchErrors(len(sts), b.setStates(ctx, sts, true))
 }
 
-// SetStates stores copies of sts, in order, under one lock.
-func (b *Backend) SetStates(_ context.Context, sts []*driver.TaskState) []error {
-	return driver.BatchErrors(len(sts), b.setStates(sts, false))
+// SetStates stores copies of sts, in order, under one lock. Inside a
+// transaction (a memorybroker.Tx in ctx) it keeps them in the Tx until its
+// Commit.
+func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
+	return driver.BatchErrors(len(sts), b.setStates(ctx, sts, false))
 }
 
-// setStates stores copies of sts under one lock; when ifAbsent, only those
-// whose task has no state (or an expired one).
-func (b *Backend) setStates(sts []*driver.TaskState, ifAbsent bool) error {
+// setStates stores copies of sts under one lock, or in the transaction
+// ctx carries; when ifAbsent, only those whose task has no state (or an
+// expired one).
+func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, ifAbsent bool) error {
+	if ok, err := b.inTx(ctx, func(p *txStates) { p.setStates(sts, ifAbsent) }); ok {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return driver.ErrClosed
 	}
-	now := time.Now()
+	b.setLocked(sts, ifAbsent, time.Now())
+	return nil
+}
+
+// setLocked stores copies of sts at now (when ifAbsent, only where a task
+// has no state); b.mu must be held.
+func (b *Backend) setLocked(sts []*driver.TaskState, ifAbsent bool, now time.Time) {
 	for _, st := range sts {
 		if ifAbsent {
 			if _, err := b.get(st.TaskUUID, now); err == nil {
@@ -177,7 +193,6 @@ func (b *Backend) setStates(sts []*driver.TaskState, ifAbsent bool) error {
 		}
 		b.set(st, now)
 	}
-	return nil
 }
 
 // sweep drops expired entries; b.mu must be held.
@@ -263,20 +278,29 @@ func (b *Backend) WaitState(ctx context.Context, id string, done func(*driver.Ta
 	}
 }
 
-// InitGroup records the group's members in order.
-func (b *Backend) InitGroup(_ context.Context, groupUUID string, taskUUIDs []string) error {
+// InitGroup records the group's members in order. Inside a transaction
+// (a memorybroker.Tx in ctx) it keeps them in the Tx until its Commit.
+func (b *Backend) InitGroup(ctx context.Context, groupUUID string, taskUUIDs []string) error {
+	if ok, err := b.inTx(ctx, func(p *txStates) { p.initGroup(groupUUID, taskUUIDs) }); ok {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return driver.ErrClosed
 	}
-	g := &group{members: append([]string(nil), taskUUIDs...), index: map[string]bool{}, done: map[string]bool{},
-		expires: time.Now().Add(b.opts.GroupExpiry)}
+	b.initGroup(groupUUID, taskUUIDs, time.Now())
+	return nil
+}
+
+// initGroup records the group at now; b.mu must be held.
+func (b *Backend) initGroup(groupUUID string, taskUUIDs []string, now time.Time) {
+	g := &group{members: slices.Clone(taskUUIDs), index: map[string]bool{}, done: map[string]bool{},
+		expires: now.Add(b.opts.GroupExpiry)}
 	for _, id := range taskUUIDs {
 		g.index[id] = true
 	}
 	b.groups[groupUUID] = g
-	return nil
 }
 
 func (b *Backend) group(id string, now time.Time) (*group, error) {

@@ -29,5 +29,9 @@
 // co-located ([driver.Colocator]), and errand sends, starts and settles
 // each task in one call of the broker.
 //
+// Inside a transaction of the memory drivers (a memorybroker.Tx in a
+// send's ctx; [driver.Transactor], [Backend.CheckTx]) the backend keeps
+// the send's states and groups in the transaction until its Commit.
+//
 // Nothing survives the process.
 package memorybackend

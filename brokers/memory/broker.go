@@ -113,8 +113,12 @@ func (b *Broker) broadcast() {
 func (b *Broker) Limits() driver.Limits { return driver.Limits{MaxPayload: b.opts.MaxPayload} }
 
 // Publish enqueues msgs. It never blocks. (errand refuses a batch with a
-// body over MaxPayload before it gets here.)
-func (b *Broker) Publish(_ context.Context, msgs ...driver.Message) error {
+// body over MaxPayload before it gets here.) Inside a transaction (a *Tx
+// in ctx, driver.Transactor) it keeps them in the Tx until its Commit.
+func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
+	if ok, err := b.inTx(ctx, func(w *txWrites) error { return w.publish(msgs) }); ok {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

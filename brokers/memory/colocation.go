@@ -40,12 +40,25 @@ type colocation struct {
 
 // Send writes the states where absent and publishes, under the broker's
 // lock: no fetch takes a message whose PENDING is still to come, and the
-// publish is all or nothing.
+// publish is all or nothing. Inside a transaction (a *Tx in ctx) the
+// backend keeps the states in the Tx and the broker the messages, and
+// the Tx's Commit applies them in one step.
 func (c *colocation) Send(ctx context.Context, sts []*driver.TaskState, msgs []driver.Message) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	b := c.b
+	if driver.TxFrom(ctx) != nil {
+		for _, err := range c.st.SetPendingIfAbsent(ctx, sts) {
+			if err != nil {
+				return false, err
+			}
+		}
+		if err := b.Publish(ctx, msgs...); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -65,6 +65,12 @@
 //     writes PENDING where absent and publishes under the broker's lock, a
 //     fetch begins the attempts of what it leases before it returns, a
 //     settle writes the final states, then acks. See [Broker.Colocate].
+//   - [driver.Transactor]: [Broker.Begin] starts a [Tx], the memory
+//     drivers' stand-in for an application's database transaction: a send
+//     whose ctx carries it (errand.WithTx) is kept in the Tx, its messages
+//     and unique keys by the broker and its states by any memory backend,
+//     and applied in one step of the broker at [Tx] Commit, or dropped at
+//     Rollback. [Broker.CheckTx] accepts only the broker's own open Tx.
 //
 // # Limits
 //

@@ -17,8 +17,12 @@ type uniqueLock struct {
 
 // Lock takes key for id for ttl unless another id holds it, under the
 // broker's lock (one atomic step), and returns the holder. An expired lock
-// is dropped as it is found.
-func (b *Broker) Lock(_ context.Context, key, id string, ttl time.Duration) (holder string, err error) {
+// is dropped as it is found. Inside a transaction (a *Tx in ctx) the key
+// is taken in the Tx, held for others once it commits.
+func (b *Broker) Lock(ctx context.Context, key, id string, ttl time.Duration) (holder string, err error) {
+	if ok, err := b.inTx(ctx, func(w *txWrites) (err error) { holder, err = w.lock(key, id, ttl); return err }); ok {
+		return holder, err
+	}
 	err = b.locked(func() {
 		if b.locks == nil {
 			b.locks = make(map[string]uniqueLock)
@@ -34,8 +38,15 @@ func (b *Broker) Lock(_ context.Context, key, id string, ttl time.Duration) (hol
 	return holder, err
 }
 
-// Unlock frees key if id holds it; otherwise it does nothing.
-func (b *Broker) Unlock(_ context.Context, key, id string) error {
+// Unlock frees key if id holds it; otherwise it does nothing. Inside a
+// transaction (a *Tx in ctx) it frees it in the Tx.
+func (b *Broker) Unlock(ctx context.Context, key, id string) error {
+	if ok, err := b.inTx(ctx, func(w *txWrites) error {
+		w.locks = append(w.locks, txLock{key: key, id: id, unlock: true})
+		return nil
+	}); ok {
+		return err
+	}
 	return b.locked(func() {
 		if l, ok := b.locks[key]; ok && (l.holder == id || !l.until.After(time.Now())) {
 			delete(b.locks, key)

@@ -4,6 +4,10 @@
 // broker writes in the call of a publish, a fetch or an ack. It is
 // internal so that no other driver can declare it, and the backend
 // exports nothing for the broker.
+//
+// It also holds the memory drivers' transaction (Tx, driver.Transactor),
+// which both understand: begun on the broker, written in by the broker
+// and by any memory backend, applied at its Commit.
 package memcoloc
 
 import (

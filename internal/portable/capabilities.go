@@ -30,6 +30,7 @@ type Capabilities struct {
 	RateLimiter driver.RateLimiter
 	Schedules   driver.ScheduleStore
 	Colocator   driver.Colocator
+	Transactor  driver.Transactor
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -49,6 +50,7 @@ func discoverBroker(b driver.Broker) Capabilities {
 	a.RateLimiter, _ = b.(driver.RateLimiter)
 	a.Schedules, _ = b.(driver.ScheduleStore)
 	a.Colocator, _ = b.(driver.Colocator)
+	a.Transactor, _ = b.(driver.Transactor)
 	return a
 }
 
@@ -58,6 +60,7 @@ func discoverBackend(b *Backend) {
 	b.Starter, _ = b.Drv.(driver.Starter)
 	b.Pending, _ = b.Drv.(driver.PendingWriter)
 	b.expirer, _ = b.Drv.(driver.Expirer)
+	b.Transactor, _ = b.Drv.(driver.Transactor)
 }
 
 // Use calls f with b's capability I under the portable checks:

@@ -190,6 +190,8 @@ type Backend struct {
 	Starter driver.Starter       // begins attempts in one call (StartAttempt)
 	Pending driver.PendingWriter // writes PENDING only where absent
 	expirer driver.Expirer       // its results expire
+	// Transactor writes inside a caller's transaction (driver.Transactor).
+	Transactor driver.Transactor
 
 	// Concurrent calls joined into batch calls (batch.go).
 	states *coalesce.Coalescer[*driver.TaskState, struct{}]
