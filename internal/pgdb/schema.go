@@ -18,7 +18,7 @@ const Version = 1 // len(migrations), checked by TestVersionIsMigrationCount
 // runs in the transaction Migrate holds, so a step is all or nothing. A
 // released step is never edited: a change is a new step.
 var migrations = []func(schema string) string{
-	func(s string) string { return brokerV1(s) + backendV1(s) },
+	func(s string) string { return brokerV1(s) + brokerOpsV1(s) + backendV1(s) },
 }
 
 // Errors Check and Migrate answer with, wrapped in a *SchemaError.
