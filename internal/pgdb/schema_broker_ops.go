@@ -1,8 +1,66 @@
 package pgdb
 
+import "strings"
+
 // brokerOpsV1 is the tables of the broker's optional capabilities (unique
 // keys, rate limits, schedules, heartbeats, pauses) at schema version 1
 // (see migrations).
+//
+//	unique_keys  key -> holder until expires_at (driver.Uniquer); a row
+//	             past expires_at is free, whoever holds it
+//	rate_buckets a token bucket per key (driver.RateLimiter): tokens held
+//	             at ts, next (when the next refused caller should come
+//	             back), wait (the last call's answer), all in ms on the
+//	             server's clock; expires_at is when it would be full again
+//	             with no refused caller due (a missing bucket is full)
+//	schedules    id -> definition and latest claimed tick, one row each
+//	             (driver.ScheduleStore): deleting the row deletes both
+//	heartbeats   worker id -> data until expires_at (driver.Heartbeater)
+//	pauses       the queues paused now (driver.Pauser)
+//
+// Rows past their expires_at are skipped on read and deleted by the
+// broker's sweep, a bounded batch at a time (the expires_at indexes).
 func brokerOpsV1(schema string) string {
-	return ""
+	return strings.NewReplacer(
+		"{unique_keys}", Table(schema, "unique_keys"),
+		"{rate_buckets}", Table(schema, "rate_buckets"),
+		"{schedules}", Table(schema, "schedules"),
+		"{heartbeats}", Table(schema, "heartbeats"),
+		"{pauses}", Table(schema, "pauses"),
+	).Replace(`
+CREATE TABLE {unique_keys} (
+	key        text PRIMARY KEY,
+	holder     text NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE INDEX ON {unique_keys} (expires_at);
+
+CREATE TABLE {rate_buckets} (
+	key        text PRIMARY KEY,
+	tokens     float8 NOT NULL,
+	ts         float8 NOT NULL,
+	next       float8 NOT NULL,
+	wait       float8 NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE INDEX ON {rate_buckets} (expires_at);
+
+CREATE TABLE {schedules} (
+	id         text PRIMARY KEY,
+	data       bytea NOT NULL,
+	last_tick  timestamptz
+);
+
+CREATE TABLE {heartbeats} (
+	id         text PRIMARY KEY,
+	data       bytea NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE INDEX ON {heartbeats} (expires_at);
+
+CREATE TABLE {pauses} (
+	queue      text PRIMARY KEY,
+	paused_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+`)
 }
