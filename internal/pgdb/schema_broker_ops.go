@@ -13,13 +13,17 @@ import "strings"
 //	             back), wait (the last call's answer), all in ms on the
 //	             server's clock; expires_at is when it would be full again
 //	             with no refused caller due (a missing bucket is full)
-//	schedules    id -> definition and latest claimed tick, one row each
-//	             (driver.ScheduleStore): deleting the row deletes both
+//	schedules    id -> definition and latest claimed tick (Unix ms), one
+//	             row each (driver.ScheduleStore): deleting the row deletes
+//	             both
 //	heartbeats   worker id -> data until expires_at (driver.Heartbeater)
 //	pauses       the queues paused now (driver.Pauser)
 //
 // Rows past their expires_at are skipped on read and deleted by the
-// broker's sweep, a bounded batch at a time (the expires_at indexes).
+// broker's sweep, a bounded batch at a time. rate_buckets and heartbeats
+// hold a row per key or worker (few) and are rewritten on every call:
+// no index on expires_at, and room on each page, so that each rewrite is
+// a HOT update (no index entry, pruned in place).
 func brokerOpsV1(schema string) string {
 	return strings.NewReplacer(
 		"{unique_keys}", Table(schema, "unique_keys"),
@@ -42,21 +46,19 @@ CREATE TABLE {rate_buckets} (
 	next       float8 NOT NULL,
 	wait       float8 NOT NULL,
 	expires_at timestamptz NOT NULL
-);
-CREATE INDEX ON {rate_buckets} (expires_at);
+) WITH (fillfactor = 50);
 
 CREATE TABLE {schedules} (
 	id         text PRIMARY KEY,
 	data       bytea NOT NULL,
-	last_tick  timestamptz
+	last_tick  bigint
 );
 
 CREATE TABLE {heartbeats} (
 	id         text PRIMARY KEY,
 	data       bytea NOT NULL,
 	expires_at timestamptz NOT NULL
-);
-CREATE INDEX ON {heartbeats} (expires_at);
+) WITH (fillfactor = 50);
 
 CREATE TABLE {pauses} (
 	queue      text PRIMARY KEY,
