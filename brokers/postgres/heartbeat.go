@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/errand-go/errand/driver"
 )
 
@@ -25,13 +27,11 @@ ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expir
 
 // Beat stores data for worker id, alive for ttl (at least 1ms).
 func (b *Broker) Beat(ctx context.Context, id string, data []byte, ttl time.Duration) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
 	if data == nil {
 		data = []byte{}
 	}
-	if _, err := b.pool.Exec(ctx, b.opsSQL().beat, id, data, max(ttl.Milliseconds(), 1)); err != nil {
-		return b.err(ctx, err)
+	if _, err := b.opsExec(ctx, "beat", b.opsSQL().beat, id, data, max(ttl.Milliseconds(), 1)); err != nil {
+		return err
 	}
 	b.maybeSweep(ctx)
 	return nil
@@ -39,31 +39,11 @@ func (b *Broker) Beat(ctx context.Context, id string, data []byte, ttl time.Dura
 
 // Beats returns the data of every worker whose ttl has not run out.
 func (b *Broker) Beats(ctx context.Context) ([][]byte, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	rows, err := b.pool.Query(ctx, b.opsSQL().beats)
-	if err != nil {
-		return nil, b.err(ctx, err)
-	}
-	defer rows.Close()
-	var out [][]byte
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, b.err(ctx, err)
-		}
-		out = append(out, data)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, b.err(ctx, err)
-	}
-	return out, nil
+	return opsRows(ctx, b, "list heartbeats", b.opsSQL().beats, pgx.RowTo[[]byte])
 }
 
 // Unbeat removes worker id's heartbeat at once.
 func (b *Broker) Unbeat(ctx context.Context, id string) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	_, err := b.pool.Exec(ctx, b.opsSQL().unbeat, id)
-	return b.err(ctx, err)
+	_, err := b.opsExec(ctx, "unbeat", b.opsSQL().unbeat, id)
+	return err
 }

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/pgdb"
 )
 
@@ -41,11 +44,11 @@ type opsStatements struct {
 func (b *Broker) opsSQL() *opsStatements {
 	b.ops.once.Do(func() {
 		r := strings.NewReplacer(
-			"{unique_keys}", pgdb.Table(b.schema, "unique_keys"),
-			"{rate_buckets}", pgdb.Table(b.schema, "rate_buckets"),
-			"{schedules}", pgdb.Table(b.schema, "schedules"),
-			"{heartbeats}", pgdb.Table(b.schema, "heartbeats"),
-			"{pauses}", pgdb.Table(b.schema, "pauses"),
+			"{unique_keys}", pgdb.Table(b.opts.Schema, "unique_keys"),
+			"{rate_buckets}", pgdb.Table(b.opts.Schema, "rate_buckets"),
+			"{schedules}", pgdb.Table(b.opts.Schema, "schedules"),
+			"{heartbeats}", pgdb.Table(b.opts.Schema, "heartbeats"),
+			"{pauses}", pgdb.Table(b.opts.Schema, "pauses"),
 			"{batch}", strconv.Itoa(SweepBatch),
 		)
 		s := &b.ops.sql
@@ -100,10 +103,68 @@ WITH u AS (
 )
 SELECT greatest((SELECT count(*) FROM u), (SELECT count(*) FROM r), (SELECT count(*) FROM h))`
 
+// opsExec runs one statement of op on the pool and returns the rows it
+// touched.
+func (b *Broker) opsExec(ctx context.Context, op, sql string, args ...any) (int64, error) {
+	if err := b.checkOpen(); err != nil {
+		return 0, err
+	}
+	bctx, cancel := b.bound(ctx)
+	defer cancel()
+	tag, err := b.pool.Exec(bctx, sql, args...)
+	if err != nil {
+		return 0, b.fail(ctx, bctx, op, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// opsRow runs one statement of op through w (the pool, or a caller's
+// transaction) and scans its row into dest; found is false when it
+// returned none.
+func (b *Broker) opsRow(ctx context.Context, w pgdb.Writer, op, sql string, args []any, dest ...any) (found bool, err error) {
+	if err := b.checkOpen(); err != nil {
+		return false, err
+	}
+	bctx, cancel := b.bound(ctx)
+	defer cancel()
+	err = w.QueryRow(bctx, sql, args...).Scan(dest...)
+	if pgdb.IsNoRows(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, b.fail(ctx, bctx, op, err)
+	}
+	return true, nil
+}
+
+// pgxWriter is b's pool as a pgdb.Writer, for the statements never run
+// inside a caller's transaction.
+func pgxWriter(b *Broker) pgdb.Writer {
+	return pgdb.WriterFor(driver.WithTx(context.Background(), nil), b.pool)
+}
+
+// opsRows runs one query of op on the pool and collects its rows.
+func opsRows[T any](ctx context.Context, b *Broker, op, sql string, row pgx.RowToFunc[T], args ...any) ([]T, error) {
+	if err := b.checkOpen(); err != nil {
+		return nil, err
+	}
+	bctx, cancel := b.bound(ctx)
+	defer cancel()
+	rows, err := b.pool.Query(bctx, sql, args...)
+	if err != nil {
+		return nil, b.fail(ctx, bctx, op, err)
+	}
+	out, err := pgx.CollectRows(rows, row)
+	if err != nil {
+		return nil, b.fail(ctx, bctx, op, err)
+	}
+	return out, nil
+}
+
 // maybeSweep runs the sweep when it is due and no other call of b runs
 // one. Its error is dropped: the rows it would delete are invisible to
-// reads, and the next sweep tries again. ctx is the calling operation's
-// (bounded already); a caller's transaction in it is not used.
+// reads, and the next sweep tries again. A caller's transaction in ctx is
+// not used.
 func (b *Broker) maybeSweep(ctx context.Context) {
 	now := time.Now().UnixNano()
 	if now < b.ops.nextSweep.Load() || !b.ops.sweeping.CompareAndSwap(false, true) {
@@ -111,7 +172,7 @@ func (b *Broker) maybeSweep(ctx context.Context) {
 	}
 	defer b.ops.sweeping.Store(false)
 	var most int64
-	if err := b.pool.QueryRow(ctx, b.opsSQL().sweep).Scan(&most); err != nil {
+	if _, err := b.opsRow(ctx, pgxWriter(b), "sweep", b.opsSQL().sweep, nil, &most); err != nil {
 		b.ops.nextSweep.Store(now + int64(SweepEvery))
 		return
 	}

@@ -24,28 +24,17 @@ const (
 
 // Pause pauses queue (pausing a paused queue changes nothing).
 func (b *Broker) Pause(ctx context.Context, queue string) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	_, err := b.pool.Exec(ctx, b.opsSQL().pause, queue)
-	return b.err(ctx, err)
+	_, err := b.opsExec(ctx, "pause", b.opsSQL().pause, queue)
+	return err
 }
 
 // Resume resumes queue (resuming a queue not paused changes nothing).
 func (b *Broker) Resume(ctx context.Context, queue string) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	_, err := b.pool.Exec(ctx, b.opsSQL().resume, queue)
-	return b.err(ctx, err)
+	_, err := b.opsExec(ctx, "resume", b.opsSQL().resume, queue)
+	return err
 }
 
 // Paused returns the queues paused now, by name.
 func (b *Broker) Paused(ctx context.Context) ([]string, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	rows, err := b.pool.Query(ctx, b.opsSQL().paused)
-	if err != nil {
-		return nil, b.err(ctx, err)
-	}
-	qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return qs, b.err(ctx, err)
+	return opsRows(ctx, b, "list paused queues", b.opsSQL().paused, pgx.RowTo[string])
 }

@@ -52,11 +52,9 @@ func (b *Broker) Take(ctx context.Context, key string, rate float64, burst int) 
 	if !(rate > 0) || math.IsInf(rate, 0) || burst < 1 {
 		return 0, fmt.Errorf("postgres broker: rate limit %q: rate %v and burst %d: want rate > 0 and burst >= 1", key, rate, burst)
 	}
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
 	var ms float64
-	if err := b.pool.QueryRow(ctx, b.opsSQL().take, key, rate, float64(burst)).Scan(&ms); err != nil {
-		return 0, b.err(ctx, err)
+	if _, err := b.opsRow(ctx, pgxWriter(b), "take rate limit token", b.opsSQL().take, []any{key, rate, float64(burst)}, &ms); err != nil {
+		return 0, err
 	}
 	b.maybeSweep(ctx)
 	if ms <= 0 {

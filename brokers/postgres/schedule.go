@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/errand-go/errand/driver"
-	"github.com/errand-go/errand/internal/pgdb"
 )
 
 var _ driver.ScheduleStore = (*Broker)(nil)
@@ -38,43 +39,33 @@ WHERE id = $1 AND (last_tick IS NULL OR last_tick < $2)`
 // PutSchedule stores data as schedule id's definition, keeping its
 // claimed tick.
 func (b *Broker) PutSchedule(ctx context.Context, id string, data []byte) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
 	if data == nil {
 		data = []byte{}
 	}
-	_, err := b.pool.Exec(ctx, b.opsSQL().putSchedule, id, data)
-	return b.err(ctx, err)
+	_, err := b.opsExec(ctx, "put schedule", b.opsSQL().putSchedule, id, data)
+	return err
 }
 
 // DeleteSchedule removes schedule id and its claimed tick (one row).
 func (b *Broker) DeleteSchedule(ctx context.Context, id string) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	_, err := b.pool.Exec(ctx, b.opsSQL().deleteSchedule, id)
-	return b.err(ctx, err)
+	_, err := b.opsExec(ctx, "delete schedule", b.opsSQL().deleteSchedule, id)
+	return err
+}
+
+type scheduleRow struct {
+	ID   string
+	Data []byte
 }
 
 // Schedules returns every stored definition, by schedule ID.
 func (b *Broker) Schedules(ctx context.Context) (map[string][]byte, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	rows, err := b.pool.Query(ctx, b.opsSQL().schedules)
+	rows, err := opsRows(ctx, b, "list schedules", b.opsSQL().schedules, pgx.RowToStructByPos[scheduleRow])
 	if err != nil {
-		return nil, b.err(ctx, err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := map[string][]byte{}
-	for rows.Next() {
-		var id string
-		var data []byte
-		if err := rows.Scan(&id, &data); err != nil {
-			return nil, b.err(ctx, err)
-		}
-		out[id] = data
-	}
-	if err := rows.Err(); err != nil {
-		return nil, b.err(ctx, err)
+	out := make(map[string][]byte, len(rows))
+	for _, r := range rows {
+		out[r.ID] = r.Data
 	}
 	return out, nil
 }
@@ -83,27 +74,17 @@ func (b *Broker) Schedules(ctx context.Context) (map[string][]byte, error) {
 // latest claimed tick when id is stored and tick is later than the one
 // recorded; reports whether it did.
 func (b *Broker) ClaimTick(ctx context.Context, id string, tick time.Time) (bool, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	tag, err := b.pool.Exec(ctx, b.opsSQL().claimTick, id, tick.UnixMilli())
-	if err != nil {
-		return false, b.err(ctx, err)
-	}
-	return tag.RowsAffected() == 1, nil
+	n, err := b.opsExec(ctx, "claim schedule tick", b.opsSQL().claimTick, id, tick.UnixMilli())
+	return n == 1, err
 }
 
 // LastTick returns the latest tick claimed for schedule id; the zero time
 // when none was (or id is unknown).
 func (b *Broker) LastTick(ctx context.Context, id string) (time.Time, error) {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
 	var ms *int64
-	err := b.pool.QueryRow(ctx, b.opsSQL().lastTick, id).Scan(&ms)
-	if pgdb.IsNoRows(err) || (err == nil && ms == nil) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, b.err(ctx, err)
+	found, err := b.opsRow(ctx, pgxWriter(b), "read last schedule tick", b.opsSQL().lastTick, []any{id}, &ms)
+	if err != nil || !found || ms == nil {
+		return time.Time{}, err
 	}
 	return time.UnixMilli(*ms), nil
 }

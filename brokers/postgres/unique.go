@@ -40,12 +40,10 @@ func (b *Broker) Lock(ctx context.Context, key, id string, ttl time.Duration) (s
 	if ttl <= 0 {
 		return "", fmt.Errorf("postgres broker: unique key %q: ttl %v, want > 0", key, ttl)
 	}
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
 	var holder string
-	err := pgdb.WriterFor(ctx, b.pool).QueryRow(ctx, b.opsSQL().lock, key, id, max(ttl.Milliseconds(), 1)).Scan(&holder)
-	if err != nil {
-		return "", b.err(ctx, err)
+	args := []any{key, id, max(ttl.Milliseconds(), 1)}
+	if _, err := b.opsRow(ctx, pgdb.WriterFor(ctx, b.pool), "lock unique key", b.opsSQL().lock, args, &holder); err != nil {
+		return "", err
 	}
 	if !pgdb.InTx(ctx) {
 		b.maybeSweep(ctx)
@@ -55,8 +53,13 @@ func (b *Broker) Lock(ctx context.Context, key, id string, ttl time.Duration) (s
 
 // Unlock frees key if id holds it.
 func (b *Broker) Unlock(ctx context.Context, key, id string) error {
-	ctx, cancel := b.bound(ctx)
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	bctx, cancel := b.bound(ctx)
 	defer cancel()
-	_, err := pgdb.WriterFor(ctx, b.pool).Exec(ctx, b.opsSQL().unlock, key, id)
-	return b.err(ctx, err)
+	if _, err := pgdb.WriterFor(ctx, b.pool).Exec(bctx, b.opsSQL().unlock, key, id); err != nil {
+		return b.fail(ctx, bctx, "unlock unique key", err)
+	}
+	return nil
 }
