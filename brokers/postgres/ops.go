@@ -14,9 +14,10 @@ import (
 	"github.com/errand-go/errand/internal/pgdb"
 )
 
-// The optional capabilities' own tables (internal/pgdb's brokerOpsV1:
-// unique_keys, rate_buckets, schedules, heartbeats, pauses) and their
-// retention. Each call is one statement; the statements are rendered
+// The optional capabilities' statements, on their own tables
+// (internal/pgdb's brokerOpsV1: unique_keys, rate_buckets, schedules,
+// heartbeats, pauses, completed, queues) and the core's (messages,
+// archive), and the retention of their expired rows. Each call is one statement; the statements are rendered
 // once per Broker, with its schema's quoted table names.
 
 // opsState is what the capabilities keep per Broker: the rendered
@@ -38,6 +39,14 @@ type opsStatements struct {
 	beat, beats, unbeat            string
 	pause, resume, paused          string
 	sweep                          string
+	archive, archived              string
+	archivedEntry, requeue         string
+	deleteArchived                 string
+	stats, purge, queues           string
+	knowsQueue                     string
+	listPending, listScheduled     string
+	listInFlight, listCompleted    string
+	find                           string
 }
 
 // opsSQL returns b's statements, rendered on first use.
@@ -50,6 +59,12 @@ func (b *Broker) opsSQL() *opsStatements {
 			"{heartbeats}", pgdb.Table(b.opts.Schema, "heartbeats"),
 			"{pauses}", pgdb.Table(b.opts.Schema, "pauses"),
 			"{batch}", strconv.Itoa(SweepBatch),
+			"{messages}", pgdb.Table(b.opts.Schema, "messages"),
+			"{archive}", pgdb.Table(b.opts.Schema, "archive"),
+			"{completed}", pgdb.Table(b.opts.Schema, "completed"),
+			"{queues}", pgdb.Table(b.opts.Schema, "queues"),
+			"{preview}", strconv.Itoa(ArchivePreview),
+			"{trim}", strconv.Itoa(ArchiveTrimBatch),
 		)
 		s := &b.ops.sql
 		for p, q := range map[*string]string{
@@ -59,7 +74,12 @@ func (b *Broker) opsSQL() *opsStatements {
 			&s.schedules: schedulesSQL, &s.claimTick: claimTickSQL, &s.lastTick: lastTickSQL,
 			&s.beat: beatSQL, &s.beats: beatsSQL, &s.unbeat: unbeatSQL,
 			&s.pause: pauseSQL, &s.resume: resumeSQL, &s.paused: pausedSQL,
-			&s.sweep: sweepSQL,
+			&s.sweep:   sweepSQL,
+			&s.archive: archiveSQL, &s.archived: archivedSQL, &s.archivedEntry: archivedEntrySQL,
+			&s.requeue: requeueSQL, &s.deleteArchived: deleteArchivedSQL,
+			&s.stats: statsSQL, &s.purge: purgeSQL, &s.queues: queuesSQL, &s.knowsQueue: knowsQueueSQL,
+			&s.listPending: listPendingSQL, &s.listScheduled: listScheduledSQL,
+			&s.listInFlight: listInFlightSQL, &s.listCompleted: listCompletedSQL, &s.find: findSQL,
 		} {
 			*p = r.Replace(q)
 		}

@@ -3,7 +3,8 @@ package pgdb
 import "strings"
 
 // brokerOpsV1 is the tables of the broker's optional capabilities (unique
-// keys, rate limits, schedules, heartbeats, pauses) at schema version 1
+// keys, rate limits, schedules, heartbeats, pauses, the recently
+// completed messages and what is known of each queue) at schema version 1
 // (see migrations).
 //
 //	unique_keys  key -> holder until expires_at (driver.Uniquer); a row
@@ -18,6 +19,13 @@ import "strings"
 //	             both
 //	heartbeats   worker id -> data until expires_at (driver.Heartbeater)
 //	pauses       the queues paused now (driver.Pauser)
+//	completed    the most recently acked messages of each queue
+//	             (driver.Lister's ListCompleted), written by the ack
+//	             statement itself; seq orders them (newest first by
+//	             (queue, seq DESC)); trimmed to the newest few per queue
+//	queues       per queue ever purged or trimmed: trimmed, how many acks
+//	             left completed (so Stats.Completed = trimmed + the
+//	             queue's rows of completed); a purged queue stays known
 //
 // Rows past their expires_at are skipped on read and deleted by the
 // broker's sweep, a bounded batch at a time. rate_buckets and heartbeats
@@ -31,6 +39,8 @@ func brokerOpsV1(schema string) string {
 		"{schedules}", Table(schema, "schedules"),
 		"{heartbeats}", Table(schema, "heartbeats"),
 		"{pauses}", Table(schema, "pauses"),
+		"{completed}", Table(schema, "completed"),
+		"{queues}", Table(schema, "queues"),
 	).Replace(`
 CREATE TABLE {unique_keys} (
 	key        text PRIMARY KEY,
@@ -63,6 +73,23 @@ CREATE TABLE {heartbeats} (
 CREATE TABLE {pauses} (
 	queue      text PRIMARY KEY,
 	paused_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE {completed} (
+	seq          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	queue        text NOT NULL,
+	msg_id       text NOT NULL,
+	body         bytea NOT NULL,
+	priority     smallint NOT NULL DEFAULT 0,
+	task         text NOT NULL DEFAULT '',
+	task_attempt int NOT NULL DEFAULT 0,
+	acked_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX completed_newest ON {completed} (queue, seq DESC);
+
+CREATE TABLE {queues} (
+	name       text PRIMARY KEY,
+	trimmed    bigint NOT NULL DEFAULT 0
 );
 `)
 }
