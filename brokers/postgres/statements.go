@@ -1,6 +1,7 @@
 package postgresbroker
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/errand-go/errand/internal/pgdb"
@@ -20,6 +21,13 @@ func newStatements(schema string) statements {
 	r := strings.NewReplacer(
 		"{messages}", pgdb.Table(schema, "messages"),
 		"{archive}", pgdb.Table(schema, "archive"),
+		// The capabilities' tables and bounds (ack, fetch, nextDue).
+		"{completed}", pgdb.Table(schema, "completed"),
+		"{queues}", pgdb.Table(schema, "queues"),
+		"{pauses}", pgdb.Table(schema, "pauses"),
+		"{completed_keep}", strconv.Itoa(CompletedMax),
+		"{completed_every}", strconv.Itoa(CompletedTrimEvery),
+		"{completed_trim}", strconv.Itoa(CompletedTrimBatch),
 	)
 	return statements{
 		// $1 queues, $2 IDs, $3 bodies, $4 priorities, $5 tasks, $6 task
@@ -55,11 +63,13 @@ SELECT pg_notify($8, q) FROM (SELECT DISTINCT queue AS q FROM ins) n`),
 WITH r AS (
 	SELECT id, priority, eta FROM {messages}
 	WHERE queue = $1 AND ready
+		AND NOT EXISTS (SELECT 1 FROM {pauses} WHERE queue = $1) -- capabilities: a paused queue (pause.go)
 	ORDER BY priority DESC, id LIMIT $2
 	FOR UPDATE SKIP LOCKED
 ), t AS (
 	SELECT id, priority, eta FROM {messages}
 	WHERE queue = $1 AND NOT ready AND due <= now()
+		AND NOT EXISTS (SELECT 1 FROM {pauses} WHERE queue = $1) -- capabilities: a paused queue (pause.go)
 	ORDER BY due LIMIT $2
 	FOR UPDATE SKIP LOCKED
 ), p AS (
@@ -77,16 +87,46 @@ RETURNING m.id, m.msg_id, m.body, m.priority, m.task, m.task_attempt, m.deliveri
 		// NULL when it has none.
 		nextDue: r.Replace(`
 SELECT (extract(epoch FROM min(due) - clock_timestamp()) * 1000000)::int8
-FROM {messages} WHERE queue = $1 AND NOT ready`),
+FROM {messages} WHERE queue = $1 AND NOT ready
+	AND NOT EXISTS (SELECT 1 FROM {pauses} WHERE queue = $1) -- capabilities: paused, nothing is due (pause.go)`),
 
 		// $1 ids, $2 deliveries (the lease tokens): the rows still leased
 		// under those tokens are deleted; the ids returned are the acked
 		// ones, any other lost its lease.
+		// Capabilities (list.go): the same statement keeps the acked
+		// messages in completed (ListCompleted, Find, Stats.Completed),
+		// and an ack whose completed row's seq is a multiple of
+		// CompletedTrimEvery trims its queue's completed rows past the
+		// newest CompletedMax (at most CompletedTrimBatch, oldest first,
+		// skipping rows another ack is trimming), counting them in
+		// queues.trimmed.
 		ack: r.Replace(`
-DELETE FROM {messages} m
-USING unnest($1::int8[], $2::int4[]) AS a(id, n)
-WHERE m.id = a.id AND m.deliveries = a.n AND m.leased
-RETURNING m.id`),
+WITH acked AS (
+	DELETE FROM {messages} m
+	USING unnest($1::int8[], $2::int4[]) AS a(id, n)
+	WHERE m.id = a.id AND m.deliveries = a.n AND m.leased
+	RETURNING m.id, m.queue, m.msg_id, m.body, m.priority, m.task, m.task_attempt
+), done AS (
+	INSERT INTO {completed} (queue, msg_id, body, priority, task, task_attempt)
+	SELECT queue, msg_id, body, priority, task, task_attempt FROM acked ORDER BY id
+	RETURNING queue, seq
+), trimmed AS (
+	DELETE FROM {completed} WHERE seq IN (
+		SELECT o.seq FROM (SELECT DISTINCT queue FROM done WHERE seq % {completed_every} = 0) q
+		CROSS JOIN LATERAL (
+			SELECT seq FROM {completed}
+			WHERE queue = q.queue AND seq < (
+				SELECT seq FROM {completed} WHERE queue = q.queue
+				ORDER BY seq DESC OFFSET {completed_keep} - 1 LIMIT 1)
+			ORDER BY seq LIMIT {completed_trim}
+			FOR UPDATE SKIP LOCKED) o)
+	RETURNING queue
+), counted AS (
+	INSERT INTO {queues} AS k (name, trimmed)
+	SELECT queue, count(*) FROM trimmed GROUP BY queue
+	ON CONFLICT (name) DO UPDATE SET trimmed = k.trimmed + excluded.trimmed
+)
+SELECT id FROM acked`),
 
 		// $1 id, $2 deliveries, $3 lease in µs.
 		extend: r.Replace(`
