@@ -18,7 +18,11 @@ import (
 // harness is the broker's conformance harness on pool, in a migrated
 // schema of its own (one per harness: cases use queues of their own).
 func harness(t testing.TB, pool *pgxpool.Pool) conformance.BrokerHarness {
-	schema := pgdbtest.Schema(t, pool)
+	return harnessIn(pool, pgdbtest.Schema(t, pool))
+}
+
+// harnessIn is the harness on pool's schema.
+func harnessIn(pool *pgxpool.Pool, schema string) conformance.BrokerHarness {
 	return conformance.BrokerHarness{
 		New: func(t testing.TB) errand.Broker {
 			b, err := postgresbroker.New(context.Background(), pool, &postgresbroker.Options{Schema: schema})
