@@ -3,6 +3,7 @@ package postgresbroker_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -63,4 +64,11 @@ func TestConformance(t *testing.T) {
 	h := harness(t, pool)
 	conformance.RunBroker(t, h)
 	conformance.RunWorker(t, h, conformance.MemoryBackend())
+}
+
+func getenv(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
