@@ -37,6 +37,37 @@ const (
 	CompletedTrimBatch = 256
 )
 
+// ackedToCompleted is the part of an ack statement that keeps what it
+// acked in completed: appended to a WITH whose CTE acked is the DELETE of
+// the acked rows of messages, RETURNING (at least) id, queue, msg_id,
+// body, priority, task and task_attempt. Every statement that acks rows
+// of messages (Ack; a co-located settle) must carry it, or List, Find and
+// Stats.Completed miss those acks. An ack whose completed row's seq is a
+// multiple of CompletedTrimEvery trims its queue's completed rows past
+// the newest CompletedMax (at most CompletedTrimBatch, oldest first,
+// skipping rows another ack is trimming), counting them in
+// queues.trimmed.
+const ackedToCompleted = `, done AS (
+	INSERT INTO {completed} (queue, msg_id, body, priority, task, task_attempt)
+	SELECT queue, msg_id, body, priority, task, task_attempt FROM acked ORDER BY id
+	RETURNING queue, seq
+), trimmed AS (
+	DELETE FROM {completed} WHERE seq IN (
+		SELECT o.seq FROM (SELECT DISTINCT queue FROM done WHERE seq % {completed_every} = 0) q
+		CROSS JOIN LATERAL (
+			SELECT seq FROM {completed}
+			WHERE queue = q.queue AND seq < (
+				SELECT seq FROM {completed} WHERE queue = q.queue
+				ORDER BY seq DESC OFFSET {completed_keep} - 1 LIMIT 1)
+			ORDER BY seq LIMIT {completed_trim}
+			FOR UPDATE SKIP LOCKED) o)
+	RETURNING queue
+), counted AS (
+	INSERT INTO {queues} AS k (name, trimmed)
+	SELECT queue, count(*) FROM trimmed GROUP BY queue
+	ON CONFLICT (name) DO UPDATE SET trimmed = k.trimmed + excluded.trimmed
+)`
+
 const (
 	// listPendingSQL: $1 queue, $2 offset, $3 limit; in fetch order
 	// (priority, then ETA, then publish order).

@@ -94,38 +94,14 @@ FROM {messages} WHERE queue = $1 AND NOT ready
 		// under those tokens are deleted; the ids returned are the acked
 		// ones, any other lost its lease.
 		// Capabilities (list.go): the same statement keeps the acked
-		// messages in completed (ListCompleted, Find, Stats.Completed),
-		// and an ack whose completed row's seq is a multiple of
-		// CompletedTrimEvery trims its queue's completed rows past the
-		// newest CompletedMax (at most CompletedTrimBatch, oldest first,
-		// skipping rows another ack is trimming), counting them in
-		// queues.trimmed.
+		// messages in completed (ackedToCompleted).
 		ack: r.Replace(`
 WITH acked AS (
 	DELETE FROM {messages} m
 	USING unnest($1::int8[], $2::int4[]) AS a(id, n)
 	WHERE m.id = a.id AND m.deliveries = a.n AND m.leased
 	RETURNING m.id, m.queue, m.msg_id, m.body, m.priority, m.task, m.task_attempt
-), done AS (
-	INSERT INTO {completed} (queue, msg_id, body, priority, task, task_attempt)
-	SELECT queue, msg_id, body, priority, task, task_attempt FROM acked ORDER BY id
-	RETURNING queue, seq
-), trimmed AS (
-	DELETE FROM {completed} WHERE seq IN (
-		SELECT o.seq FROM (SELECT DISTINCT queue FROM done WHERE seq % {completed_every} = 0) q
-		CROSS JOIN LATERAL (
-			SELECT seq FROM {completed}
-			WHERE queue = q.queue AND seq < (
-				SELECT seq FROM {completed} WHERE queue = q.queue
-				ORDER BY seq DESC OFFSET {completed_keep} - 1 LIMIT 1)
-			ORDER BY seq LIMIT {completed_trim}
-			FOR UPDATE SKIP LOCKED) o)
-	RETURNING queue
-), counted AS (
-	INSERT INTO {queues} AS k (name, trimmed)
-	SELECT queue, count(*) FROM trimmed GROUP BY queue
-	ON CONFLICT (name) DO UPDATE SET trimmed = k.trimmed + excluded.trimmed
-)
+)` + ackedToCompleted + `
 SELECT id FROM acked`),
 
 		// $1 id, $2 deliveries, $3 lease in µs.
