@@ -3,12 +3,14 @@ package postgresbroker_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
 
 	postgresbroker "github.com/errand-go/errand/brokers/postgres"
 	"github.com/errand-go/errand/driver"
@@ -173,32 +175,80 @@ func TestSweepDeletesExpired(t *testing.T) {
 	}
 }
 
-// TestUniqueLockInTx: a unique key taken inside a caller's transaction is
-// free again when it rolls back, and held once it commits.
+// TestUniqueLockInTx: a unique key taken inside a caller's transaction (a
+// pgx.Tx, or a *sql.Tx of pgx's stdlib driver) is free again when it rolls
+// back, and held once it commits; Unlock inside one frees it only if it
+// commits.
 func TestUniqueLockInTx(t *testing.T) {
 	b, pool, _ := newOpsBroker(t)
 	ctx := context.Background()
-	for _, commit := range []bool{false, true} {
-		key := fmt.Sprintf("k-%v", commit)
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatalf("Begin: %v", err)
+	db, err := sql.Open("pgx", pgdbtest.URL(t))
+	if err != nil {
+		t.Fatalf("sql.Open: %v", err)
+	}
+	defer db.Close()
+	type tx struct {
+		tx               any
+		commit, rollback func() error
+	}
+	begins := map[string]func() tx{
+		"pgx.Tx": func() tx {
+			x, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatalf("Begin: %v", err)
+			}
+			return tx{x, func() error { return x.Commit(ctx) }, func() error { return x.Rollback(ctx) }}
+		},
+		"*sql.Tx": func() tx {
+			x, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatalf("BeginTx: %v", err)
+			}
+			return tx{x, x.Commit, x.Rollback}
+		},
+	}
+	for kind, begin := range begins {
+		for _, commit := range []bool{false, true} {
+			key := fmt.Sprintf("k-%s-%v", kind, commit)
+			x := begin()
+			if err := b.CheckTx(x.tx); err != nil {
+				t.Fatalf("CheckTx(%s): %v", kind, err)
+			}
+			inTx := driver.WithTx(ctx, x.tx)
+			if h, err := b.Lock(inTx, key, "in-tx", time.Minute); err != nil || h != "in-tx" {
+				t.Fatalf("Lock in a %s = %q, %v; want in-tx", kind, h, err)
+			}
+			end, want := x.rollback, "other"
+			if commit {
+				end, want = x.commit, "in-tx"
+			}
+			if err := end(); err != nil {
+				t.Fatalf("end the %s: %v", kind, err)
+			}
+			if h, err := b.Lock(ctx, key, "other", time.Minute); err != nil || h != want {
+				t.Errorf("unique promise broken: after the %s that took %s ended (commit %v), Lock by another = %q, %v; want holder %q", kind, key, commit, h, err, want)
+			}
 		}
-		if err := b.CheckTx(tx); err != nil {
-			t.Fatalf("CheckTx: %v", err)
+		// Unlock inside a transaction: the key stays held until it commits.
+		key := "k-unlock-" + kind
+		if _, err := b.Lock(ctx, key, "holder", time.Minute); err != nil {
+			t.Fatalf("Lock: %v", err)
 		}
-		if h, err := b.Lock(driver.WithTx(ctx, tx), key, "in-tx", time.Minute); err != nil || h != "in-tx" {
-			t.Fatalf("Lock in the transaction = %q, %v; want in-tx", h, err)
-		}
-		end, want := tx.Rollback, "other"
-		if commit {
-			end, want = tx.Commit, "in-tx"
-		}
-		if err := end(ctx); err != nil {
-			t.Fatalf("end the transaction: %v", err)
-		}
-		if h, err := b.Lock(ctx, key, "other", time.Minute); err != nil || h != want {
-			t.Errorf("unique promise broken: after the transaction that took %s ended (commit %v), Lock by another = %q, %v; want holder %q", key, commit, h, err, want)
+		for _, commit := range []bool{false, true} {
+			x := begin()
+			if err := b.Unlock(driver.WithTx(ctx, x.tx), key, "holder"); err != nil {
+				t.Fatalf("Unlock in a %s: %v", kind, err)
+			}
+			end, want := x.rollback, "holder"
+			if commit {
+				end, want = x.commit, "other"
+			}
+			if err := end(); err != nil {
+				t.Fatalf("end the %s: %v", kind, err)
+			}
+			if h, err := b.Lock(ctx, key, "other", time.Minute); err != nil || h != want {
+				t.Errorf("unique promise broken: after an Unlock in a %s that ended (commit %v), Lock by another = %q, %v; want holder %q", kind, commit, h, err, want)
+			}
 		}
 	}
 }
