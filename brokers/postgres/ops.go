@@ -17,8 +17,9 @@ import (
 // The optional capabilities' statements, on their own tables
 // (internal/pgdb's brokerOpsV1: unique_keys, rate_buckets, schedules,
 // heartbeats, pauses, completed, queues) and the core's (messages,
-// archive), and the retention of their expired rows. Each call is one statement; the statements are rendered
-// once per Broker, with its schema's quoted table names.
+// archive), and the retention of their expired rows. Each call is one
+// statement; the statements are rendered once per Broker, with its
+// schema's quoted table names.
 
 // opsState is what the capabilities keep per Broker: the rendered
 // statements and the sweep's gate. Its zero value is ready.
