@@ -54,6 +54,7 @@ type Broker struct {
 	channel string // the LISTEN/NOTIFY channel of the schema
 
 	listen *listener
+	notify *notifier
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -95,6 +96,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Broker, error
 		return nil, fmt.Errorf("postgres broker: %w", err)
 	}
 	b.listen = newListener(b)
+	b.notify = newNotifier(b)
 	return b, nil
 }
 
@@ -135,6 +137,7 @@ func (b *Broker) CheckTx(tx any) error { return pgdb.CheckTx(b.pool, tx) }
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.closed)
+		b.notify.close()
 		b.listen.stop()
 		if b.ownPool {
 			b.pool.Close()

@@ -185,3 +185,30 @@ func TestFetchWakesOnCommit(t *testing.T) {
 	}
 	b.Ack(ctx, f.ds)
 }
+
+// TestFetchWakesOnTrailingNotify: a publish within its broker's notify
+// window of the queue's last notification is notified once the window
+// ends: a consumer elsewhere, blocked with polling off, still gets it.
+func TestFetchWakesOnTrailingNotify(t *testing.T) {
+	pool := pgdbtest.Pool(t)
+	schema := pgdbtest.Schema(t, pool)
+	consumer := newBroker(t, pool, schema, postgresbroker.Options{PollInterval: noPoll})
+	producer := newBroker(t, pool, schema, postgresbroker.Options{PollInterval: noPoll})
+	window := scaled(2 * time.Second)
+	postgresbroker.SetNotifyWindow(producer, window)
+	ctx := context.Background()
+	q := "trailing-" + t.Name()
+	start := time.Now()
+	for i := range 2 {
+		ch := blockedFetch(ctx, consumer, q)
+		id := fmt.Sprintf("m%d", i)
+		if err := producer.Publish(ctx, driver.Message{ID: id, Queue: q, Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		f := awaitFetch(t, ch, fmt.Sprintf("publish %d, %v after the first (notify window %v)", i+1, time.Since(start), window))
+		if len(f.ds) != 1 || f.ds[0].ID != id {
+			t.Fatalf("woken Fetch returned %d deliveries, want %s", len(f.ds), id)
+		}
+		consumer.Ack(ctx, f.ds)
+	}
+}
