@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -180,8 +181,9 @@ func (b *Broker) checkOpen() error {
 // payload is the queue. PostgreSQL channel names stop at 63 bytes.
 func channelName(schema string) string {
 	c := "errand." + schema
-	if len(c) > 63 {
-		c = c[:63]
+	for len(c) > 63 {
+		_, size := utf8.DecodeLastRuneInString(c)
+		c = c[:len(c)-size]
 	}
 	return c
 }

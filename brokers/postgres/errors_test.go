@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,24 @@ func TestConnectionsKilled(t *testing.T) {
 	}
 	if errs := consumer.Ack(ctx, f.ds); errs != nil {
 		t.Fatalf("Ack: %v", errs)
+	}
+}
+
+// TestQueueNameTooLong: a queue name too long for a NOTIFY payload is
+// refused before anything of the batch is written, with an error saying
+// so.
+func TestQueueNameTooLong(t *testing.T) {
+	pool := pgdbtest.Pool(t)
+	schema := pgdbtest.Schema(t, pool)
+	b := newBroker(t, pool, schema, postgresbroker.Options{})
+	ctx := context.Background()
+	long := strings.Repeat("q", 8000)
+	err := b.Publish(ctx, driver.Message{ID: "ok", Queue: "short", Body: []byte("x")}, driver.Message{ID: "long", Queue: long, Body: []byte("x")})
+	if err == nil || !strings.Contains(err.Error(), "queue name") {
+		t.Fatalf("Publish to a queue named with 8000 bytes = %v, want an error naming the queue name's length", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgdb.Table(schema, "messages")).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a refused batch left %d messages (%v), want none", n, err)
 	}
 }

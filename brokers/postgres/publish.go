@@ -9,6 +9,10 @@ import (
 	"github.com/errand-go/errand/internal/pgdb"
 )
 
+// maxQueueName is the longest queue name in bytes: a NOTIFY payload is
+// shorter than 8000 bytes.
+const maxQueueName = 7999
+
 // Publish inserts msgs in one statement (any number of them, to any
 // queues) and notifies each queue's waiting consumers: in the same
 // statement, or, for a queue this broker notified less than a
@@ -33,6 +37,9 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	delays := make([]int64, n)
 	now := time.Now()
 	for i, m := range msgs {
+		if len(m.Queue) > maxQueueName {
+			return fmt.Errorf("postgres broker: message %s: a queue name of %d bytes; at most %d (the queue is a NOTIFY payload)", m.ID, len(m.Queue), maxQueueName)
+		}
 		if b.opts.MaxPayload > 0 && len(m.Body) > b.opts.MaxPayload {
 			return fmt.Errorf("postgres broker: message %s: %d bytes, limit %d: %w", m.ID, len(m.Body), b.opts.MaxPayload, driver.ErrPayloadTooLarge)
 		}
