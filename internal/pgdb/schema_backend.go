@@ -154,9 +154,9 @@ BEGIN
         IF s IS NOT NULL AND c IS NOT NULL AND c > s THEN
           s := c;
         END IF;
-        UPDATE {states} SET task_name = names[i], state = states[i], attempt = attempts[i],
+        UPDATE {states} AS t SET task_name = names[i], state = states[i], attempt = attempts[i],
           created_at = c, started_at = s, finished_at = NULL, body = bodies[i], expires_at = now() + expiry
-          WHERE id = ids[i];
+          WHERE t.id = ids[i]; -- aliased: unaliased, the table's name is the parameter states's too (ambiguous)
         PERFORM pg_notify({channel}, ids[i]);
       END IF;
       ord := i;
