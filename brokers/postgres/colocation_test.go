@@ -79,6 +79,27 @@ func (s *statesBackend) GetState(ctx context.Context, id string) (*driver.TaskSt
 	return pgdb.DecodeState(id, body, created, started, finished)
 }
 
+// GroupStates reads the states of the group's members, whose IDs the
+// memory backend keeps.
+func (s *statesBackend) GroupStates(ctx context.Context, group string) ([]*driver.TaskState, error) {
+	members, err := s.Backend.GroupStates(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*driver.TaskState, len(members))
+	for i, m := range members {
+		st, err := s.GetState(ctx, m.TaskUUID)
+		switch {
+		case errors.Is(err, driver.ErrTaskNotFound):
+			st = &driver.TaskState{TaskUUID: m.TaskUUID, State: driver.StatePending}
+		case err != nil:
+			return nil, err
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
 func (s *statesBackend) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	var a pgdb.StateArgs
 	firsts := make([]bool, len(reqs))
