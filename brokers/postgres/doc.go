@@ -114,6 +114,29 @@
 // most SweepBatch (1000) rows of each table a statement, skipping locked
 // rows. Schedules and pauses stay until deleted or resumed.
 //
+// # With the PostgreSQL backend
+//
+// A broker and errand's PostgreSQL result backend (package
+// postgresbackend) on one database and schema are co-located
+// (driver.Colocator): Colocate answers for a backend whose Location is a
+// *pgdb.Location Same as the broker's pool and Options.Schema (the same
+// pool, or pools of the same host, port, database and user), and errand
+// then takes one statement where it would take two, each writing the
+// messages and the states atomically, in the backend's layout (its
+// functions set_states and start_states):
+//
+//   - a send publishes and writes PENDING (where a task has no state) in
+//     one statement, inside the caller's transaction when it has one:
+//     the messages and their states exist only once it commits;
+//   - a fetch leases and begins the attempts of the tasks the worker can
+//     run (STARTED at the statement's time, by driver.Starter's table);
+//   - the settle of a quiet success writes SUCCESS and acks in one
+//     statement (a lost lease: the state written, ErrLeaseLost), the
+//     acked rows kept in completed as Ack's are.
+//
+// A backend in another schema or database, or another backend, takes the
+// portable path: the same outcome in two statements.
+//
 // # Limits
 //
 // A body is at most Options.MaxPayload bytes (DefaultMaxPayload, 16 MiB,
