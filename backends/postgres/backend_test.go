@@ -11,6 +11,7 @@ import (
 	postgresbackend "github.com/errand-go/errand/backends/postgres"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
 	"github.com/errand-go/errand/conformance"
+	"github.com/errand-go/errand/internal/pgdb"
 	"github.com/errand-go/errand/internal/pgdb/pgdbtest"
 )
 
@@ -49,4 +50,14 @@ func TestConformance(t *testing.T) {
 // TestWorker: the memory broker with this backend.
 func TestWorker(t *testing.T) {
 	conformance.RunWorker(t, conformance.MemoryBroker(memorybroker.Options{}), harness(t, pgdbtest.Pool(t), nil))
+}
+
+// locSchema is the schema of a backend's Location.
+func locSchema(t testing.TB, loc any) string {
+	t.Helper()
+	l, ok := loc.(*pgdb.Location)
+	if !ok {
+		t.Fatalf("Location() = %T, want a *pgdb.Location", loc)
+	}
+	return l.Schema
 }
