@@ -63,7 +63,9 @@ SELECT (SELECT n FROM st), (SELECT count(pg_notify($8, q)) FROM unnest($9::text[
 		// Fetch's statement ($1 queue, $2 limit, $3 lease in µs) that also
 		// begins, in the same statement, the attempt of each leased row
 		// with a task attempt whose task is one of $4 (s: its order k by
-		// row id, its FirstDelivery the row's first delivery), by the
+		// task ID, the order in which every statement writing states
+		// locks them, so that two never wait on each other; its
+		// FirstDelivery the row's first delivery), by the
 		// start rule of start_states (pgdb.StartFetchedSQL), with the
 		// backend's expiry of $5 µs. One row per leased row: the fetch's
 		// columns, whether its start was tried, the start's answer (NULL
@@ -72,7 +74,7 @@ SELECT (SELECT n FROM st), (SELECT count(pg_notify($8, q)) FROM unnest($9::text[
 		fetchStart: r.Replace("\nWITH " + fetchCandidates + ", f AS (\n" + fetchLease + `
 ), s AS (
 	SELECT f.id AS row_id, f.msg_id AS id, f.task AS name, f.task_attempt AS attempt, f.deliveries = 1 AS first,
-		row_number() OVER (ORDER BY f.id) AS k
+		row_number() OVER (ORDER BY f.msg_id, f.id) AS k
 	FROM f WHERE f.task_attempt >= 1 AND f.task = ANY($4::text[])
 ), started AS MATERIALIZED (` + pgdb.StartFetchedSQL(schema, "s", "$5::int8 * interval '1 microsecond'") + `
 )
