@@ -2,6 +2,7 @@ package postgresbroker_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
@@ -312,7 +314,8 @@ func rows(t *testing.T, pool *pgxpool.Pool, schema, table, where string, args ..
 
 // Colocation.Send is one statement writing the messages and the PENDING
 // states where a task has none (a task with a state keeps it); inside a
-// caller's transaction both exist only once it commits, and a rolled back
+// caller's transaction (a pgx.Tx, a *sql.Tx of pgx's stdlib driver) both
+// exist only once it commits, and a rolled back
 // one leaves neither.
 func TestColocationSend(t *testing.T) {
 	ctx := context.Background()
@@ -349,36 +352,61 @@ func TestColocationSend(t *testing.T) {
 		t.Errorf("Send left a STARTED task in %+v; want STARTED kept (PENDING only where a task has no state)", st)
 	}
 
-	for _, commit := range []bool{false, true} {
-		id := "rolled-back"
-		if commit {
-			id = "committed"
-		}
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if published, err := c.Send(errand.WithTx(ctx, tx), []*driver.TaskState{pending(id)}, []driver.Message{msg(id)}); !published || err != nil {
-			t.Fatalf("Send in a transaction = %v, %v", published, err)
-		}
-		if got := rows(t, pool, schema, "messages", "msg_id = $1", id); got != 0 || stateOf(t, be, id) != nil {
-			t.Errorf("a Send in an open transaction is seen outside it (%d messages); want nothing until it commits", got)
-		}
-		if commit {
-			err = tx.Commit(ctx)
-		} else {
-			err = tx.Rollback(ctx)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := 0
-		if commit {
-			want = 1
-		}
-		st := stateOf(t, be, id)
-		if got := rows(t, pool, schema, "messages", "msg_id = $1", id); got != want || (st != nil) != commit {
-			t.Errorf("after the transaction (committed: %v): %d messages, state %+v; want %d and a state exactly when committed", commit, got, st, want)
+	db, err := sql.Open("pgx", pgdbtest.URL(t))
+	if err != nil {
+		t.Fatalf("sql.Open: %v", err)
+	}
+	defer db.Close()
+	type txn struct {
+		tx               any
+		commit, rollback func() error
+	}
+	begins := map[string]func() txn{
+		"pgx.Tx": func() txn {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return txn{tx, func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }}
+		},
+		"*sql.Tx": func() txn {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return txn{tx, tx.Commit, tx.Rollback}
+		},
+	}
+	for kind, begin := range begins {
+		for _, commit := range []bool{false, true} {
+			id := kind + " rolled back"
+			if commit {
+				id = kind + " committed"
+			}
+			tx := begin()
+			if published, err := c.Send(errand.WithTx(ctx, tx.tx), []*driver.TaskState{pending(id)}, []driver.Message{msg(id)}); !published || err != nil {
+				t.Fatalf("Send in a %s = %v, %v", kind, published, err)
+			}
+			if got := rows(t, pool, schema, "messages", "msg_id = $1", id); got != 0 || stateOf(t, be, id) != nil {
+				t.Errorf("a Send in an open %s is seen outside it (%d messages); want nothing until it commits", kind, got)
+			}
+			var err error
+			if commit {
+				err = tx.commit()
+			} else {
+				err = tx.rollback()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if commit {
+				want = 1
+			}
+			st := stateOf(t, be, id)
+			if got := rows(t, pool, schema, "messages", "msg_id = $1", id); got != want || (st != nil) != commit || (st != nil && st.State != driver.StatePending) {
+				t.Errorf("after the %s (committed: %v): %d messages, state %+v; want %d and PENDING exactly when committed", kind, commit, got, st, want)
+			}
 		}
 	}
 
