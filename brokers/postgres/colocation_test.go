@@ -315,8 +315,7 @@ func rows(t *testing.T, pool *pgxpool.Pool, schema, table, where string, args ..
 // Colocation.Send is one statement writing the messages and the PENDING
 // states where a task has none (a task with a state keeps it); inside a
 // caller's transaction (a pgx.Tx, a *sql.Tx of pgx's stdlib driver) both
-// exist only once it commits, and a rolled back
-// one leaves neither.
+// exist only once it commits, and a rolled back one leaves neither.
 func TestColocationSend(t *testing.T) {
 	ctx := context.Background()
 	pool := pgdbtest.Pool(t)
