@@ -2,7 +2,9 @@ package e2e_test
 
 // The PostgreSQL broker and the PostgreSQL backend, together on one
 // database and schema (co-located: driver.Colocator, one statement per
-// send, start and settle) and each with a Redis driver.
+// send, start and settle), and the PostgreSQL broker with the Redis
+// backend (the Redis broker with the PostgreSQL backend:
+// redis_postgres_test.go).
 
 import (
 	"context"
@@ -19,7 +21,6 @@ import (
 	postgresbackend "github.com/errand-go/errand/backends/postgres"
 	redisbackend "github.com/errand-go/errand/backends/redis"
 	postgresbroker "github.com/errand-go/errand/brokers/postgres"
-	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/conformance"
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/pgdb/pgdbtest"
@@ -137,36 +138,6 @@ func TestPostgresBrokerWithRedisBackend(t *testing.T) {
 		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true},
 	}
 	conformance.RunWorker(t, broker, backend)
-}
-
-// TestRedisBrokerWithPostgresBackend: the Redis broker with the PostgreSQL
-// result backend (not co-located: the Redis broker knows no
-// *pgdb.Location).
-func TestRedisBrokerWithPostgresBackend(t *testing.T) {
-	t.Parallel()
-	pool := pgdbtest.Pool(t)
-	rdb := redisClient(t)
-	prefix := fmt.Sprintf("errand-e2e-redis-pg-%d", time.Now().UnixNano())
-	t.Cleanup(func() { dropPrefix(rdb, prefix) })
-	broker := conformance.BrokerHarness{
-		New: func(t testing.TB) errand.Broker {
-			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
-			t.Cleanup(func() { b.Close() })
-			return b
-		},
-		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
-			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true},
-		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
-		PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
-			t.Helper()
-			if err := rdb.LPush(context.Background(), "{"+prefix+":"+queue+"}:pending", raw).Err(); err != nil {
-				t.Fatalf("PushRaw: LPUSH onto the pending list: %v", err)
-			}
-			return true
-		},
-	}
-	conformance.RunWorker(t, broker, postgresBackendHarness(pool, pgdbtest.Schema(t, pool)))
 }
 
 // statementCounter counts the statements run on the connections of a pool

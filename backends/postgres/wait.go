@@ -114,24 +114,29 @@ func (w *waiters) wake(id string, all bool) {
 
 // listen holds the listening connection until Close: it connects,
 // LISTENs, wakes every waiter (a notification may have been missed
-// before), then wakes each notified task's waiters; on a failure it waits
-// PollInterval and connects again (the waiters poll meanwhile).
+// before), then wakes each notified task's waiters; on a failure it
+// connects again after relisten (the waiters poll meanwhile).
 func (w *waiters) listen() {
 	b := w.b
 	channel := "LISTEN " + pgx.Identifier{pgdb.StatesChannel(b.opts.Schema)}.Sanitize()
+	retry := min(b.opts.PollInterval, relisten)
 	for b.life.Err() == nil {
 		err := w.listenOnce(b.life, channel)
 		if b.life.Err() != nil {
 			return
 		}
-		b.logger.Warn("postgres backend: the connection listening for state changes failed; waiters poll until it is back", "err", err, "retry_in", b.opts.PollInterval)
+		b.logger.Warn("postgres backend: the connection listening for state changes failed; waiters poll until it is back", "err", err, "retry_in", retry)
 		select {
 		case <-b.life.Done():
 			return
-		case <-time.After(b.opts.PollInterval):
+		case <-time.After(retry):
 		}
 	}
 }
+
+// relisten is the longest the listener waits before it connects again
+// after a failure (PollInterval when shorter).
+const relisten = time.Second
 
 func (w *waiters) listenOnce(ctx context.Context, listen string) error {
 	b := w.b
