@@ -45,8 +45,12 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // columns of states, one array each) to task ids[i], expiring after
 // expiry; of several states of one task in the arrays, the last is
 // written. With if_absent it writes only where the task has no state (an
-// expired one counts as none). It notifies the states channel with each
-// written task's id and returns how many it wrote.
+// expired one counts as none). It notifies the states channel with the id
+// of each task it wrote SUCCESS or FAILURE for (what a result's waiter
+// waits for; a waiter for another state reads on its poll, and a commit
+// that notifies takes a lock every notifying commit of the database
+// shares, so the writes of a task's other states notify nothing), and
+// returns how many states it wrote.
 //
 // start_states(ids, names, states, attempts, firsts, created, started,
 // bodies, expiry) begins the i-th attempt in array order (driver.Starter):
@@ -54,7 +58,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // (driver.StartRequest.Allows, firsts[i] its FirstDelivery), and when
 // allowed writes the i-th state with the previous state's created_at
 // (the request's own when there is none) and a started_at no earlier
-// than it, notifying the states channel. One row per request: ord (from
+// than it (notifying nothing: see set_states). One row per request: ord (from
 // 1), written, and the previous state's columns (all NULL: none). Two
 // starts racing for a task without a state: one inserts, the other finds
 // the conflict and reads the winner's row.
@@ -103,9 +107,10 @@ LANGUAGE sql AS $$
       attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
       finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
       WHERE NOT a_if_absent OR t.expires_at <= now()
-    RETURNING t.id
+    RETURNING t.id, t.state
   )
-  SELECT count(pg_notify({channel}, w.id))::int FROM w
+  -- every written row counts; the finished ones also notify
+  SELECT (count(*) + 0 * count(pg_notify({channel}, w.id)) FILTER (WHERE w.state IN ('SUCCESS', 'FAILURE')))::int FROM w
 $$;
 
 CREATE FUNCTION {start_states}(a_ids text[], a_names text[], a_states text[], a_attempts int[], a_firsts bool[],
@@ -132,7 +137,6 @@ BEGIN
           finished_at = NULL, body = excluded.body, expires_at = excluded.expires_at
           WHERE t.expires_at <= now();
         IF FOUND THEN
-          PERFORM pg_notify({channel}, a_ids[i]);
           ord := i; written := true;
           prev_name := NULL; prev_state := NULL; prev_attempt := NULL;
           prev_created := NULL; prev_started := NULL; prev_finished := NULL; prev_body := NULL;
@@ -157,7 +161,6 @@ BEGIN
         UPDATE {states} SET task_name = a_names[i], state = a_states[i], attempt = a_attempts[i],
           created_at = c, started_at = s, finished_at = NULL, body = a_bodies[i], expires_at = now() + a_expiry
           WHERE id = a_ids[i];
-        PERFORM pg_notify({channel}, a_ids[i]);
       END IF;
       ord := i;
       prev_name := p.task_name; prev_state := p.state; prev_attempt := p.attempt;

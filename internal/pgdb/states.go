@@ -17,11 +17,13 @@ import (
 // table and the two functions that write it are in backendV1
 // (schema_backend.go); this file is the Go side of that layout.
 //
-// A state is written through set_states or start_states only: both
-// notify StatesChannel, which the backend's waiters listen on.
+// A state is written through set_states or start_states only: a SUCCESS
+// or FAILURE written notifies StatesChannel, which the backend's waiters
+// listen on.
 
 // StatesChannel is the LISTEN/NOTIFY channel the writes of states in
-// schema notify, with the id of each task whose state they wrote.
+// schema notify, with the id of each task they wrote SUCCESS or FAILURE
+// for (at commit).
 func StatesChannel(schema string) string {
 	ch := "errand_states:" + schema
 	if len(ch) > 63 { // NAMEDATALEN - 1
