@@ -46,6 +46,7 @@ import (
 	_ "github.com/errand-go/errand/backends/memcache"
 	_ "github.com/errand-go/errand/backends/memory"
 	_ "github.com/errand-go/errand/backends/mongo"
+	_ "github.com/errand-go/errand/backends/postgres"
 	_ "github.com/errand-go/errand/backends/redis"
 	_ "github.com/errand-go/errand/brokers/amqp"
 	_ "github.com/errand-go/errand/brokers/memory"

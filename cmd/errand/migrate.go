@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/errand-go/errand"
+	postgresbackend "github.com/errand-go/errand/backends/postgres"
 	postgresbroker "github.com/errand-go/errand/brokers/postgres"
 )
 
@@ -18,7 +19,10 @@ var migrators = map[string]map[string]func(c *cli, u *url.URL) error{
 		"postgres":   func(c *cli, u *url.URL) error { return postgresbroker.MigrateURL(c.ctx, u) },
 		"postgresql": func(c *cli, u *url.URL) error { return postgresbroker.MigrateURL(c.ctx, u) },
 	},
-	"backend": {},
+	"backend": {
+		"postgres":   func(c *cli, u *url.URL) error { return postgresbackend.MigrateURL(c.ctx, u) },
+		"postgresql": func(c *cli, u *url.URL) error { return postgresbackend.MigrateURL(c.ctx, u) },
+	},
 }
 
 // runMigrate creates or upgrades the schema of the broker and the backend
