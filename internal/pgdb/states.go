@@ -141,15 +141,3 @@ func timeCol(t *time.Time) time.Time {
 	}
 	return t.UTC()
 }
-
-// StartedBodySQL is an SQL expression of type text: the body (StateArgs's)
-// of a STARTED state of the task whose id, name and attempt are the SQL
-// expressions id (text), name (text) and attempt (int), with no results
-// and no error: what a statement that leases messages passes to
-// start_states for them, building the bodies itself. DecodeState reads
-// it as the state Append would have written.
-func StartedBodySQL(id, name, attempt string) string {
-	return `('{"task_uuid":' || to_json((` + id + `)::text)::text || ',"task_name":' || to_json((` + name + `)::text)::text ||
-  ',"state":"STARTED"' || CASE WHEN (` + attempt + `) <> 0 THEN ',"attempt":' || (` + attempt + `)::text ELSE '' END ||
-  ',"created_at":"0001-01-01T00:00:00Z"}')`
-}

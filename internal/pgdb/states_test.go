@@ -3,7 +3,6 @@ package pgdb_test
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"testing"
 	"time"
 
@@ -86,24 +85,4 @@ func read(t *testing.T, loc *pgdb.Location, id string) *driver.TaskState {
 		t.Fatal(err)
 	}
 	return st
-}
-
-// StartedBodySQL builds, in SQL, a body DecodeState reads as the STARTED
-// state Append writes, for names JSON escapes and attempts 0 and more.
-func TestStartedBodySQL(t *testing.T) {
-	ctx := context.Background()
-	pool := pgdbtest.Pool(t)
-	for _, name := range []string{"plain", `ns:a.b-c%d+[x]_`, `<q"uote\back>`, "tab\there ünï € \u2028"} {
-		for _, attempt := range []int{0, 1, 12} {
-			var body string
-			if err := pool.QueryRow(ctx, "SELECT "+pgdb.StartedBodySQL("$1", "$2", "$3::int"), "id-"+name, name, attempt).Scan(&body); err != nil {
-				t.Fatalf("%q %d: %v", name, attempt, err)
-			}
-			got, err := pgdb.DecodeState("id-"+name, body, nil, nil, nil)
-			want := &driver.TaskState{TaskUUID: "id-" + name, TaskName: name, State: driver.StateStarted, Attempt: attempt}
-			if err != nil || !reflect.DeepEqual(got, want) {
-				t.Fatalf("body %s decodes as %+v, %v; want %+v", body, got, err, want)
-			}
-		}
-	}
 }
