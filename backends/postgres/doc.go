@@ -118,5 +118,8 @@
 //
 // A state's results are stored as JSON text (no size limit beyond
 // PostgreSQL's 1 GB per value; keep results small). Times are kept to the
-// microsecond. A group's members are one array in its row.
+// microsecond. A group's members are one array in its row. WaitState's
+// listening connection needs a session of its own: behind a pooler in
+// transaction mode (PgBouncer) notifications do not arrive, and waiters
+// fall back to their poll.
 package postgresbackend

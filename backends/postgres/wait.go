@@ -84,11 +84,13 @@ func (w *waiters) add(id string) (wake chan struct{}, remove func()) {
 	}
 }
 
-// close keeps a listener from starting after Close.
+// close keeps a listener from starting after Close, and wakes every
+// waiter: its next read answers driver.ErrClosed.
 func (w *waiters) close() {
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()
+	w.wake("", true)
 }
 
 // wake wakes the waiters of id, or every waiter when all.

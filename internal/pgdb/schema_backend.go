@@ -44,7 +44,9 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // bodies, expiry, if_absent) writes the i-th state of the arrays (the
 // columns of states, one array each) to task ids[i], expiring after
 // expiry; of several states of one task in the arrays, the last is
-// written. With if_absent it writes only where the task has no state (an
+// written. It writes (and locks) the rows in the byte order of their ids,
+// the order the callers of start_states sort their batches in, so two
+// batches never wait for each other's rows in opposite orders. With if_absent it writes only where the task has no state (an
 // expired one counts as none). It notifies the states channel with the id
 // of each task it wrote SUCCESS or FAILURE for (what a result's waiter
 // waits for; a waiter for another state reads on its poll, and a commit
@@ -99,10 +101,10 @@ CREATE FUNCTION {set_states}(a_ids text[], a_names text[], a_states text[], a_at
 LANGUAGE sql AS $$
   WITH w AS (
     INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
-    SELECT DISTINCT ON (u.id) u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
+    SELECT DISTINCT ON (u.id COLLATE "C") u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
     FROM unnest(a_ids, a_names, a_states, a_attempts, a_created, a_started, a_finished, a_bodies)
       WITH ORDINALITY AS u(id, name, state, attempt, created, started, finished, body, ord)
-    ORDER BY u.id, u.ord DESC
+    ORDER BY u.id COLLATE "C", u.ord DESC -- byte order: the order start_states's callers send
     ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
       attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
       finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
