@@ -1,6 +1,8 @@
 package pgdb
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -12,9 +14,16 @@ import (
 // there itself in the statement or transaction of a publish, a fetch or an
 // ack (driver.Colocator). The type is in this module, which both drivers
 // import, so no other driver can declare it.
+//
+// The layout of the states is the backend's, written and read through
+// this package's states functions (states.go), so the broker writes
+// exactly what the backend reads.
 type Location struct {
 	Pool   *pgxpool.Pool
 	Schema string
+	// Expiry is the backend's result expiry: each state written expires
+	// this long after its write. Same ignores it.
+	Expiry time.Duration
 }
 
 // Same reports whether l and o name one schema of one database on one

@@ -1,7 +1,172 @@
 package pgdb
 
+import "strings"
+
 // backendV1 is the result backend's tables at schema version 1 (see
-// migrations).
+// migrations), and the functions that write task states, which the
+// broker calls too when it co-locates with the backend (states.go):
+//
+//	states         one row per task: its current state. task_name, state
+//	               and attempt are the state's own (for the start rule and
+//	               for operators); created_at, started_at, finished_at its
+//	               times (NULL: zero), at the microsecond; body the rest,
+//	               the state's JSON (internal/statejson) written with its
+//	               three times zero, so the columns hold them; expires_at
+//	               the end of its result expiry (a row past it is absent to
+//	               every read and write, and removed by the retention sweep
+//	               through the expires_at index).
+//	groups         one row per group: its members in group order, its
+//	               size, how many are done, the chord's claimer (NULL:
+//	               unclaimed), expires_at (the group expiry after its
+//	               creation and after each completion).
+//	group_members  one row per member of a group: done once counted, so a
+//	               redelivered member counts once. Removed with its group.
+//	set_states     writes states (set_states below).
+//	start_states   begins attempts (start_states below).
 func backendV1(schema string) string {
-	return ""
+	r := strings.NewReplacer(
+		"{states}", Table(schema, "states"),
+		"{groups}", Table(schema, "groups"),
+		"{group_members}", Table(schema, "group_members"),
+		"{set_states}", Table(schema, "set_states"),
+		"{start_states}", Table(schema, "start_states"),
+		"{channel}", quoteLiteral(StatesChannel(schema)),
+	)
+	return r.Replace(backendDDL)
 }
+
+// quoteLiteral is s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// backendDDL is backendV1's SQL with its names in braces.
+//
+// set_states(ids, names, states, attempts, created, started, finished,
+// bodies, expiry, if_absent) writes the i-th state of the arrays (the
+// columns of states, one array each) to task ids[i], expiring after
+// expiry; of several states of one task in the arrays, the last is
+// written. With if_absent it writes only where the task has no state (an
+// expired one counts as none). It notifies the states channel with each
+// written task's id and returns how many it wrote.
+//
+// start_states(ids, names, states, attempts, firsts, created, started,
+// bodies, expiry) begins the i-th attempt in array order (driver.Starter):
+// it reads the task's state (locking its row), decides by the start rule
+// (driver.StartRequest.Allows, firsts[i] its FirstDelivery), and when
+// allowed writes the i-th state with the previous state's created_at
+// (the request's own when there is none) and a started_at no earlier
+// than it, notifying the states channel. One row per request: ord (from
+// 1), written, and the previous state's columns (all NULL: none). Two
+// starts racing for a task without a state: one inserts, the other finds
+// the conflict and reads the winner's row.
+const backendDDL = `
+CREATE TABLE {states} (
+  id          text PRIMARY KEY,
+  task_name   text NOT NULL,
+  state       text NOT NULL,
+  attempt     int NOT NULL,
+  created_at  timestamptz,
+  started_at  timestamptz,
+  finished_at timestamptz,
+  body        text NOT NULL,
+  expires_at  timestamptz NOT NULL
+);
+CREATE INDEX ON {states} (expires_at);
+
+CREATE TABLE {groups} (
+  id         text PRIMARY KEY,
+  members    text[] NOT NULL,
+  total      int NOT NULL,
+  done       int NOT NULL DEFAULT 0,
+  claimer    text,
+  expires_at timestamptz NOT NULL
+);
+CREATE INDEX ON {groups} (expires_at);
+
+CREATE TABLE {group_members} (
+  group_id text NOT NULL REFERENCES {groups} (id) ON DELETE CASCADE,
+  task_id  text NOT NULL,
+  done     bool NOT NULL DEFAULT false,
+  PRIMARY KEY (group_id, task_id)
+);
+
+CREATE FUNCTION {set_states}(ids text[], names text[], states text[], attempts int[],
+    created timestamptz[], started timestamptz[], finished timestamptz[], bodies text[],
+    expiry interval, if_absent bool) RETURNS int
+LANGUAGE sql AS $$
+  WITH w AS (
+    INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
+    SELECT DISTINCT ON (u.id) u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + expiry
+    FROM unnest(ids, names, states, attempts, created, started, finished, bodies)
+      WITH ORDINALITY AS u(id, name, state, attempt, created, started, finished, body, ord)
+    ORDER BY u.id, u.ord DESC
+    ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
+      attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
+      finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
+      WHERE NOT if_absent OR t.expires_at <= now()
+    RETURNING t.id
+  )
+  SELECT count(pg_notify({channel}, w.id))::int FROM w
+$$;
+
+CREATE FUNCTION {start_states}(ids text[], names text[], states text[], attempts int[], firsts bool[],
+    created timestamptz[], started timestamptz[], bodies text[], expiry interval)
+RETURNS TABLE (ord int, written bool, prev_name text, prev_state text, prev_attempt int,
+    prev_created timestamptz, prev_started timestamptz, prev_finished timestamptz, prev_body text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  p {states}%ROWTYPE;
+  c timestamptz;
+  s timestamptz;
+  tries int;
+BEGIN
+  FOR i IN 1 .. coalesce(array_length(ids, 1), 0) LOOP
+    tries := 0;
+    LOOP
+      tries := tries + 1;
+      SELECT * INTO p FROM {states} t WHERE t.id = ids[i] AND t.expires_at > now() FOR UPDATE;
+      IF NOT FOUND THEN
+        INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
+        VALUES (ids[i], names[i], states[i], attempts[i], created[i], started[i], NULL, bodies[i], now() + expiry)
+        ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
+          attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
+          finished_at = NULL, body = excluded.body, expires_at = excluded.expires_at
+          WHERE t.expires_at <= now();
+        IF FOUND THEN
+          PERFORM pg_notify({channel}, ids[i]);
+          ord := i; written := true;
+          prev_name := NULL; prev_state := NULL; prev_attempt := NULL;
+          prev_created := NULL; prev_started := NULL; prev_finished := NULL; prev_body := NULL;
+          RETURN NEXT;
+          EXIT;
+        END IF;
+        IF tries >= 3 THEN
+          RAISE EXCEPTION 'start of task %: its state changed under three tries', ids[i];
+        END IF;
+        CONTINUE; -- a concurrent start wrote it first: read its state
+      END IF;
+      written := NOT ((p.task_name <> '' AND p.task_name <> names[i])
+        OR p.state IN ('SUCCESS', 'FAILURE')
+        OR p.attempt > attempts[i]
+        OR (p.state = 'STARTED' AND firsts[i]));
+      IF written THEN
+        c := coalesce(p.created_at, created[i]);
+        s := started[i];
+        IF s IS NOT NULL AND c IS NOT NULL AND c > s THEN
+          s := c;
+        END IF;
+        UPDATE {states} SET task_name = names[i], state = states[i], attempt = attempts[i],
+          created_at = c, started_at = s, finished_at = NULL, body = bodies[i], expires_at = now() + expiry
+          WHERE id = ids[i];
+        PERFORM pg_notify({channel}, ids[i]);
+      END IF;
+      ord := i;
+      prev_name := p.task_name; prev_state := p.state; prev_attempt := p.attempt;
+      prev_created := p.created_at; prev_started := p.started_at; prev_finished := p.finished_at;
+      prev_body := p.body;
+      RETURN NEXT;
+      EXIT;
+    END LOOP;
+  END LOOP;
+END
+$$;
+`

@@ -1,0 +1,160 @@
+package postgresbroker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// listener is a broker's one listening connection: LISTEN on the
+// schema's channel, whose notifications (payload: a queue) wake the
+// broker's Fetch calls blocked on that queue. It is started by the first
+// Fetch (a broker that only publishes holds no connection of its own) and
+// runs until Close, reconnecting after a failure; while it is down, and
+// after it comes back, blocked fetches look again (a notification may
+// have been lost), and each waits at most Options.PollInterval.
+//
+// The connection is its own (a copy of the pool's configuration), not
+// one of the pool's: a listening session is held for the broker's life.
+type listener struct {
+	b *Broker
+
+	mu      sync.Mutex
+	waiters map[string]chan struct{} // closed by a notification for the queue
+	started bool
+	ready   chan struct{} // closed after the first LISTEN succeeded or failed
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newListener(b *Broker) *listener {
+	return &listener{b: b, waiters: map[string]chan struct{}{}, ready: make(chan struct{}), done: make(chan struct{})}
+}
+
+// start starts the listener once, and waits (bounded by ctx and
+// CallTimeout) for its first LISTEN, so that a publish after the caller's
+// first look at its queue is not missed.
+func (l *listener) start(ctx context.Context) {
+	l.mu.Lock()
+	if !l.started {
+		l.started = true
+		lctx, cancel := context.WithCancel(context.Background())
+		l.cancel = cancel
+		go l.run(lctx)
+	}
+	l.mu.Unlock()
+	bounded, cancel := l.b.bound(ctx)
+	defer cancel()
+	select {
+	case <-l.ready:
+	case <-bounded.Done():
+	case <-l.b.closed:
+	}
+}
+
+// wait returns a channel closed by the next notification for queue (or
+// any event that may have lost one). Take it before looking at the queue.
+func (l *listener) wait(queue string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch, ok := l.waiters[queue]
+	if !ok {
+		ch = make(chan struct{})
+		l.waiters[queue] = ch
+	}
+	return ch
+}
+
+func (l *listener) wake(queue string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch, ok := l.waiters[queue]; ok {
+		close(ch)
+		delete(l.waiters, queue)
+	}
+}
+
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for q, ch := range l.waiters {
+		close(ch)
+		delete(l.waiters, q)
+	}
+}
+
+// stop ends the listener and waits for it.
+func (l *listener) stop() {
+	l.mu.Lock()
+	started := l.started
+	l.started = true // none starts after Close
+	l.mu.Unlock()
+	if !started {
+		return
+	}
+	l.cancel()
+	<-l.done
+}
+
+func (l *listener) run(ctx context.Context) {
+	defer close(l.done)
+	first := true
+	signalReady := func() {
+		if first {
+			first = false
+			close(l.ready)
+		}
+	}
+	defer signalReady()
+	for ctx.Err() == nil {
+		if err := l.session(ctx, signalReady); err != nil && ctx.Err() == nil {
+			signalReady()
+			l.wakeAll() // notifications may be lost: every waiter looks again
+			// A pause before reconnecting; waiters poll meanwhile.
+			t := time.NewTimer(l.b.opts.PollInterval)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+	}
+}
+
+// session connects, listens, and delivers notifications until the
+// connection fails or ctx ends.
+func (l *listener) session(ctx context.Context, listening func()) error {
+	cfg := l.b.pool.Config().ConnConfig.Copy()
+	cctx, cancel := l.b.bound(ctx)
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err == nil {
+		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{l.b.channel}.Sanitize())
+	}
+	cancel()
+	if err != nil {
+		if conn != nil {
+			l.closeConn(conn)
+		}
+		return err
+	}
+	defer l.closeConn(conn)
+	listening()
+	l.wakeAll() // what was published before LISTEN took effect
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		l.wake(n.Payload)
+	}
+}
+
+// closeConn closes conn without waiting on a server that stopped
+// answering.
+func (l *listener) closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}

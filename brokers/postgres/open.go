@@ -1,0 +1,69 @@
+package postgresbroker
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/errand-go/errand/driver"
+)
+
+func init() {
+	driver.RegisterBroker("postgres", Open)
+	driver.RegisterBroker("postgresql", Open)
+}
+
+// ownParams are the URL's query parameters that are errand's, not pgx's:
+// removed before the rest goes to pgxpool.ParseConfig.
+var ownParams = []string{"schema", "timeout", "max_payload", "poll_interval"}
+
+// Open returns a broker for a postgres:// or postgresql:// URL (see the
+// package doc): the URL, less errand's own parameters, configures a pool
+// of the broker's own (pgxpool.ParseConfig: pgx's parameters such as
+// pool_max_conns and sslmode pass through), which Close closes.
+// schema=NAME sets Options.Schema, timeout=DURATION Options.CallTimeout,
+// max_payload=BYTES Options.MaxPayload (negative: no limit),
+// poll_interval=DURATION Options.PollInterval. The schema must exist at
+// this build's version (errand migrate): Open never creates it.
+func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
+	own := url.Values{}
+	rest := *u
+	q := u.Query()
+	for _, k := range ownParams {
+		if q.Has(k) {
+			own.Set(k, q.Get(k))
+			q.Del(k)
+		}
+	}
+	rest.RawQuery = q.Encode()
+	opts := &Options{Schema: own.Get("schema")}
+	if v := own.Get("max_payload"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("postgres broker: max_payload %q is not a byte count (a negative count means no limit)", v)
+		}
+		opts.MaxPayload = n
+	}
+	if err := driver.DurationParams(own, map[string]*time.Duration{"timeout": &opts.CallTimeout, "poll_interval": &opts.PollInterval}); err != nil {
+		return nil, fmt.Errorf("postgres broker: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(rest.String())
+	if err != nil {
+		return nil, fmt.Errorf("postgres broker: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres broker: %w", err)
+	}
+	b, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.ownPool = true
+	return b, nil
+}

@@ -1,0 +1,67 @@
+package postgresbroker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/pgdb"
+)
+
+// Publish inserts msgs in one statement (any number of them, to any
+// queues) and notifies each queue's waiting consumers in it. A message
+// with a NotBefore in the future is due that long after the statement
+// runs, on the server's clock (the producer's clock measures only the
+// delay). Inside a caller's transaction (errand.WithTx, accepted by
+// CheckTx) the statement runs there: the messages exist, and consumers
+// are woken, only if and when it commits.
+func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	n := len(msgs)
+	queues, ids, tasks := make([]string, n), make([]string, n), make([]string, n)
+	bodies := make([][]byte, n)
+	prios := make([]int16, n)
+	attempts := make([]int32, n)
+	delays := make([]int64, n)
+	now := time.Now()
+	for i, m := range msgs {
+		if b.opts.MaxPayload > 0 && len(m.Body) > b.opts.MaxPayload {
+			return fmt.Errorf("postgres broker: message %s: %d bytes, limit %d: %w", m.ID, len(m.Body), b.opts.MaxPayload, driver.ErrPayloadTooLarge)
+		}
+		queues[i], ids[i], bodies[i], tasks[i] = m.Queue, m.ID, m.Body, m.Task
+		if bodies[i] == nil {
+			bodies[i] = []byte{} // bytea NOT NULL
+		}
+		prios[i], attempts[i] = int16(m.Priority), int32(m.TaskAttempt)
+		if !m.NotBefore.IsZero() {
+			// Rounded up: never early by a part of a microsecond.
+			if d := m.NotBefore.Sub(now); d > 0 {
+				delays[i] = (d + time.Microsecond - 1).Microseconds()
+			}
+		}
+	}
+	args := []any{queues, ids, bodies, prios, tasks, attempts, delays, b.channel}
+	bounded, cancel := b.bound(ctx)
+	defer cancel()
+	if pgdb.InTx(ctx) {
+		if _, err := pgdb.WriterFor(ctx, b.pool).Exec(bounded, b.sql.publish, args...); err != nil {
+			return b.fail(ctx, bounded, "publish in the caller's transaction", err)
+		}
+		return nil
+	}
+	c, err := b.acquire(ctx, bounded, "publish")
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if _, err := c.Exec(bounded, b.sql.publish, args...); err != nil {
+		return b.fail(ctx, bounded, "publish", err)
+	}
+	return nil
+}
