@@ -13,6 +13,7 @@ require (
 	github.com/errand-go/errand/backends/redis v0.1.0
 	github.com/errand-go/errand/brokers/redis v0.1.0
 	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/postgres v0.1.0
 	github.com/errand-go/errand/brokers/sqs v0.1.0
 	github.com/errand-go/errand/config v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
