@@ -122,8 +122,10 @@ type report struct {
 	amqpTotal int      // tasks per AMQP drain
 	profile   []profileRun
 	mq        mqRuns
-	pg        peerRuns  // the PostgreSQL peers, by metric and subject
-	pgSoak    []soakRun // the PostgreSQL soaks
+	pg        peerRuns              // the PostgreSQL peers, by metric and subject
+	pgSoak    []soakRun             // the PostgreSQL soaks
+	pgCost    map[[2]string]*pgCost // by metric and subject
+	pgEnv     []string              // the machine's load and the server's settings
 }
 
 // clean deletes every key the scenarios left on Redis (their prefixes all

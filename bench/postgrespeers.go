@@ -53,13 +53,14 @@ func pgOpen(ctx context.Context, kind string) (*pgxpool.Pool, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	schema := strings.ReplaceAll(strings.ToLower(token(kind)), "-", "_")
 	cfg.MaxConns = pgMaxConns
+	cfg.ConnConfig.Tracer = pgTrace
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	schema := strings.ToLower(token(kind))
-	schema = strings.ReplaceAll(schema, "-", "_")
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		pool.Close()
 		return nil, "", err

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -129,6 +130,8 @@ func pgPeers(r *report) error {
 	if r.pg == nil {
 		r.pg = peerRuns{}
 	}
+	r.pgEnv = append(r.pgEnv, "at the start: "+pgLoad())
+	defer func() { r.pgEnv = append(r.pgEnv, "at the end: "+pgLoad()) }()
 	for round := range *rounds {
 		for _, sc := range scens {
 			if *peerOnly != "" && !strings.Contains(sc.name, *peerOnly) {
@@ -168,13 +171,40 @@ func pgPeers(r *report) error {
 	return nil
 }
 
+// pgLoad describes the machine's load and the server's other clients now,
+// and the server's settings that bear on the numbers.
+func pgLoad() string {
+	la, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(la))
+	if len(f) > 3 {
+		f = f[:3]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, os.Getenv("ERRAND_POSTGRES_URL"))
+	if err != nil {
+		return fmt.Sprintf("load average %s; PostgreSQL: %v", strings.Join(f, " "), err)
+	}
+	defer conn.Close(ctx)
+	var others, active int
+	var fsync, sync, buffers, av string
+	err = conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'active'),
+	current_setting('fsync'), current_setting('synchronous_commit'), current_setting('shared_buffers'), current_setting('autovacuum')
+FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&others, &active, &fsync, &sync, &buffers, &av)
+	if err != nil {
+		return fmt.Sprintf("load average %s; PostgreSQL: %v", strings.Join(f, " "), err)
+	}
+	return fmt.Sprintf("load average %s (1, 5, 15 min) on %d cores; %d other client connections on the server (%d active); fsync %s, synchronous_commit %s, shared_buffers %s, autovacuum %s",
+		strings.Join(f, " "), runtime.NumCPU(), others, active, fsync, sync, buffers, av)
+}
+
 func pgDrain(ctx context.Context, r *report, s pgSubject, total, w int, metric string) error {
 	p, err := s.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer p.stop()
-	d, err := drainOn(ctx, p, total, w, nil)
+	d, err := drainOn(ctx, p, total, w, r.meter(metric, s.name, total, p).around)
 	if err != nil {
 		return err
 	}
@@ -190,11 +220,14 @@ func pgEnqueue(ctx context.Context, r *report, s pgSubject, metric string, total
 		return err
 	}
 	defer p.stop()
+	m := r.meter(metric, s.name, total, p)
+	m.begin()
 	t0 := time.Now()
 	if err := send(ctx, p); err != nil {
 		return err
 	}
 	d := time.Since(t0)
+	m.end()
 	q, err := p.pending(ctx)
 	if err != nil {
 		return err
@@ -212,10 +245,13 @@ func pgLatency(ctx context.Context, r *report, s pgSubject) error {
 		return err
 	}
 	defer p.stop()
+	m := r.meter("lat50", s.name, latencyTotal(), p)
+	m.begin()
 	p50, p99, err := latencyOnPeer(ctx, p, latencyTotal())
 	if err != nil {
 		return err
 	}
+	m.end()
 	r.pg.add("lat50", s.name, ms(p50))
 	r.pg.add("lat99", s.name, ms(p99))
 	return nil
@@ -228,6 +264,8 @@ func pgChord(ctx context.Context, r *report, s pgSubject) error {
 	}
 	defer p.stop()
 	var d time.Duration
+	m := r.meter("chord", s.name, chordSize(), p)
+	m.begin()
 	if e, ok := p.(*errandPGPeer); ok {
 		d, err = errandChordOn(ctx, e.srv, chordSize())
 	} else {
@@ -236,6 +274,7 @@ func pgChord(ctx context.Context, r *report, s pgSubject) error {
 	if err != nil {
 		return err
 	}
+	m.end()
 	r.pg.add("chord", s.name, ms(d))
 	return nil
 }
@@ -412,7 +451,13 @@ func (r *report) pgMarkdown() string {
 	var b strings.Builder
 	b.WriteString("## PostgreSQL: errand beside River and a raw SKIP LOCKED floor (issue 33)\n\n")
 	if len(r.pg) > 0 {
-		fmt.Fprintf(&b, "`go run ./bench -only postgres`: errand's PostgreSQL broker and backend (one pool, one schema: co-located), River v0.51.2 (riverpgxv5, its tables made by rivermigrate) and a raw SKIP LOCKED queue on the same PostgreSQL in this run, each subject on a fresh schema and a pool of its own (%d connections): %d interleaved rounds (the subjects' order reversed every other round); each cell is the median, with the range over the rounds in brackets. Same payload (five int64 arguments), same no-op handler, every task checked to run exactly once (enqueue rows: the queue then held each task once). Ratios are errand ÷ the other subject (throughputs: higher is better; times: lower is better), from the medians, with the per-round range.\n\n", pgMaxConns, *rounds)
+		fmt.Fprintf(&b, "`go run ./bench -only postgres`: errand's PostgreSQL broker and backend (one pool, one schema: co-located), River v0.51.2 (riverpgxv5, its tables made by rivermigrate) and a raw SKIP LOCKED queue on the same PostgreSQL 15 (scripts/services' private cluster) in this run, each subject on a fresh schema and a pool of its own (%d connections): %d interleaved rounds (the subjects' order reversed every other round); each cell is the median, with the range over the rounds in brackets. Same payload (five int64 arguments), same no-op handler, every task checked to run exactly once (enqueue rows: the queue then held each task once). Ratios are errand ÷ the other subject (throughputs: higher is better; times: lower is better), from the medians, with the per-round range.\n\n", pgMaxConns, *rounds)
+		b.WriteString("Subjects. **raw**: one table (id bigserial, payload jsonb, leased_until) with a statement-level trigger that NOTIFYs after each INSERT; one fetcher claims as many rows as there are idle workers (`UPDATE ... SET leased_until = now() + 30 s WHERE id IN (SELECT id ... WHERE leased_until < now() ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED) RETURNING`), each worker runs the handler and DELETEs its row; an empty claim waits for a notification (1 s at most). At-least-once, no priorities, no delays, no retries, no states: the least a hand-written queue needs. **River**: every Config field at its default but the queue's MaxWorkers (= the workers), Workers, Schema and the logger; its default FetchCooldown (100 ms) caps a client's fetches at ten a second, so a 10-worker drain runs about 100 tasks/s; the second River column is the same client with FetchCooldown " + riverCool.String() + " (its minimum), where fetches follow LISTEN/NOTIFY. River keeps completed jobs 24 h (CompletedJobRetentionPeriod); errand's broker deletes a message at its ack and its backend keeps the state (errand's result expiry, 10 min here). **errand**: the broker's and backend's defaults but the schema and a 10-minute result expiry; batches are one SendGroup of 100, a transaction's send is `SendTask(WithTx(ctx, tx), sig)`. The chord rows of raw and River model a chord, which neither has, as a counter row: each member's handler decrements it (`UPDATE ... SET n = n - 1 RETURNING n`, its own statement, not atomic with the member's completion) and the one that takes it to zero sends the callback; errand's chord is SendChord with its exactly-once claim in the backend.\n\n")
+		b.WriteString("The machine and the server during the run (2 cores shared with other engineers' builds and tests on the same PostgreSQL, Redis and RabbitMQ; the range in brackets is the noise):\n\n")
+		for _, e := range r.pgEnv {
+			b.WriteString("- " + e + "\n")
+		}
+		b.WriteString("\n")
 		b.WriteString("| scenario | raw floor | River | River, FetchCooldown " + riverCool.String() + " | errand | errand ÷ River | errand ÷ River, FetchCooldown " + riverCool.String() + " | errand ÷ raw | target | met |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, m := range pgMetrics() {
 			runs := r.pg[m.key]
@@ -435,6 +480,7 @@ func (r *report) pgMarkdown() string {
 				ratioCell(runs["errand"], runs["river"]), ratioCell(runs["errand"], runs["river-fast"]), ratioCell(runs["errand"], runs["raw"]), m.target, met)
 		}
 		b.WriteString("\n")
+		b.WriteString(r.pgCostMarkdown())
 	}
 	for _, s := range r.pgSoak {
 		fmt.Fprintf(&b, "Soak, %s: %d tasks/s for %v (%d tasks, 4 producers, 10 workers), autovacuum at the server's defaults; the subject's tables (every table of its schema) sampled every %v, and once more after the last task ran:\n\n",
