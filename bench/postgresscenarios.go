@@ -350,6 +350,7 @@ type soakRun struct {
 	dur     time.Duration
 	total   int
 	samples []soakSample
+	tables  []string // each table at the end: heap and index sizes, dead tuples, autovacuums
 }
 
 // pgSoak sends *soakRate tasks/s for *soakFor from 4 producers to 10
@@ -440,6 +441,22 @@ FROM pg_stat_user_tables WHERE schemaname = $1`, schema).Scan(&x.bytes, &x.dead,
 	if err := sample(); err != nil {
 		return err
 	}
+	rows, err := pool.Query(ctx, `SELECT relname, pg_relation_size(relid), pg_indexes_size(relid), n_dead_tup, autovacuum_count
+FROM pg_stat_user_tables WHERE schemaname = $1 ORDER BY pg_total_relation_size(relid) DESC`, schema)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var name string
+		var heap, idx, dead, avs int64
+		if err := rows.Scan(&name, &heap, &idx, &dead, &avs); err != nil {
+			return err
+		}
+		run.tables = append(run.tables, fmt.Sprintf("%s: heap %.1f MB, indexes %.1f MB, %d dead tuples, %d autovacuums", name, float64(heap)/(1<<20), float64(idx)/(1<<20), dead, avs))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
 	r.pgSoak = append(r.pgSoak, run)
 	return nil
 }
@@ -488,6 +505,10 @@ func (r *report) pgMarkdown() string {
 		b.WriteString("| at | sent | ran | total relation size | dead tuples | live tuples | autovacuums |\n|---|---|---|---|---|---|---|\n")
 		for _, x := range s.samples {
 			fmt.Fprintf(&b, "| %v | %d | %d | %.1f MB | %d | %d | %d |\n", x.at.Round(time.Second), x.sent, x.done, float64(x.bytes)/(1<<20), x.dead, x.live, x.avs)
+		}
+		b.WriteString("\nAt the end, by table:\n\n")
+		for _, t := range s.tables {
+			b.WriteString("- " + t + "\n")
 		}
 		b.WriteString("\n")
 	}
