@@ -81,7 +81,9 @@ func pgPeers(r *report) error {
 	}
 	subjects := pgSubjects()
 	if *subjectsFlag != "" {
-		subjects = slices.DeleteFunc(subjects, func(s pgSubject) bool { return !strings.Contains(*subjectsFlag, s.name) })
+		// By exact name: "river" is not "river-fast".
+		names := strings.Split(*subjectsFlag, ",")
+		subjects = slices.DeleteFunc(subjects, func(s pgSubject) bool { return !slices.Contains(names, s.name) })
 	}
 	total := pgTotal()
 	type scen struct {
