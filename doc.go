@@ -237,6 +237,7 @@
 //	github.com/errand-go/errand/brokers/redis     redisbroker      redis://, rediss://, redis-sentinel://, rediss-sentinel://
 //	github.com/errand-go/errand/brokers/sqs       sqsbroker        sqs://
 //	github.com/errand-go/errand/brokers/amqp      amqpbroker       amqp://, amqps://
+//	github.com/errand-go/errand/brokers/postgres  postgresbroker   postgres://, postgresql://
 //	github.com/errand-go/errand/backends/memory   memorybackend    memory://       (this module)
 //	github.com/errand-go/errand/backends/redis    redisbackend     redis://, rediss://, redis-sentinel://, rediss-sentinel://
 //	github.com/errand-go/errand/backends/mongo    mongobackend     mongodb://, mongodb+srv://

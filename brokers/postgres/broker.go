@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -54,6 +55,7 @@ type Broker struct {
 	channel string // the LISTEN/NOTIFY channel of the schema
 
 	listen *listener
+	notify *notifier
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -93,6 +95,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Broker, error
 		return nil, fmt.Errorf("postgres broker: %w", err)
 	}
 	b.listen = newListener(b)
+	b.notify = newNotifier(b)
 	return b, nil
 }
 
@@ -133,6 +136,7 @@ func (b *Broker) CheckTx(tx any) error { return pgdb.CheckTx(b.pool, tx) }
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.closed)
+		b.notify.close()
 		b.listen.stop()
 		if b.ownPool {
 			b.pool.Close()
@@ -175,8 +179,9 @@ func (b *Broker) checkOpen() error {
 // payload is the queue. PostgreSQL channel names stop at 63 bytes.
 func channelName(schema string) string {
 	c := "errand." + schema
-	if len(c) > 63 {
-		c = c[:63]
+	for len(c) > 63 {
+		_, size := utf8.DecodeLastRuneInString(c)
+		c = c[:len(c)-size]
 	}
 	return c
 }

@@ -3,6 +3,7 @@ package postgresbroker_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -18,7 +19,11 @@ import (
 // harness is the broker's conformance harness on pool, in a migrated
 // schema of its own (one per harness: cases use queues of their own).
 func harness(t testing.TB, pool *pgxpool.Pool) conformance.BrokerHarness {
-	schema := pgdbtest.Schema(t, pool)
+	return harnessIn(pool, pgdbtest.Schema(t, pool))
+}
+
+// harnessIn is the harness on pool's schema.
+func harnessIn(pool *pgxpool.Pool, schema string) conformance.BrokerHarness {
 	return conformance.BrokerHarness{
 		New: func(t testing.TB) errand.Broker {
 			b, err := postgresbroker.New(context.Background(), pool, &postgresbroker.Options{Schema: schema})
@@ -59,4 +64,11 @@ func TestConformance(t *testing.T) {
 	h := harness(t, pool)
 	conformance.RunBroker(t, h)
 	conformance.RunWorker(t, h, conformance.MemoryBackend())
+}
+
+func getenv(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

@@ -52,8 +52,13 @@
 // (pg_notify on the channel "errand.<schema>", payload the queue; inside
 // a transaction the notification waits for its commit), and each Broker
 // holds one listening connection of its own that wakes its blocked Fetch
-// calls at once. Options.PollInterval (default 1s) bounds a wait when a
-// notification was lost (the listening connection broke).
+// calls at once. Outside a transaction a broker notifies a queue at most
+// once a millisecond (a NOTIFY makes commits queue up behind a
+// server-wide lock): a publish within that millisecond is notified by
+// one trailing notification when it ends, so a consumer elsewhere hears
+// of it at most a millisecond late; the publishing broker's own blocked
+// fetches are woken at once. Options.PollInterval (default 1s) bounds a
+// wait when a notification was lost (the listening connection broke).
 //
 // Faults: every statement is bounded by Options.CallTimeout (default
 // 10s) when the caller's ctx has no earlier deadline, so a server that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,6 +34,10 @@ func (b *Broker) fail(ctx, bounded context.Context, op string, err error) error 
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil:
 		return fmt.Errorf("postgres broker: %s: %w: %w", op, ErrStatementTimeout, err)
+	case pgErr != nil && (pgErr.Severity == "FATAL" || strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")):
+		// The server ended the session: terminated, shutting down,
+		// starting up, or the connection failed.
+		return fmt.Errorf("postgres broker: %s: %w: %w", op, ErrConnection, err)
 	case pgErr != nil:
 		return fmt.Errorf("postgres broker: %s: %w", op, err)
 	case ctx.Err() != nil:

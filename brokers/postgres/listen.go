@@ -108,24 +108,36 @@ func (l *listener) run(ctx context.Context) {
 		}
 	}
 	defer signalReady()
+	backoff := minReconnect
 	for ctx.Err() == nil {
-		if err := l.session(ctx, signalReady); err != nil && ctx.Err() == nil {
-			signalReady()
-			l.wakeAll() // notifications may be lost: every waiter looks again
-			// A pause before reconnecting; waiters poll meanwhile.
-			t := time.NewTimer(l.b.opts.PollInterval)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
+		listened, err := l.session(ctx, signalReady)
+		if err == nil || ctx.Err() != nil {
+			continue
 		}
+		signalReady()
+		l.wakeAll() // notifications may be lost: every waiter looks again
+		if listened {
+			backoff = minReconnect
+		}
+		// A pause before reconnecting, doubling while the server stays
+		// away, at most PollInterval; waiters poll meanwhile.
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		backoff = min(backoff*2, max(l.b.opts.PollInterval, minReconnect))
 	}
 }
 
+// minReconnect is the listener's first pause before it connects again.
+const minReconnect = 50 * time.Millisecond
+
 // session connects, listens, and delivers notifications until the
-// connection fails or ctx ends.
-func (l *listener) session(ctx context.Context, listening func()) error {
+// connection fails or ctx ends. listened reports whether LISTEN took
+// effect.
+func (l *listener) session(ctx context.Context, listening func()) (listened bool, err error) {
 	cfg := l.b.pool.Config().ConnConfig.Copy()
 	cctx, cancel := l.b.bound(ctx)
 	conn, err := pgx.ConnectConfig(cctx, cfg)
@@ -137,7 +149,7 @@ func (l *listener) session(ctx context.Context, listening func()) error {
 		if conn != nil {
 			l.closeConn(conn)
 		}
-		return err
+		return false, err
 	}
 	defer l.closeConn(conn)
 	listening()
@@ -145,7 +157,7 @@ func (l *listener) session(ctx context.Context, listening func()) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		l.wake(n.Payload)
 	}

@@ -9,8 +9,14 @@ import (
 	"github.com/errand-go/errand/internal/pgdb"
 )
 
+// maxQueueName is the longest queue name in bytes: a NOTIFY payload is
+// shorter than 8000 bytes.
+const maxQueueName = 7999
+
 // Publish inserts msgs in one statement (any number of them, to any
-// queues) and notifies each queue's waiting consumers in it. A message
+// queues) and notifies each queue's waiting consumers: in the same
+// statement, or, for a queue this broker notified less than a
+// millisecond ago, once that millisecond ends (see notifyWindow). A message
 // with a NotBefore in the future is due that long after the statement
 // runs, on the server's clock (the producer's clock measures only the
 // delay). Inside a caller's transaction (errand.WithTx, accepted by
@@ -31,6 +37,9 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	delays := make([]int64, n)
 	now := time.Now()
 	for i, m := range msgs {
+		if len(m.Queue) > maxQueueName {
+			return fmt.Errorf("postgres broker: message %s: a queue name of %d bytes; at most %d (the queue is a NOTIFY payload)", m.ID, len(m.Queue), maxQueueName)
+		}
 		if b.opts.MaxPayload > 0 && len(m.Body) > b.opts.MaxPayload {
 			return fmt.Errorf("postgres broker: message %s: %d bytes, limit %d: %w", m.ID, len(m.Body), b.opts.MaxPayload, driver.ErrPayloadTooLarge)
 		}
@@ -46,15 +55,18 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 			}
 		}
 	}
-	args := []any{queues, ids, bodies, prios, tasks, attempts, delays, b.channel}
 	bounded, cancel := b.bound(ctx)
 	defer cancel()
+	touched := distinct(queues)
 	if pgdb.InTx(ctx) {
+		args := []any{queues, ids, bodies, prios, tasks, attempts, delays, b.channel, touched}
 		if _, err := pgdb.WriterFor(ctx, b.pool).Exec(bounded, b.sql.publish, args...); err != nil {
 			return b.fail(ctx, bounded, "publish in the caller's transaction", err)
 		}
 		return nil
 	}
+	notifyNow, later := b.notify.split(touched)
+	args := []any{queues, ids, bodies, prios, tasks, attempts, delays, b.channel, notifyNow}
 	c, err := b.acquire(ctx, bounded, "publish")
 	if err != nil {
 		return err
@@ -62,6 +74,12 @@ func (b *Broker) Publish(ctx context.Context, msgs ...driver.Message) error {
 	defer c.Release()
 	if _, err := c.Exec(bounded, b.sql.publish, args...); err != nil {
 		return b.fail(ctx, bounded, "publish", err)
+	}
+	// Committed: this process's own consumers look at once, others hear
+	// the statement's notification or a trailing one (notify.go).
+	b.notify.owe(later)
+	for _, q := range touched {
+		b.listen.wake(q)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 // passed as microseconds and added to clock_timestamp() or now(), so the
 // clocks of producers and workers decide nothing.
 type statements struct {
-	publish, fetch, nextDue, ack, extend, release, reject string
+	publish, notify, fetch, nextDue, ack, extend, release, reject string
 }
 
 func newStatements(schema string) statements {
@@ -23,11 +23,11 @@ func newStatements(schema string) statements {
 	)
 	return statements{
 		// $1 queues, $2 IDs, $3 bodies, $4 priorities, $5 tasks, $6 task
-		// attempts, $7 delays in µs (0: due now), $8 the NOTIFY channel.
-		// Rows are inserted in the order given (ordinality), so ids are in
-		// publish order; each queue published to is notified once.
-		// Inside a caller's transaction, the rows and the notification
-		// both wait for its commit.
+		// attempts, $7 delays in µs (0: due now), $8 the NOTIFY channel,
+		// $9 the queues to notify (see notify.go). Rows are inserted in the
+		// order given (ordinality), so ids are in publish order. Inside a
+		// caller's transaction, the rows and the notifications both wait
+		// for its commit.
 		publish: r.Replace(`
 WITH ins AS (
 	INSERT INTO {messages} (queue, msg_id, body, priority, task, task_attempt, eta, ready, due)
@@ -39,9 +39,12 @@ WITH ins AS (
 			WITH ORDINALITY AS u(q, i, b, p, t, a, d, o)
 	) v
 	ORDER BY o
-	RETURNING queue
 )
-SELECT pg_notify($8, q) FROM (SELECT DISTINCT queue AS q FROM ins) n`),
+SELECT pg_notify($8, q) FROM unnest($9::text[]) q`),
+
+		// $1 the NOTIFY channel, $2 queues: a notification of its own,
+		// for publishes whose statement left it out (notify.go).
+		notify: `SELECT pg_notify($1, q) FROM unnest($2::text[]) q`,
 
 		// $1 queue, $2 limit, $3 lease in µs. The candidates are the
 		// first ready rows by priority and publish order, and the first
