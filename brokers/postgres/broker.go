@@ -72,6 +72,9 @@ var (
 // (pgdb.Check): an error wrapping ErrNoSchema, ErrSchemaOld or
 // ErrSchemaNew when it is not (run Migrate or errand migrate).
 func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Broker, error) {
+	if pool == nil {
+		return nil, errors.New("postgres broker: New needs a *pgxpool.Pool (nil given)")
+	}
 	var o Options
 	if opts != nil {
 		o = *opts

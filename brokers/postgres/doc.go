@@ -38,7 +38,10 @@
 //
 // Order: due messages of a queue go highest Message.Priority first, then
 // by ETA, then in publish order. A message released at once keeps its
-// place.
+// place. Of the messages that waited for a time (delayed, released for
+// later, or whose lease lapsed), a Fetch considers the limit earliest
+// due: when more than that became due at once, due time, not priority,
+// picks which are delivered first.
 //
 // Delays: a message is never delivered before its NotBefore. The delay is
 // measured on the producer's clock when it publishes and counted on the

@@ -37,18 +37,13 @@ func newNotifier(b *Broker) *notifier {
 	return &notifier{b: b, window: notifyWindow, last: map[string]time.Time{}, pending: map[string]bool{}}
 }
 
-// distinct returns the queues of msgs, once each, in order.
+// distinct returns the queues, once each, in order.
 func distinct(queues []string) []string {
+	seen := make(map[string]bool, 1)
 	var out []string
-	for i, q := range queues {
-		seen := false
-		for _, p := range queues[:i] {
-			if p == q {
-				seen = true
-				break
-			}
-		}
-		if !seen {
+	for _, q := range queues {
+		if !seen[q] {
+			seen[q] = true
 			out = append(out, q)
 		}
 	}

@@ -89,27 +89,27 @@ CREATE TABLE {group_members} (
   PRIMARY KEY (group_id, task_id)
 );
 
-CREATE FUNCTION {set_states}(ids text[], names text[], states text[], attempts int[],
-    created timestamptz[], started timestamptz[], finished timestamptz[], bodies text[],
-    expiry interval, if_absent bool) RETURNS int
+CREATE FUNCTION {set_states}(a_ids text[], a_names text[], a_states text[], a_attempts int[],
+    a_created timestamptz[], a_started timestamptz[], a_finished timestamptz[], a_bodies text[],
+    a_expiry interval, a_if_absent bool) RETURNS int
 LANGUAGE sql AS $$
   WITH w AS (
     INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
-    SELECT DISTINCT ON (u.id) u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + expiry
-    FROM unnest(ids, names, states, attempts, created, started, finished, bodies)
+    SELECT DISTINCT ON (u.id) u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
+    FROM unnest(a_ids, a_names, a_states, a_attempts, a_created, a_started, a_finished, a_bodies)
       WITH ORDINALITY AS u(id, name, state, attempt, created, started, finished, body, ord)
     ORDER BY u.id, u.ord DESC
     ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
       attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
       finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
-      WHERE NOT if_absent OR t.expires_at <= now()
+      WHERE NOT a_if_absent OR t.expires_at <= now()
     RETURNING t.id
   )
   SELECT count(pg_notify({channel}, w.id))::int FROM w
 $$;
 
-CREATE FUNCTION {start_states}(ids text[], names text[], states text[], attempts int[], firsts bool[],
-    created timestamptz[], started timestamptz[], bodies text[], expiry interval)
+CREATE FUNCTION {start_states}(a_ids text[], a_names text[], a_states text[], a_attempts int[], a_firsts bool[],
+    a_created timestamptz[], a_started timestamptz[], a_bodies text[], a_expiry interval)
 RETURNS TABLE (ord int, written bool, prev_name text, prev_state text, prev_attempt int,
     prev_created timestamptz, prev_started timestamptz, prev_finished timestamptz, prev_body text)
 LANGUAGE plpgsql AS $$
@@ -119,20 +119,20 @@ DECLARE
   s timestamptz;
   tries int;
 BEGIN
-  FOR i IN 1 .. coalesce(array_length(ids, 1), 0) LOOP
+  FOR i IN 1 .. coalesce(array_length(a_ids, 1), 0) LOOP
     tries := 0;
     LOOP
       tries := tries + 1;
-      SELECT * INTO p FROM {states} t WHERE t.id = ids[i] AND t.expires_at > now() FOR UPDATE;
+      SELECT * INTO p FROM {states} t WHERE t.id = a_ids[i] AND t.expires_at > now() FOR UPDATE;
       IF NOT FOUND THEN
         INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
-        VALUES (ids[i], names[i], states[i], attempts[i], created[i], started[i], NULL, bodies[i], now() + expiry)
+        VALUES (a_ids[i], a_names[i], a_states[i], a_attempts[i], a_created[i], a_started[i], NULL, a_bodies[i], now() + a_expiry)
         ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
           attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
           finished_at = NULL, body = excluded.body, expires_at = excluded.expires_at
           WHERE t.expires_at <= now();
         IF FOUND THEN
-          PERFORM pg_notify({channel}, ids[i]);
+          PERFORM pg_notify({channel}, a_ids[i]);
           ord := i; written := true;
           prev_name := NULL; prev_state := NULL; prev_attempt := NULL;
           prev_created := NULL; prev_started := NULL; prev_finished := NULL; prev_body := NULL;
@@ -140,24 +140,24 @@ BEGIN
           EXIT;
         END IF;
         IF tries >= 3 THEN
-          RAISE EXCEPTION 'start of task %: its state changed under three tries', ids[i];
+          RAISE EXCEPTION 'start of task %: its state changed under three tries', a_ids[i];
         END IF;
         CONTINUE; -- a concurrent start wrote it first: read its state
       END IF;
-      written := NOT ((p.task_name <> '' AND p.task_name <> names[i])
+      written := NOT ((p.task_name <> '' AND p.task_name <> a_names[i])
         OR p.state IN ('SUCCESS', 'FAILURE')
-        OR p.attempt > attempts[i]
-        OR (p.state = 'STARTED' AND firsts[i]));
+        OR p.attempt > a_attempts[i]
+        OR (p.state = 'STARTED' AND a_firsts[i]));
       IF written THEN
-        c := coalesce(p.created_at, created[i]);
-        s := started[i];
+        c := coalesce(p.created_at, a_created[i]);
+        s := a_started[i];
         IF s IS NOT NULL AND c IS NOT NULL AND c > s THEN
           s := c;
         END IF;
-        UPDATE {states} SET task_name = names[i], state = states[i], attempt = attempts[i],
-          created_at = c, started_at = s, finished_at = NULL, body = bodies[i], expires_at = now() + expiry
-          WHERE id = ids[i];
-        PERFORM pg_notify({channel}, ids[i]);
+        UPDATE {states} SET task_name = a_names[i], state = a_states[i], attempt = a_attempts[i],
+          created_at = c, started_at = s, finished_at = NULL, body = a_bodies[i], expires_at = now() + a_expiry
+          WHERE id = a_ids[i];
+        PERFORM pg_notify({channel}, a_ids[i]);
       END IF;
       ord := i;
       prev_name := p.task_name; prev_state := p.state; prev_attempt := p.attempt;

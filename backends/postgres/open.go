@@ -1,0 +1,71 @@
+package postgresbackend
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/errand-go/errand/driver"
+)
+
+func init() {
+	driver.RegisterBackend("postgres", Open)
+	driver.RegisterBackend("postgresql", Open)
+}
+
+// The query parameters Open reads itself (see the package doc); every
+// other one goes to pgxpool.ParseConfig (pgx's own, such as
+// pool_max_conns, and the server's run-time parameters, such as
+// statement_timeout).
+var ownParams = []string{"schema", "result_expiry", "group_expiry", "timeout", "retention_interval", "retention_batch", "poll_interval"}
+
+// Open returns a backend for a postgres:// or postgresql:// URL (see the
+// package doc). It makes a pool of its own, which Close closes, and
+// checks the schema's version as New does: it never creates the schema
+// (run Migrate, or errand migrate).
+func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	q := u.Query()
+	own := url.Values{}
+	for _, k := range ownParams {
+		if q.Has(k) {
+			own[k] = q[k]
+			q.Del(k)
+		}
+	}
+	clean := *u
+	clean.RawQuery = q.Encode()
+	opts := &Options{Schema: own.Get("schema")}
+	if err := driver.DurationParams(own, map[string]*time.Duration{
+		"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout,
+		"retention_interval": &opts.RetentionInterval, "poll_interval": &opts.PollInterval,
+	}); err != nil {
+		return nil, fmt.Errorf("postgres backend: %w", err)
+	}
+	if v := own.Get("retention_batch"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("postgres backend: retention_batch %q is not a positive count", v)
+		}
+		opts.RetentionBatch = n
+	}
+	cfg, err := pgxpool.ParseConfig(clean.String())
+	if err != nil {
+		// pgconn's parse errors hide the password of the string they quote.
+		return nil, fmt.Errorf("postgres backend: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres backend: %w", err)
+	}
+	b, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.ownPool = true
+	return b, nil
+}
