@@ -9,13 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/errand-go/errand"
-	memorybackend "github.com/errand-go/errand/backends/memory"
+	postgresbackend "github.com/errand-go/errand/backends/postgres"
 	postgresbroker "github.com/errand-go/errand/brokers/postgres"
 )
 
 // errand: the PostgreSQL broker and the PostgreSQL backend on one pool and
 // one schema (migrated by Migrate), default options but the schema and a
-// 10-minute result expiry like the Redis peers.
+// 10-minute result expiry like the Redis peers (the soak: -soakexpiry).
 
 type errandPGPeer struct {
 	errandPeer
@@ -23,11 +23,15 @@ type errandPGPeer struct {
 	schema string
 }
 
-func newErrandPGPeer(ctx context.Context) (pgPeer, error) {
+func newErrandPGPeer(ctx context.Context) (pgPeer, error) { return openErrandPG(ctx, 10*time.Minute) }
+
+func openErrandPG(ctx context.Context, expiry time.Duration) (pgPeer, error) {
 	pool, schema, err := pgOpen(ctx, "errand")
 	if err != nil {
 		return nil, err
 	}
+	// One schema of errand's tables serves both drivers: the broker's
+	// Migrate makes them all.
 	if err := postgresbroker.Migrate(ctx, pool, schema); err != nil {
 		pgClose(pool, schema)
 		return nil, err
@@ -37,12 +41,16 @@ func newErrandPGPeer(ctx context.Context) (pgPeer, error) {
 		pgClose(pool, schema)
 		return nil, err
 	}
-	srv, err := errand.NewServer(errand.Config{
-		Broker:  brk,
-		Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: 10 * time.Minute}),
-	})
+	bk, err := postgresbackend.New(ctx, pool, &postgresbackend.Options{Schema: schema, ResultExpiry: expiry})
 	if err != nil {
 		brk.Close()
+		pgClose(pool, schema)
+		return nil, err
+	}
+	srv, err := errand.NewServer(errand.Config{Broker: brk, Backend: bk})
+	if err != nil {
+		brk.Close()
+		bk.Close()
 		pgClose(pool, schema)
 		return nil, err
 	}

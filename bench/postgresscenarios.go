@@ -20,6 +20,7 @@ var (
 	pgn         = flag.Int("pgn", 0, "tasks in the PostgreSQL drain and enqueue scenarios (default: -n)")
 	soakFor     = flag.Duration("soak", 10*time.Minute, "length of the PostgreSQL soak (runs only when -peer names it: -only postgres -peer soak)")
 	soakRate    = flag.Int("soakrate", 1000, "tasks/s sent during the PostgreSQL soak")
+	soakExpiry  = flag.Duration("soakexpiry", time.Minute, "errand's ResultExpiry in the PostgreSQL soak")
 	riverCool   = flag.Duration("rivercooldown", time.Millisecond, "River FetchCooldown of the river-fast subject (River's default is 100 ms)")
 	pgBatchSize = 100
 )
@@ -366,7 +367,13 @@ func pgSoak(_ context.Context, r *report, s pgSubject) error {
 	total := int(float64(rps) * dur.Seconds())
 	ctx, cancel := context.WithTimeout(context.Background(), dur+5*time.Minute)
 	defer cancel()
-	p, err := s.open(ctx)
+	open := s.open
+	if s.name == "errand" {
+		// States expire within the run, so that retention's steady state
+		// shows.
+		open = func(ctx context.Context) (pgPeer, error) { return openErrandPG(ctx, *soakExpiry) }
+	}
+	p, err := open(ctx)
 	if err != nil {
 		return err
 	}
