@@ -242,6 +242,7 @@
 //	github.com/errand-go/errand/backends/redis    redisbackend     redis://, rediss://, redis-sentinel://, rediss-sentinel://
 //	github.com/errand-go/errand/backends/mongo    mongobackend     mongodb://, mongodb+srv://
 //	github.com/errand-go/errand/backends/memcache memcachebackend  memcache://
+//	github.com/errand-go/errand/backends/postgres postgresbackend  postgres://, postgresql://
 //
 // A driver's constructor, New, takes an *Options and, for most drivers, an
 // injected client (the AMQP broker takes a URL, the MongoDB backend also a

@@ -104,13 +104,21 @@ func secrets(u *url.URL) []string {
 
 // hideUser reports whether u's username may itself be a credential and is
 // hidden: a username with no password (a token, or a password as some
-// clients read it), and an SQS URL's (an AWS access key ID).
+// clients read it), and an SQS URL's (an AWS access key ID). A PostgreSQL
+// URL's username is a role name, never a credential: its password comes
+// from the URL, PGPASSWORD or a password file.
 func hideUser(u *url.URL) bool {
 	if u.User == nil || u.User.Username() == "" {
 		return false
 	}
+	switch strings.ToLower(u.Scheme) {
+	case "sqs":
+		return true
+	case "postgres", "postgresql":
+		return false
+	}
 	_, hasPassword := u.User.Password()
-	return !hasPassword || u.Scheme == "sqs"
+	return !hasPassword
 }
 
 func parseDriverURL(raw string) (*url.URL, error) {

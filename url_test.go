@@ -26,6 +26,11 @@ func TestRedactURL(t *testing.T) {
 		"sqs://AKIAHUNTER2:hunter2@host/q":                                        "sqs://xxxxx:xxxxx@host/q",
 		"sqs://host/?aws_access_key_id=AKIAHUNTER2&aws_secret_access_key=hunter2": "sqs://host/?aws_access_key_id=xxxxx&aws_secret_access_key=xxxxx",
 		"sqs://host/?AccessKeyId=AKIAHUNTER2&SessionToken=hunter2":                "sqs://host/?AccessKeyId=xxxxx&SessionToken=xxxxx",
+		// A PostgreSQL username is a role name, kept (errors name it);
+		// its password is hidden wherever it is.
+		"postgres://errand@host/db":                  "postgres://errand@host/db",
+		"postgresql://errand:hunter2@host/db":        "postgresql://errand:xxxxx@host/db",
+		"postgres://errand@host/db?password=hunter2": "postgres://errand@host/db?password=xxxxx",
 	}
 	for in, want := range cases {
 		got := errand.RedactURL(in)

@@ -9,12 +9,16 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/errand-go/errand v0.1.0
 	github.com/errand-go/errand/backends/mongo v0.1.0
+	github.com/errand-go/errand/backends/postgres v0.1.0
 	github.com/errand-go/errand/backends/redis v0.1.0
 	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/postgres v0.1.0
 	github.com/errand-go/errand/brokers/redis v0.1.0
 	github.com/errand-go/errand/brokers/sqs v0.1.0
+	github.com/errand-go/errand/internal/pgdb v0.1.0
 	github.com/errand-go/errand/otel v0.1.0
 	github.com/errand-go/errand/schedule v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.9.3
@@ -45,6 +49,9 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect

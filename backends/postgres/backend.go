@@ -186,15 +186,15 @@ func (b *Backend) err(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("postgres backend: %s: %w", what, driver.ErrClosed)
 	case errors.As(err, &pgErr) && pgErr.Code == "57014" && ctx.Err() == nil:
 		return fmt.Errorf("postgres backend: %s: the statement ran past the server's statement_timeout and was cancelled: %w", what, err)
-	case ctx.Err() != nil && (err == context.DeadlineExceeded || err == context.Canceled):
-		// pgxpool answers ctx.Err() itself when no connection came.
-		s := b.pool.Stat()
-		if s.AcquiredConns() >= s.MaxConns() {
-			return fmt.Errorf("postgres backend: %s: no free connection in the pool (all %d in use) before the ctx ended: %w", what, s.MaxConns(), err)
-		}
-		return fmt.Errorf("postgres backend: %s: %w", what, err)
 	case ctx.Err() != nil:
-		return fmt.Errorf("postgres backend: %s: %w (%v)", what, ctx.Err(), err)
+		why := context.Cause(ctx) // ctx.Err(), or a callTimeout of bound
+		if err == context.DeadlineExceeded || err == context.Canceled {
+			// pgxpool answers ctx.Err() itself when no connection came.
+			if s := b.pool.Stat(); s.AcquiredConns() >= s.MaxConns() {
+				return fmt.Errorf("postgres backend: %s: no free connection in the pool (all %d in use): %w", what, s.MaxConns(), why)
+			}
+		}
+		return fmt.Errorf("postgres backend: %s: %w", what, why)
 	}
 	return fmt.Errorf("postgres backend: %s: %w", what, err)
 }
@@ -208,8 +208,18 @@ func (b *Backend) bound(ctx context.Context) (context.Context, context.CancelFun
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= b.opts.CallTimeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, b.opts.CallTimeout)
+	return context.WithTimeoutCause(ctx, b.opts.CallTimeout, callTimeout{b.opts.CallTimeout})
 }
+
+// callTimeout is the cause of a ctx bound ended: the call ran past
+// CallTimeout.
+type callTimeout struct{ d time.Duration }
+
+func (e callTimeout) Error() string {
+	return fmt.Sprintf("no answer within the backend's CallTimeout of %v: %v", e.d, context.DeadlineExceeded)
+}
+
+func (e callTimeout) Unwrap() error { return context.DeadlineExceeded }
 
 // SetStates writes sts in one statement (pgdb.SetStatesSQL: an upsert of
 // the batch, the last state of a task winning), inside the caller's

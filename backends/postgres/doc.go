@@ -78,14 +78,18 @@
 //
 // # Waiting for results
 //
-// Every state write notifies the channel errand_states:SCHEMA
-// (pg_notify, delivered at commit) with the task's UUID. WaitState
-// ([driver.StateWaiter]) registers with one listening connection per
-// backend (outside the pool, opened by the first waiter), reads the
-// state, and reads it again when notified; when no notification comes
-// within PollInterval (one lost while that connection was down) it reads
-// anyway. A read that fails (the server restarting) is tried again at
-// the next wake-up.
+// Every write of a SUCCESS or FAILURE notifies the channel
+// errand_states:SCHEMA (pg_notify, delivered at commit) with the task's
+// UUID; the writes of other states notify nothing, since a commit that
+// notifies takes a lock every notifying commit of the database shares.
+// WaitState ([driver.StateWaiter]) registers with one listening
+// connection per backend (outside the pool, opened by the first waiter,
+// opened again within a second when lost), reads the state, and reads it
+// again when notified, and when that connection (re)connects; when no
+// notification comes within PollInterval (a wait for another state, a
+// notification lost while that connection was down) it reads anyway. A
+// read that fails (the server restarting) is tried again at the next
+// wake-up.
 //
 // # Retention
 //
@@ -114,5 +118,8 @@
 //
 // A state's results are stored as JSON text (no size limit beyond
 // PostgreSQL's 1 GB per value; keep results small). Times are kept to the
-// microsecond. A group's members are one array in its row.
+// microsecond. A group's members are one array in its row. WaitState's
+// listening connection needs a session of its own: behind a pooler in
+// transaction mode (PgBouncer) notifications do not arrive, and waiters
+// fall back to their poll.
 package postgresbackend

@@ -28,6 +28,45 @@ var ownParams = []string{"schema", "result_expiry", "group_expiry", "timeout", "
 // checks the schema's version as New does: it never creates the schema
 // (run Migrate, or errand migrate).
 func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
+	opts, cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres backend: %w", err)
+	}
+	b, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.ownPool = true
+	return b, nil
+}
+
+// MigrateURL runs Migrate on the database and schema a postgres:// or
+// postgresql:// URL names (as Open reads it), on a connection of its own:
+// what errand migrate does.
+func MigrateURL(ctx context.Context, u *url.URL) error {
+	opts, cfg, err := parseURL(u)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("postgres backend: %w", err)
+	}
+	defer pool.Close()
+	if err := Migrate(ctx, pool, opts.Schema); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// parseURL splits u into errand's Options and pgx's pool configuration.
+func parseURL(u *url.URL) (*Options, *pgxpool.Config, error) {
 	q := u.Query()
 	own := url.Values{}
 	for _, k := range ownParams {
@@ -43,29 +82,19 @@ func Open(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout,
 		"retention_interval": &opts.RetentionInterval, "poll_interval": &opts.PollInterval,
 	}); err != nil {
-		return nil, fmt.Errorf("postgres backend: %w", err)
+		return nil, nil, fmt.Errorf("postgres backend: %w", err)
 	}
 	if v := own.Get("retention_batch"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("postgres backend: retention_batch %q is not a positive count", v)
+			return nil, nil, fmt.Errorf("postgres backend: retention_batch %q is not a positive count", v)
 		}
 		opts.RetentionBatch = n
 	}
 	cfg, err := pgxpool.ParseConfig(clean.String())
 	if err != nil {
 		// pgconn's parse errors hide the password of the string they quote.
-		return nil, fmt.Errorf("postgres backend: %w", err)
+		return nil, nil, fmt.Errorf("postgres backend: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres backend: %w", err)
-	}
-	b, err := New(ctx, pool, opts)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	b.ownPool = true
-	return b, nil
+	return opts, cfg, nil
 }

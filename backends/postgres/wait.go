@@ -14,11 +14,11 @@ import (
 
 // WaitState blocks until the task's state satisfies done, ctx is done,
 // or the task is unknown or expired (driver.ErrTaskNotFound). It reads
-// the state, then waits for a notification of a write of the task's
-// state (every write notifies pgdb.StatesChannel in its own statement,
+// the state, then waits for a notification of the task (each write of a
+// SUCCESS or FAILURE notifies pgdb.StatesChannel in its own statement,
 // delivered when it commits) and reads it again; when no notification
-// comes within PollInterval (one lost while the listening connection was
-// down) it reads anyway. A read that fails (the server restarting) is
+// comes within PollInterval (a wait for another state, or a notification
+// lost while the listening connection was down) it reads anyway. A read that fails (the server restarting) is
 // tried again at the next wake-up, so a waiter outlives an outage.
 func (b *Backend) WaitState(ctx context.Context, id string, done func(*driver.TaskState) bool) (*driver.TaskState, error) {
 	wake, remove := b.waiters.add(id)
@@ -84,11 +84,13 @@ func (w *waiters) add(id string) (wake chan struct{}, remove func()) {
 	}
 }
 
-// close keeps a listener from starting after Close.
+// close keeps a listener from starting after Close, and wakes every
+// waiter: its next read answers driver.ErrClosed.
 func (w *waiters) close() {
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()
+	w.wake("", true)
 }
 
 // wake wakes the waiters of id, or every waiter when all.

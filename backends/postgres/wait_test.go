@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/errand-go/errand"
 	postgresbackend "github.com/errand-go/errand/backends/postgres"
 	"github.com/errand-go/errand/driver"
@@ -113,4 +115,46 @@ func TestWaitListenerReconnects(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("after the listening connection was terminated: %v; want the waiter woken when it is back", err)
 	}
+}
+
+// Close ends a WaitState at once with driver.ErrClosed, whatever its
+// PollInterval.
+func TestWaitEndsOnClose(t *testing.T) {
+	pool := pgdbtest.Pool(t)
+	b := harness(t, pool, &postgresbackend.Options{PollInterval: time.Hour}).New(t, 0)
+	set(t, b, "open", driver.StateStarted)
+	got := make(chan error, 1)
+	go func() {
+		_, err := b.(driver.StateWaiter).WaitState(context.Background(), "open", func(st *driver.TaskState) bool { return st.State.Terminal() })
+		got <- err
+	}()
+	// Close once the waiter is registered and has read the state: the
+	// listener's LISTEN shows it is.
+	deadline := time.Now().Add(waitBound)
+	for !listening(t, pool, locSchema(t, b.(driver.Located).Location())) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no listener within %v of a WaitState", waitBound)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the listener with a deadline
+	}
+	b.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, driver.ErrClosed) {
+			t.Fatalf("WaitState ended by Close = %v, want driver.ErrClosed", err)
+		}
+	case <-time.After(waitBound):
+		t.Fatalf("WaitState still waiting %v after Close; want it ended with driver.ErrClosed", waitBound)
+	}
+}
+
+// listening reports whether a connection LISTENs on schema's states
+// channel.
+func listening(t *testing.T, pool *pgxpool.Pool, schema string) bool {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()", "LISTEN %"+pgdb.StatesChannel(schema)+"%").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
 }

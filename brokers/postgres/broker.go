@@ -59,6 +59,8 @@ type Broker struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	ops opsState // the optional capabilities' statements and sweep (ops.go)
 }
 
 var (

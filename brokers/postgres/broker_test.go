@@ -33,8 +33,8 @@ func harnessIn(pool *pgxpool.Pool, schema string) conformance.BrokerHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BrokerCaps{MaxPayload: postgresbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true,
-			DetectsLostLease: true, Durable: true, Tx: true},
+		Caps: withOpsCaps(conformance.BrokerCaps{MaxPayload: postgresbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true,
+			DetectsLostLease: true, Durable: true, Tx: true, Colocate: true}),
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		// Foreign bytes go where another program would put them: a row of
 		// the messages table, inserted with SQL.

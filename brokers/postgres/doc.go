@@ -33,8 +33,9 @@
 // leased row whose lease lapses (its worker died) is delivered again, its
 // Attempt one higher. Ack deletes the rows in one statement, only while
 // still leased under the delivery's token (else driver.ErrLeaseLost):
-// acked rows do not stay in the table. Reject moves a row to the table
-// archive.
+// acked rows do not stay in the table (the same statement keeps the
+// newest CompletedMax of each queue in the table completed, see
+// Operators). Reject moves a row to the table archive.
 //
 // Order: due messages of a queue go highest Message.Priority first, then
 // by ETA, then in publish order. A message released at once keeps its
@@ -71,6 +72,73 @@
 // ErrConnection (a connection failed or was lost; the pool replaces it,
 // and Fetch tries again at once). The queue survives a server restart:
 // messages are rows, committed before Publish returns.
+//
+// # Operators
+//
+// The broker is every optional capability of package driver, each call
+// one statement, on the tables of internal/pgdb's brokerOpsV1 and the
+// core's:
+//
+//   - Archiver: what fails for good is a row of archive (Archive moves
+//     the delivery's row there under its lease token, like Ack). Archive
+//     also trims the queue's archive to its driver.Retention in the same
+//     statement, at most ArchiveTrimBatch rows of each bound a call.
+//     Archived lists bodies cut to ArchivePreview bytes (Size: the whole
+//     body's); ArchivedEntry reads one whole. Requeue deletes the entry and
+//     inserts the message in one statement (of racing Requeues one wins).
+//   - Lister, Finder, StatsReporter, Purger, QueueLister, QueueKnower:
+//     counts and listings read the queue's rows through the partial
+//     indexes of messages (O(the queue's length): an operator's call). The
+//     ack statement keeps the acked messages in completed, trimmed to the
+//     newest CompletedMax (1000) of each queue: every CompletedTrimEvery-th
+//     ack deletes up to CompletedTrimBatch older rows of its queue and
+//     counts them, so Stats.Completed counts every ack. Purge deletes in
+//     batches, never a message in flight; a purged queue stays known.
+//   - Pauser: a row of pauses. Fetch itself takes nothing of a paused
+//     queue (not only errand's workers, which poll Paused); Resume wakes
+//     the queue's waiting fetches.
+//   - Uniquer: a row of unique_keys per key with its holder and expiry on
+//     the server's clock, taken or renewed in one INSERT ... ON CONFLICT.
+//     Lock and Unlock run in the caller's transaction when the send has
+//     one (errand.WithTx): a key taken there is held for others once it
+//     commits, free again if it rolls back, and another Lock of that key
+//     waits for it to end.
+//   - RateLimiter: a token bucket per key, a row of rate_buckets taken
+//     from in one statement on the server's clock (the Redis broker's
+//     arithmetic: refused callers are spread 1/rate apart).
+//   - ScheduleStore: a row of schedules per schedule, its definition and
+//     latest claimed tick; ClaimTick is one conditional UPDATE.
+//   - Heartbeater: a row of heartbeats per worker, until its ttl.
+//
+// Retention: expired unique keys, full rate buckets and heartbeats of
+// workers gone without Unbeat are invisible to reads, and deleted by a
+// sweep that a Broker's own calls run (Beat, every worker's heartbeat,
+// above all; also Lock and Take), at most once every SweepEvery (10s), at
+// most SweepBatch (1000) rows of each table a statement, skipping locked
+// rows. Schedules and pauses stay until deleted or resumed.
+//
+// # With the PostgreSQL backend
+//
+// A broker and errand's PostgreSQL result backend (package
+// postgresbackend) on one database and schema are co-located
+// (driver.Colocator): Colocate answers for a backend whose Location is a
+// *pgdb.Location Same as the broker's pool and Options.Schema (the same
+// pool, or pools of the same host, port, database and user), and errand
+// then takes one statement where it would take two, each writing the
+// messages and the states atomically, in the backend's layout (its
+// functions set_states and start_states):
+//
+//   - a send publishes and writes PENDING (where a task has no state) in
+//     one statement, inside the caller's transaction when it has one:
+//     the messages and their states exist only once it commits;
+//   - a fetch leases and begins the attempts of the tasks the worker can
+//     run (STARTED at the statement's time, by driver.Starter's table);
+//   - the settle of a quiet success writes SUCCESS and acks in one
+//     statement (a lost lease: the state written, ErrLeaseLost), the
+//     acked rows kept in completed as Ack's are.
+//
+// A backend in another schema or database, or another backend, takes the
+// portable path: the same outcome in two statements.
 //
 // # Limits
 //

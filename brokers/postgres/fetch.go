@@ -23,16 +23,29 @@ import (
 // pool replaces the connection. Taking a message twice is harmless to
 // at-least-once delivery (a lease that was taken and lost lapses).
 func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+	var ds []*driver.Delivery
+	err := b.block(ctx, queue, func() (bool, error) {
+		var err error
+		ds, err = b.takeOnce(ctx, queue, max(limit, 1), lease)
+		return len(ds) > 0, err
+	})
+	return ds, err
+}
+
+// block is Fetch's loop around take, which runs one fetch statement and
+// reports whether it took something: it runs take until it does (or
+// fails), waiting between tries as Fetch describes. A take failing on a
+// broken connection is tried again at once, twice.
+func (b *Broker) block(ctx context.Context, queue string, take func() (bool, error)) error {
 	if err := b.checkOpen(); err != nil {
-		return nil, err
+		return err
 	}
-	limit = max(limit, 1)
 	b.listen.start(ctx)
 	for {
 		woken := b.listen.wait(queue)
-		ds, err := b.take(ctx, queue, limit, lease)
-		if err != nil || len(ds) > 0 {
-			return ds, err
+		took, err := b.retried(ctx, take)
+		if err != nil || took {
+			return err
 		}
 		next := b.nextDue(ctx, queue)
 		timer := time.NewTimer(next)
@@ -41,26 +54,26 @@ func (b *Broker) Fetch(ctx context.Context, queue string, limit int, lease time.
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-b.closed:
 			timer.Stop()
-			return nil, errClosed
+			return errClosed
 		}
 		timer.Stop()
 	}
 }
 
-// take runs the fetch statement, tried again on a broken connection.
-func (b *Broker) take(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {
+// retried runs take, tried again on a broken connection.
+func (b *Broker) retried(ctx context.Context, take func() (bool, error)) (bool, error) {
 	var err error
 	for range 3 {
-		var ds []*driver.Delivery
-		ds, err = b.takeOnce(ctx, queue, limit, lease)
+		var took bool
+		took, err = take()
 		if err == nil || !errors.Is(err, ErrConnection) || ctx.Err() != nil || b.isClosed() {
-			return ds, err
+			return took, err
 		}
 	}
-	return nil, err
+	return false, err
 }
 
 func (b *Broker) takeOnce(ctx context.Context, queue string, limit int, lease time.Duration) ([]*driver.Delivery, error) {

@@ -30,6 +30,45 @@ var ownParams = []string{"schema", "timeout", "max_payload", "poll_interval"}
 // poll_interval=DURATION Options.PollInterval. The schema must exist at
 // this build's version (errand migrate): Open never creates it.
 func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
+	opts, cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres broker: %w", err)
+	}
+	b, err := New(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.ownPool = true
+	return b, nil
+}
+
+// MigrateURL runs Migrate on the database and schema a postgres:// or
+// postgresql:// URL names (as Open reads it), on a connection of its own:
+// what errand migrate does.
+func MigrateURL(ctx context.Context, u *url.URL) error {
+	opts, cfg, err := parseURL(u)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("postgres broker: %w", err)
+	}
+	defer pool.Close()
+	if err := Migrate(ctx, pool, opts.Schema); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// parseURL splits u into errand's Options and pgx's pool configuration.
+func parseURL(u *url.URL) (*Options, *pgxpool.Config, error) {
 	own := url.Values{}
 	rest := *u
 	q := u.Query()
@@ -44,26 +83,16 @@ func Open(ctx context.Context, u *url.URL) (driver.Broker, error) {
 	if v := own.Get("max_payload"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return nil, fmt.Errorf("postgres broker: max_payload %q is not a byte count (a negative count means no limit)", v)
+			return nil, nil, fmt.Errorf("postgres broker: max_payload %q is not a byte count (a negative count means no limit)", v)
 		}
 		opts.MaxPayload = n
 	}
 	if err := driver.DurationParams(own, map[string]*time.Duration{"timeout": &opts.CallTimeout, "poll_interval": &opts.PollInterval}); err != nil {
-		return nil, fmt.Errorf("postgres broker: %w", err)
+		return nil, nil, fmt.Errorf("postgres broker: %w", err)
 	}
 	cfg, err := pgxpool.ParseConfig(rest.String())
 	if err != nil {
-		return nil, fmt.Errorf("postgres broker: %w", err)
+		return nil, nil, fmt.Errorf("postgres broker: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres broker: %w", err)
-	}
-	b, err := New(ctx, pool, opts)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	b.ownPool = true
-	return b, nil
+	return opts, cfg, nil
 }

@@ -12,6 +12,8 @@ func TestBackendOfSameServer(t *testing.T) {
 		{"redis-sentinel://s1:26379,s2:26379/0?master=errand", "redis-sentinel://s1:26379,s2:26379/0?master=errand"},
 		{"rediss-sentinel://s1:26379/0?master=errand&max_payload=5", "rediss-sentinel://s1:26379/0?master=errand"},
 		{"memory://", "memory://"},
+		{"postgres://app@db:5432/app?schema=jobs&max_payload=5", "postgres://app@db:5432/app?schema=jobs"},
+		{"postgresql://app@db/app", "postgresql://app@db/app"},
 		{"sqs://?region=x", ""},
 	} {
 		if got := backendOf(c.broker); got != c.want {

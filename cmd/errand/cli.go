@@ -201,15 +201,15 @@ func openFailure(err error) error {
 }
 
 // backendOf returns the backend URL a broker URL implies, for the schemes
-// that name both (redis, rediss, memory), without the broker-only
-// parameters; "" for the others.
+// that name both (redis, rediss, memory, postgres), without the
+// broker-only parameters (max_payload); "" for the others.
 func backendOf(brokerURL string) string {
 	u, err := url.Parse(brokerURL)
 	if err != nil {
 		return ""
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "redis", "rediss", "redis-sentinel", "rediss-sentinel", "memory":
+	case "redis", "rediss", "redis-sentinel", "rediss-sentinel", "memory", "postgres", "postgresql":
 	default:
 		return ""
 	}

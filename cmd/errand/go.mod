@@ -6,8 +6,10 @@ require (
 	github.com/errand-go/errand v0.1.0
 	github.com/errand-go/errand/backends/memcache v0.1.0
 	github.com/errand-go/errand/backends/mongo v0.1.0
+	github.com/errand-go/errand/backends/postgres v0.1.0
 	github.com/errand-go/errand/backends/redis v0.1.0
 	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/postgres v0.1.0
 	github.com/errand-go/errand/brokers/redis v0.1.0
 	github.com/errand-go/errand/brokers/sqs v0.1.0
 	github.com/errand-go/errand/otel v0.1.0

@@ -16,6 +16,8 @@
 //	errand enqueue NAME [ARG...] [-q QUEUE]
 //	errand web [--addr ADDR] [--allowed-host HOST] [--read-only] [--metrics=false]
 //	                                  serve the dashboard and /metrics
+//	errand migrate [--broker URL] [--backend URL]
+//	                                  create or upgrade the drivers' schema (PostgreSQL)
 //	errand version                    print the version
 //
 // The operator commands open the broker and the backend by URL: --broker
@@ -44,9 +46,11 @@ import (
 	_ "github.com/errand-go/errand/backends/memcache"
 	_ "github.com/errand-go/errand/backends/memory"
 	_ "github.com/errand-go/errand/backends/mongo"
+	_ "github.com/errand-go/errand/backends/postgres"
 	_ "github.com/errand-go/errand/backends/redis"
 	_ "github.com/errand-go/errand/brokers/amqp"
 	_ "github.com/errand-go/errand/brokers/memory"
+	_ "github.com/errand-go/errand/brokers/postgres"
 	_ "github.com/errand-go/errand/brokers/redis"
 	_ "github.com/errand-go/errand/brokers/sqs"
 )
@@ -97,6 +101,7 @@ var commands = []*command{
 	{name: "resume", args: "QUEUE", summary: "let workers fetch QUEUE's tasks again", operator: true, run: runResume},
 	{name: "workers", summary: "list the live workers and what they run", operator: true, run: runWorkers},
 	{name: "enqueue", args: "NAME [ARG...] [-q QUEUE] [--delay D] [--retries N]", summary: "send task NAME with ARGs (JSON values or TYPE:VALUE); prints its ID", operator: true, run: runEnqueue},
+	{name: "migrate", args: "[--broker URL] [--backend URL]", summary: "create the schema of drivers that keep one (PostgreSQL), or bring it to this build's version", run: runMigrate},
 	{name: "web", args: "[--addr ADDR] [--allowed-host HOST] [--read-only] [--metrics=false]", summary: "serve the dashboard, and the queues' Prometheus metrics on /metrics", operator: true, run: runWeb},
 	{name: "version", summary: "print the version", run: runVersion},
 }

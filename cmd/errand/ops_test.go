@@ -23,6 +23,8 @@ import (
 	redisbroker "github.com/errand-go/errand/brokers/redis"
 	"github.com/errand-go/errand/driver"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/errand-go/errand/internal/pgdb/pgdbtest"
 )
 
 // The operator commands, each run in-process (run, or cli.main with an
@@ -56,6 +58,47 @@ func eachDeployment(t *testing.T, f func(t *testing.T, d *deployment)) {
 		t.Parallel()
 		f(t, redisDeployment(t))
 	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		f(t, postgresDeployment(t))
+	})
+}
+
+// postgresDeployment is a schema of the test's own on the PostgreSQL of
+// ERRAND_POSTGRES_URL, created by errand migrate, the broker and the
+// backend opened by its URL.
+func postgresDeployment(t *testing.T) *deployment {
+	raw := os.Getenv("ERRAND_POSTGRES_URL")
+	if raw == "" {
+		needServices(t, "ERRAND_POSTGRES_URL is not set")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("ERRAND_POSTGRES_URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("schema", pgdbtest.EmptySchema(t, pgdbtest.Pool(t)))
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"migrate", "--broker", u.String()}, &out, &errOut, func(string) string { return "" }); code != exitOK {
+		t.Fatalf("errand migrate --broker %s: exit %d\n%s%s", errand.RedactURL(u.String()), code, out.String(), errOut.String())
+	}
+	broker, err := errand.OpenBroker(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := errand.OpenBackend(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return &deployment{t: t, kind: "postgres", srv: srv, url: u.String(), queue: queueName(t)}
 }
 
 func queueName(t *testing.T) string {

@@ -171,9 +171,13 @@ func (w *webRun) stop() {
 }
 
 // The dashboard and /metrics of an open errand web show the seeded queue;
-// cancelling its ctx shuts it down cleanly.
+// cancelling its ctx shuts it down cleanly: over Redis and over PostgreSQL.
 func TestWeb(t *testing.T) {
-	d := redisDeployment(t)
+	t.Run("redis", func(t *testing.T) { testWeb(t, redisDeployment(t)) })
+	t.Run("postgres", func(t *testing.T) { testWeb(t, postgresDeployment(t)) })
+}
+
+func testWeb(t *testing.T, d *deployment) {
 	for range 2 {
 		d.send("add", 0, 1, 2)
 	}

@@ -44,9 +44,15 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // bodies, expiry, if_absent) writes the i-th state of the arrays (the
 // columns of states, one array each) to task ids[i], expiring after
 // expiry; of several states of one task in the arrays, the last is
-// written. With if_absent it writes only where the task has no state (an
-// expired one counts as none). It notifies the states channel with each
-// written task's id and returns how many it wrote.
+// written. It writes (and locks) the rows in the byte order of their ids,
+// the order the callers of start_states sort their batches in, so two
+// batches never wait for each other's rows in opposite orders. With if_absent it writes only where the task has no state (an
+// expired one counts as none). It notifies the states channel with the id
+// of each task it wrote SUCCESS or FAILURE for (what a result's waiter
+// waits for; a waiter for another state reads on its poll, and a commit
+// that notifies takes a lock every notifying commit of the database
+// shares, so the writes of a task's other states notify nothing), and
+// returns how many states it wrote.
 //
 // start_states(ids, names, states, attempts, firsts, created, started,
 // bodies, expiry) begins the i-th attempt in array order (driver.Starter):
@@ -54,7 +60,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // (driver.StartRequest.Allows, firsts[i] its FirstDelivery), and when
 // allowed writes the i-th state with the previous state's created_at
 // (the request's own when there is none) and a started_at no earlier
-// than it, notifying the states channel. One row per request: ord (from
+// than it (notifying nothing: see set_states). One row per request: ord (from
 // 1), written, and the previous state's columns (all NULL: none). Two
 // starts racing for a task without a state: one inserts, the other finds
 // the conflict and reads the winner's row.
@@ -95,17 +101,18 @@ CREATE FUNCTION {set_states}(a_ids text[], a_names text[], a_states text[], a_at
 LANGUAGE sql AS $$
   WITH w AS (
     INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
-    SELECT DISTINCT ON (u.id) u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
+    SELECT DISTINCT ON (u.id COLLATE "C") u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
     FROM unnest(a_ids, a_names, a_states, a_attempts, a_created, a_started, a_finished, a_bodies)
       WITH ORDINALITY AS u(id, name, state, attempt, created, started, finished, body, ord)
-    ORDER BY u.id, u.ord DESC
+    ORDER BY u.id COLLATE "C", u.ord DESC -- byte order: the order start_states's callers send
     ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
       attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
       finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
       WHERE NOT a_if_absent OR t.expires_at <= now()
-    RETURNING t.id
+    RETURNING t.id, t.state
   )
-  SELECT count(pg_notify({channel}, w.id))::int FROM w
+  -- every written row counts; the finished ones also notify
+  SELECT (count(*) + 0 * count(pg_notify({channel}, w.id)) FILTER (WHERE w.state IN ('SUCCESS', 'FAILURE')))::int FROM w
 $$;
 
 CREATE FUNCTION {start_states}(a_ids text[], a_names text[], a_states text[], a_attempts int[], a_firsts bool[],
@@ -132,7 +139,6 @@ BEGIN
           finished_at = NULL, body = excluded.body, expires_at = excluded.expires_at
           WHERE t.expires_at <= now();
         IF FOUND THEN
-          PERFORM pg_notify({channel}, a_ids[i]);
           ord := i; written := true;
           prev_name := NULL; prev_state := NULL; prev_attempt := NULL;
           prev_created := NULL; prev_started := NULL; prev_finished := NULL; prev_body := NULL;
@@ -157,7 +163,6 @@ BEGIN
         UPDATE {states} SET task_name = a_names[i], state = a_states[i], attempt = a_attempts[i],
           created_at = c, started_at = s, finished_at = NULL, body = a_bodies[i], expires_at = now() + a_expiry
           WHERE id = a_ids[i];
-        PERFORM pg_notify({channel}, a_ids[i]);
       END IF;
       ord := i;
       prev_name := p.task_name; prev_state := p.state; prev_attempt := p.attempt;

@@ -17,11 +17,13 @@ import (
 // table and the two functions that write it are in backendV1
 // (schema_backend.go); this file is the Go side of that layout.
 //
-// A state is written through set_states or start_states only: both
-// notify StatesChannel, which the backend's waiters listen on.
+// A state is written through set_states or start_states only: a SUCCESS
+// or FAILURE written notifies StatesChannel, which the backend's waiters
+// listen on.
 
 // StatesChannel is the LISTEN/NOTIFY channel the writes of states in
-// schema notify, with the id of each task whose state they wrote.
+// schema notify, with the id of each task they wrote SUCCESS or FAILURE
+// for (at commit).
 func StatesChannel(schema string) string {
 	ch := "errand_states:" + schema
 	if len(ch) > 63 { // NAMEDATALEN - 1
@@ -95,7 +97,9 @@ func (l *Location) WriteStates(ctx context.Context, w Writer, a *StateArgs, ifAb
 }
 
 // StartStatesSQL is one statement beginning a batch of attempts
-// (driver.Starter): $1 to $4 the ids, names, states and attempts of the
+// (driver.Starter), in array order: sort the batch by task id in byte
+// order (requests of one task in request order), as set_states writes, so
+// that two batches lock the rows they share in one order: $1 to $4 the ids, names, states and attempts of the
 // STARTED states to write (a StateArgs's), $5 their FirstDelivery flags
 // (a []bool), $6 to $8 their created and started times and bodies, $9 the
 // expiry. One row per request, in order: ord (from 1), written, then the
