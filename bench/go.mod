@@ -10,13 +10,18 @@ require (
 	github.com/errand-go/errand v0.1.0
 	github.com/errand-go/errand/backends/memcache v0.1.0
 	github.com/errand-go/errand/backends/mongo v0.1.0
+	github.com/errand-go/errand/backends/postgres v0.1.0
 	github.com/errand-go/errand/backends/redis v0.1.0
 	github.com/errand-go/errand/brokers/redis v0.1.0
 	github.com/errand-go/errand/brokers/amqp v0.1.0
+	github.com/errand-go/errand/brokers/postgres v0.1.0
 	github.com/errand-go/errand/brokers/sqs v0.1.0
 	github.com/errand-go/errand/config v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/riverqueue/river v0.51.2
+	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	go.mongodb.org/mongo-driver/v2 v2.9.3
 )
 

@@ -122,6 +122,10 @@ type report struct {
 	amqpTotal int      // tasks per AMQP drain
 	profile   []profileRun
 	mq        mqRuns
+	pg        peerRuns              // the PostgreSQL peers, by metric and subject
+	pgSoak    []soakRun             // the PostgreSQL soaks
+	pgCost    map[[2]string]*pgCost // by metric and subject
+	pgEnv     []string              // the machine's load and the server's settings
 }
 
 // clean deletes every key the scenarios left on Redis (their prefixes all
@@ -175,6 +179,7 @@ func (r *report) markdown() string {
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(&b, "This run (flags: %q) took %s.\n\n", strings.Join(os.Args[1:], " "), time.Since(began).Round(time.Second))
 	b.WriteString(r.peerMarkdown())
+	b.WriteString(r.pgMarkdown())
 	b.WriteString(r.mqMarkdown())
 	b.WriteString(r.amqpMarkdown())
 	b.WriteString(r.profileMarkdown())

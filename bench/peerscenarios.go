@@ -273,7 +273,18 @@ func peerLatency(ctx context.Context, r *report, s subject) error {
 		return err
 	}
 	defer p.stop()
-	total := latencyTotal()
+	p50, p99, err := latencyOnPeer(ctx, p, latencyTotal())
+	if err != nil {
+		return err
+	}
+	r.peer.add("lat50", s.name, ms(p50))
+	r.peer.add("lat99", s.name, ms(p99))
+	return nil
+}
+
+// latencyOnPeer starts 10 workers on p, sends total tasks at 200/s and
+// returns the p50 and p99 of the time from send to handler start.
+func latencyOnPeer(ctx context.Context, p peer, total int) (p50, p99 time.Duration, err error) {
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, total)
 	o := newOnce(total)
@@ -284,23 +295,21 @@ func peerLatency(ctx context.Context, r *report, s subject) error {
 		mu.Unlock()
 		o.mark(id)
 	}); err != nil {
-		return err
+		return 0, 0, err
 	}
 	tick := time.NewTicker(5 * time.Millisecond) // 200/s
 	defer tick.Stop()
 	for i := range total {
 		<-tick.C
 		if err := p.send(ctx, int64(i), time.Now().UnixNano()); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
 	if err := o.wait(ctx); err != nil {
-		return err
+		return 0, 0, err
 	}
-	p50, p99, _ := percentiles(lat)
-	r.peer.add("lat50", s.name, ms(p50))
-	r.peer.add("lat99", s.name, ms(p99))
-	return nil
+	p50, p99, _ = percentiles(lat)
+	return p50, p99, nil
 }
 
 func peerChord(ctx context.Context, r *report, s subject) error {
@@ -367,8 +376,11 @@ func rawChord(ctx context.Context, r *report, size int) (time.Duration, error) {
 // errandChord: members take the five arguments and return one int; the
 // callback gets the members' results (errand's chord always passes them).
 func errandChord(ctx context.Context, r *report, size int) (time.Duration, error) {
-	p := newErrandPeer(r.rdb)
-	srv := p.srv
+	return errandChordOn(ctx, newErrandPeer(r.rdb).srv, size)
+}
+
+// errandChordOn runs errandChord's chord on srv.
+func errandChordOn(ctx context.Context, srv *errand.Server, size int) (time.Duration, error) {
 	o := newOnce(size)
 	fired := make(chan time.Time, 2)
 	srv.Register("member", func(id, _, _, _, _ int64) (int64, error) { o.mark(id); return id, nil })

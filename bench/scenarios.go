@@ -16,6 +16,7 @@ import (
 func scenarios() []scenario {
 	return []scenario{
 		{"peers", peers},
+		{"postgres", pgPeers},
 		{"machinery queue", machineryQueue},
 		{"profile", profile},
 		{"enqueue, batch", enqueueBatch},
