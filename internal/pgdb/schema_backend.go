@@ -52,7 +52,10 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // waits for; a waiter for another state reads on its poll, and a commit
 // that notifies takes a lock every notifying commit of the database
 // shares, so the writes of a task's other states notify nothing), and
-// returns how many states it wrote.
+// returns how many states it wrote. It is PL/pgSQL, not SQL, for its
+// plan: a PL/pgSQL function keeps its statement's plan for the session,
+// where an SQL function that writes plans it again at every call (about
+// 0.2 ms of a co-located send's or settle's statement).
 //
 // start_states(ids, names, states, attempts, firsts, created, started,
 // bodies, expiry) begins the i-th attempt in array order (driver.Starter):
@@ -98,7 +101,10 @@ CREATE TABLE {group_members} (
 CREATE FUNCTION {set_states}(a_ids text[], a_names text[], a_states text[], a_attempts int[],
     a_created timestamptz[], a_started timestamptz[], a_finished timestamptz[], a_bodies text[],
     a_expiry interval, a_if_absent bool) RETURNS int
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+  n int;
+BEGIN
   WITH w AS (
     INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
     SELECT DISTINCT ON (u.id COLLATE "C") u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
@@ -112,7 +118,9 @@ LANGUAGE sql AS $$
     RETURNING t.id, t.state
   )
   -- every written row counts; the finished ones also notify
-  SELECT (count(*) + 0 * count(pg_notify({channel}, w.id)) FILTER (WHERE w.state IN ('SUCCESS', 'FAILURE')))::int FROM w
+  SELECT (count(*) + 0 * count(pg_notify({channel}, w.id)) FILTER (WHERE w.state IN ('SUCCESS', 'FAILURE')))::int INTO n FROM w;
+  RETURN n;
+END
 $$;
 
 CREATE FUNCTION {start_states}(a_ids text[], a_names text[], a_states text[], a_attempts int[], a_firsts bool[],
