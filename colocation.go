@@ -62,7 +62,7 @@ type colocatedSettle struct {
 // Server.Close closes it.
 func (s *Server) newColocatedSettler() *coalesce.Coalescer[colocatedSettle, struct{}] {
 	return coalesce.New(coalesce.Config[colocatedSettle, struct{}]{
-		Flights: portable.AckFlights, Limit: s.broker.Limits().MaxAckBatch, AnswerTaken: true, Closed: ErrClosed,
+		Flights: portable.AckFlightsOf(s.broker.Limits()), Limit: s.broker.Limits().MaxAckBatch, AnswerTaken: true, Closed: ErrClosed,
 		Run: func(ctx context.Context, _ string, reqs []colocatedSettle, _ []struct{}, errs []error) {
 			var ds []*driver.Delivery
 			var sts []*TaskState

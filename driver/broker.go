@@ -106,6 +106,12 @@ type Limits struct {
 	MaxPayload  int           // largest message Body in bytes
 	MaxDelay    time.Duration // the service's native maximum delay (longer ETAs are still honoured)
 	MaxAckBatch int           // most deliveries errand passes to one Ack call (0: no limit)
+	// MaxAckFlights is the most Ack calls (and Colocation.Settle calls)
+	// of one queue errand keeps in flight at once; acks that come while
+	// that many are in flight join the next call (0: errand's default,
+	// 4). A broker whose every call costs a transaction declares fewer,
+	// so that concurrent acks join into fewer, bigger calls.
+	MaxAckFlights int
 }
 
 // Limiter is implemented by brokers with a maximum payload or delay.

@@ -123,9 +123,14 @@ var (
 )
 
 // Limits reports the largest payload (Options.MaxPayload); there is no
-// maximum delay.
+// maximum delay, and no most deliveries an Ack takes. It declares
+// MaxAckFlights 1: each Ack (or co-located settle) is a statement and a
+// commit of its own, whose cost hardly grows with its rows, so the acks
+// of a queue that come while one is in flight wait for it and go
+// together in the next, a transaction for many tasks instead of one for
+// one or two.
 func (b *Broker) Limits() driver.Limits {
-	return driver.Limits{MaxPayload: max(b.opts.MaxPayload, 0)}
+	return driver.Limits{MaxPayload: max(b.opts.MaxPayload, 0), MaxAckFlights: 1}
 }
 
 // CheckTx accepts a pgx.Tx on the broker's database, or a *sql.Tx of a

@@ -144,5 +144,9 @@
 //
 // A body is at most Options.MaxPayload bytes (DefaultMaxPayload, 16 MiB,
 // by default; bytea itself stops at 1 GB). A NOTIFY payload is the queue
-// name: queue names must be shorter than 8000 bytes.
+// name: queue names must be shorter than 8000 bytes. The broker declares
+// Limits().MaxAckFlights 1: errand keeps one ack (or co-located settle)
+// statement of a queue in flight, and the acks that come meanwhile go
+// together in the next, so a busy queue commits many tasks a
+// transaction.
 package postgresbroker

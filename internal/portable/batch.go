@@ -21,7 +21,8 @@ import (
 //
 // It carries:
 //
-//   - acks, per queue: AckFlights in flight, Limits().MaxAckBatch a call;
+//   - acks, per queue: AckFlightsOf (Limits().MaxAckFlights, else
+//     AckFlights) in flight, Limits().MaxAckBatch a call;
 //   - attempt starts (driver.Starter) and single state writes, SUCCESS,
 //     FAILURE, RETRY and PENDING among them (one SetStates of many tasks'
 //     states): BackendFlights in flight of each, MaxBackendBatch a call.
@@ -35,7 +36,8 @@ import (
 // have in flight.
 
 const (
-	// AckFlights is how many Ack calls of one queue may be in flight.
+	// AckFlights is how many Ack calls of one queue may be in flight
+	// when the broker declares no Limits().MaxAckFlights.
 	AckFlights = 4
 	// BackendFlights is how many Start calls, and how many state writes,
 	// may be in flight. Two, not four: with ten worker slots, four
@@ -76,10 +78,20 @@ func mapBatch(ctx context.Context, after func(context.Context, error) error, err
 	return errs
 }
 
+// AckFlightsOf is how many Ack calls (and co-located settles) of one
+// queue may be in flight for a broker of limits l: its MaxAckFlights, or
+// AckFlights when it declares none.
+func AckFlightsOf(l driver.Limits) int {
+	if l.MaxAckFlights > 0 {
+		return l.MaxAckFlights
+	}
+	return AckFlights
+}
+
 // newAckCoalescer joins acks per queue into Ack calls of b's driver.
 func (b *Broker) newAckCoalescer() *coalesce.Coalescer[*driver.Delivery, struct{}] {
 	return coalesce.New(coalesce.Config[*driver.Delivery, struct{}]{
-		Flights: AckFlights, Limit: b.limits.MaxAckBatch, Closed: driver.ErrClosed,
+		Flights: AckFlightsOf(b.limits), Limit: b.limits.MaxAckBatch, Closed: driver.ErrClosed,
 		Run: func(ctx context.Context, _ string, ds []*driver.Delivery, _ []struct{}, errs []error) {
 			copy(errs, CheckBatch(b.Drv, "Ack", len(ds), b.Drv.Ack(ctx, ds)))
 		},

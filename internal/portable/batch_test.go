@@ -138,14 +138,17 @@ func TestBatchCallAfterClose(t *testing.T) {
 // batchingBroker is a memory broker whose Ack is gated and recorded.
 type batchingBroker struct {
 	*memorybroker.Broker
-	limit int
-	gate  chan struct{} // each Ack waits for it to close
+	limit   int
+	flights int           // its MaxAckFlights
+	gate    chan struct{} // each Ack waits for it to close
 
 	mu      sync.Mutex
 	batches []int
 }
 
-func (b *batchingBroker) Limits() driver.Limits { return driver.Limits{MaxAckBatch: b.limit} }
+func (b *batchingBroker) Limits() driver.Limits {
+	return driver.Limits{MaxAckBatch: b.limit, MaxAckFlights: b.flights}
+}
 
 func (b *batchingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error {
 	b.mu.Lock()
@@ -158,11 +161,18 @@ func (b *batchingBroker) Ack(ctx context.Context, ds []*driver.Delivery) []error
 	return b.Broker.Ack(ctx, ds)
 }
 
+// TestAcksCoalesceIntoBatches: concurrent acks of one queue go in Ack
+// calls of at most the broker's MaxAckBatch, with at most its
+// MaxAckFlights (else AckFlights) in flight, the rest joining the next.
 func TestAcksCoalesceIntoBatches(t *testing.T) {
-	for _, limit := range []int{0, 5} {
-		t.Run(fmt.Sprintf("limit%d", limit), func(t *testing.T) {
+	for _, c := range []struct{ limit, flights int }{{0, 0}, {5, 0}, {0, 1}, {5, 2}} {
+		t.Run(fmt.Sprintf("limit%d_flights%d", c.limit, c.flights), func(t *testing.T) {
 			ctx := t.Context()
-			drv := &batchingBroker{Broker: memorybroker.New(nil), limit: limit, gate: make(chan struct{})}
+			limit, flights := c.limit, c.flights
+			if flights == 0 {
+				flights = AckFlights
+			}
+			drv := &batchingBroker{Broker: memorybroker.New(nil), limit: limit, flights: c.flights, gate: make(chan struct{})}
 			b := WrapBroker(drv)
 			defer b.Close()
 			const n = 40
@@ -185,7 +195,7 @@ func TestAcksCoalesceIntoBatches(t *testing.T) {
 			waitFor(t, "every flight busy and every ack queued", func() bool {
 				drv.mu.Lock()
 				defer drv.mu.Unlock()
-				return len(drv.batches) == AckFlights && calling.Load() == n && b.Acks.Queued() == n-AckFlights
+				return len(drv.batches) == flights && calling.Load() == n && b.Acks.Queued() == n-flights
 			})
 			close(drv.gate)
 			for range n {
