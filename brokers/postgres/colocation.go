@@ -20,8 +20,8 @@ var _ driver.Colocator = (*Broker)(nil)
 // answers nil, and errand takes the portable path. It does no I/O.
 //
 // Each call is then one statement, which writes the messages and the
-// states in the backend's layout (through its functions set_states and
-// start_states, internal/pgdb), atomically: a send's PENDING states
+// states in the backend's layout (set_states's statement, carried in
+// its own, and the function start_states: internal/pgdb), atomically: a send's PENDING states
 // commit with its messages, a fetch's STARTED states with its leases, a
 // settle's final states with its acks.
 func (b *Broker) Colocate(be driver.Backend) driver.Colocation {
@@ -57,7 +57,7 @@ func newColocationStatements(schema string) colocationStatements {
 		// the states written, the notifications sent. st is referenced by
 		// the final SELECT, so it runs; ins is a data-modifying CTE, which
 		// always does.
-		send: r.Replace("\nWITH st AS MATERIALIZED (SELECT " + pgdb.SetStatesCall(schema, 10) + " AS n), " + publishRows + `
+		send: r.Replace("\nWITH " + pgdb.SetStatesCTE(schema, 10) + ", " + publishRows + `
 SELECT (SELECT n FROM st), (SELECT count(pg_notify($8, q)) FROM unnest($9::text[]) q)`),
 
 		// Fetch's statement ($1 queue, $2 limit, $3 lease in µs) that also
@@ -88,7 +88,7 @@ FROM f LEFT JOIN s ON s.row_id = f.id LEFT JOIN started st ON st.ord = s.k`),
 		// their rows are still leased. One row: the states written, the
 		// ids acked (any other lost its lease). The acked rows go to
 		// completed, as Ack's do (ackedToCompleted).
-		settle: r.Replace("\nWITH st AS MATERIALIZED (SELECT " + pgdb.SetStatesCall(schema, 3) + ` AS n), acked AS (
+		settle: r.Replace("\nWITH " + pgdb.SetStatesCTE(schema, 3) + `, acked AS (
 	DELETE FROM {messages} m
 	USING unnest($1::int8[], $2::int4[]) AS a(id, n)
 	WHERE m.id = a.id AND m.deliveries = a.n AND m.leased

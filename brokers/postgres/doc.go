@@ -126,7 +126,7 @@
 // pool, or pools of the same host, port, database and user), and errand
 // then takes one statement where it would take two, each writing the
 // messages and the states atomically, in the backend's layout (its
-// functions set_states and start_states):
+// function set_states's statement and its function start_states):
 //
 //   - a send publishes and writes PENDING (where a task has no state) in
 //     one statement, inside the caller's transaction when it has one:

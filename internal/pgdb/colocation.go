@@ -8,20 +8,26 @@ import (
 // The states layout as fragments of a broker's statements, for the
 // co-located calls (driver.Colocation): a publish that writes PENDING, a
 // fetch that begins attempts, an ack that writes final states, each one
-// statement. They call the backend's own functions (set_states,
-// start_states: schema_backend.go), so what the broker writes is what the
-// backend writes and reads.
+// statement. They carry set_states's statement and call start_states
+// (schema_backend.go), so what the broker writes is what the backend
+// writes and reads.
 
-// SetStatesCall is set_states's call with its ten arguments numbered from
-// $first: $first to $first+7 a StateArgs's Args, $first+8 the expiry in
-// microseconds (an int8: a statement through a *sql.Tx takes no
-// time.Duration), $first+9 if_absent. Its value is how many states it
-// wrote.
-func SetStatesCall(schema string, first int) string {
+// SetStatesCTE is set_states's statement as two CTEs for a broker's
+// statement (after its WITH): w writes the states, st is one row whose n
+// is how many it wrote (reference it: its count sends the
+// notifications). Its ten arguments are numbered from $first: $first to
+// $first+7 a StateArgs's Args, $first+8 the expiry in microseconds (an
+// int8: a statement through a *sql.Tx takes no time.Duration), $first+9
+// if_absent. Carried in the statement, it is planned once with it, where
+// a call of set_states runs a statement of its own.
+func SetStatesCTE(schema string, first int) string {
 	p := func(i int) string { return "$" + strconv.Itoa(first+i) }
-	return Table(schema, "set_states") + "(" + p(0) + "::text[], " + p(1) + "::text[], " + p(2) + "::text[], " +
-		p(3) + "::int4[], " + p(4) + "::timestamptz[], " + p(5) + "::timestamptz[], " + p(6) + "::timestamptz[], " +
-		p(7) + "::text[], " + p(8) + "::int8 * interval '1 microsecond', " + p(9) + "::bool)"
+	return setStatesSQL(schema, setStatesArgs{
+		arrays: [8]string{p(0) + "::text[]", p(1) + "::text[]", p(2) + "::text[]", p(3) + "::int4[]",
+			p(4) + "::timestamptz[]", p(5) + "::timestamptz[]", p(6) + "::timestamptz[]", p(7) + "::text[]"},
+		expiry:   p(8) + "::int8 * interval '1 microsecond'",
+		ifAbsent: p(9) + "::bool",
+	})
 }
 
 // StartFetchedSQL is a query beginning the attempts of rows, the name of

@@ -32,7 +32,47 @@ func backendV1(schema string) string {
 		"{start_states}", Table(schema, "start_states"),
 		"{channel}", quoteLiteral(StatesChannel(schema)),
 	)
-	return r.Replace(backendDDL)
+	return r.Replace(strings.Replace(backendDDL, "{set_states_body}", setStatesSQL(schema, setStatesFuncArgs), 1))
+}
+
+// setStatesArgs names set_states's ten arguments in setStatesSQL: the
+// eight arrays of a StateArgs, the expiry (an interval) and if_absent.
+type setStatesArgs struct {
+	arrays           [8]string
+	expiry, ifAbsent string
+}
+
+// setStatesFuncArgs are the arguments as the function set_states names
+// them.
+var setStatesFuncArgs = setStatesArgs{
+	arrays: [8]string{"a_ids", "a_names", "a_states", "a_attempts", "a_created", "a_started", "a_finished", "a_bodies"},
+	expiry: "a_expiry", ifAbsent: "a_if_absent",
+}
+
+// setStatesSQL is what set_states does, as two CTEs of one statement: w
+// writes the states of args's arrays (RETURNING id and state), st is one
+// row, n: how many it wrote, notifying the states channel of schema of
+// each SUCCESS and FAILURE written. The function set_states runs it; a
+// co-located broker statement carries it itself (SetStatesCTE), which
+// saves the function call.
+func setStatesSQL(schema string, args setStatesArgs) string {
+	a := args.arrays
+	return strings.NewReplacer("{states}", Table(schema, "states"), "{channel}", quoteLiteral(StatesChannel(schema)),
+		"{arrays}", strings.Join(a[:], ", "), "{expiry}", args.expiry, "{if_absent}", args.ifAbsent).Replace(`w AS (
+    INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
+    SELECT DISTINCT ON (u.id COLLATE "C") u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + {expiry}
+    FROM unnest({arrays})
+      WITH ORDINALITY AS u(id, name, state, attempt, created, started, finished, body, ord)
+    ORDER BY u.id COLLATE "C", u.ord DESC -- byte order: the order start_states's callers send
+    ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
+      attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
+      finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
+      WHERE NOT {if_absent} OR t.expires_at <= now()
+    RETURNING t.id, t.state
+  ), st AS (
+    -- every written row counts; the finished ones also notify
+    SELECT (count(*) + 0 * count(pg_notify({channel}, w.id)) FILTER (WHERE w.state IN ('SUCCESS', 'FAILURE')))::int AS n FROM w
+  )`)
 }
 
 // quoteLiteral is s as an SQL string literal.
@@ -103,23 +143,11 @@ CREATE FUNCTION {set_states}(a_ids text[], a_names text[], a_states text[], a_at
     a_expiry interval, a_if_absent bool) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
-  n int;
+  wrote int;
 BEGIN
-  WITH w AS (
-    INSERT INTO {states} AS t (id, task_name, state, attempt, created_at, started_at, finished_at, body, expires_at)
-    SELECT DISTINCT ON (u.id COLLATE "C") u.id, u.name, u.state, u.attempt, u.created, u.started, u.finished, u.body, now() + a_expiry
-    FROM unnest(a_ids, a_names, a_states, a_attempts, a_created, a_started, a_finished, a_bodies)
-      WITH ORDINALITY AS u(id, name, state, attempt, created, started, finished, body, ord)
-    ORDER BY u.id COLLATE "C", u.ord DESC -- byte order: the order start_states's callers send
-    ON CONFLICT (id) DO UPDATE SET task_name = excluded.task_name, state = excluded.state,
-      attempt = excluded.attempt, created_at = excluded.created_at, started_at = excluded.started_at,
-      finished_at = excluded.finished_at, body = excluded.body, expires_at = excluded.expires_at
-      WHERE NOT a_if_absent OR t.expires_at <= now()
-    RETURNING t.id, t.state
-  )
-  -- every written row counts; the finished ones also notify
-  SELECT (count(*) + 0 * count(pg_notify({channel}, w.id)) FILTER (WHERE w.state IN ('SUCCESS', 'FAILURE')))::int INTO n FROM w;
-  RETURN n;
+  WITH {set_states_body}
+  SELECT st.n INTO wrote FROM st;
+  RETURN wrote;
 END
 $$;
 
