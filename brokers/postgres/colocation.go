@@ -74,7 +74,7 @@ SELECT (SELECT n FROM st), (SELECT count(pg_notify($8, q)) FROM unnest($9::text[
 		fetchStart: r.Replace("\nWITH " + fetchCandidates + ", f AS (\n" + fetchLease + `
 ), s AS (
 	SELECT f.id AS row_id, f.msg_id AS id, f.task AS name, f.task_attempt AS attempt, f.deliveries = 1 AS first,
-		row_number() OVER (ORDER BY f.msg_id, f.id) AS k
+		row_number() OVER (ORDER BY f.msg_id COLLATE "C", f.id) AS k
 	FROM f WHERE f.task_attempt >= 1 AND f.task = ANY($4::text[])
 ), started AS MATERIALIZED (` + pgdb.StartFetchedSQL(schema, "s", "$5::int8 * interval '1 microsecond'") + `
 )
