@@ -1,9 +1,11 @@
 // Command bench runs errand's benchmark scenarios against its drivers and
-// against raw floors (a plain Go channel pool; raw go-redis list operations)
-// in the same run, and writes the results as docs/benchmarks.md.
+// against raw floors (a plain Go channel pool; raw go-redis list operations;
+// a raw SKIP LOCKED table on PostgreSQL) and peers (asynq, machinery,
+// River) in the same run, and writes the results as docs/benchmarks.md.
 //
 //	scripts/services start && . .services/env
 //	go run ./bench -out docs/benchmarks.md
+//	go run ./bench -only postgres -peer soak   # the 10-minute PostgreSQL soak
 //
 // Every scenario checks that each task ran exactly once.
 package main
@@ -38,8 +40,8 @@ var (
 
 	rounds       = flag.Int("rounds", 3, "interleaved rounds of the peer scenarios (medians reported)")
 	latn         = flag.Int("latn", 2000, "tasks of the peer latency scenario (sent at 200/s)")
-	subjectsFlag = flag.String("subjects", "", "peer subjects to run, comma-separated (raw,errand,asynq,machinery; default all)")
-	peerOnly     = flag.String("peer", "", "run only peer scenarios whose key contains this (drain10, drain50, enq1, enq10, mixed, latency, chord)")
+	subjectsFlag = flag.String("subjects", "", "peer subjects to run, comma-separated (raw,errand,asynq,machinery; -only postgres: raw,river,river-fast,errand; default all)")
+	peerOnly     = flag.String("peer", "", "run only peer scenarios whose key contains this (drain10, drain50, enq1, enq10, mixed, latency, chord; -only postgres: also enqbatch, enqtx and soak, which runs only when named)")
 	asynqCheck   = flag.Duration("asynqcheck", 10*time.Millisecond, "asynq TaskCheckInterval of the extra latency row (asynq's default is 1 s)")
 	profileN     = flag.Int("profilen", 5000, "tasks per subject in the profile scenarios")
 )

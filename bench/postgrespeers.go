@@ -200,7 +200,8 @@ RETURNING id, payload`, p.table)
 				}
 			}
 			got := 0
-			rows, err := p.pool.Query(ctx, claim, k)
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			rows, err := p.pool.Query(cctx, claim, k)
 			if err == nil {
 				for rows.Next() {
 					var j rawPGJob
@@ -211,6 +212,10 @@ RETURNING id, payload`, p.table)
 				}
 				rows.Close()
 				err = rows.Err()
+			}
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				fmt.Fprintf(os.Stderr, "bench: raw claim: %v\n", err)
 			}
 			for range k - got {
 				free <- struct{}{}
@@ -231,7 +236,11 @@ RETURNING id, payload`, p.table)
 				if json.Unmarshal(j.payload, &a) == nil {
 					run(a[0], a[1])
 				}
-				p.pool.Exec(context.Background(), ack, j.id)
+				actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if _, err := p.pool.Exec(actx, ack, j.id); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: raw ack: %v\n", err)
+				}
+				cancel()
 				free <- struct{}{}
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/pgdb"
 )
 
 func init() {
@@ -53,13 +54,11 @@ func MigrateURL(ctx context.Context, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("postgres backend: %w", err)
+	schema := opts.Schema
+	if schema == "" {
+		schema = DefaultSchema
 	}
-	defer pool.Close()
-	if err := Migrate(ctx, pool, opts.Schema); err != nil {
+	if err := pgdb.MigrateConfig(ctx, cfg, schema); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
@@ -67,16 +66,10 @@ func MigrateURL(ctx context.Context, u *url.URL) error {
 
 // parseURL splits u into errand's Options and pgx's pool configuration.
 func parseURL(u *url.URL) (*Options, *pgxpool.Config, error) {
-	q := u.Query()
-	own := url.Values{}
-	for _, k := range ownParams {
-		if q.Has(k) {
-			own[k] = q[k]
-			q.Del(k)
-		}
+	own, cfg, err := pgdb.SplitURL(u, ownParams)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres backend: %w", err)
 	}
-	clean := *u
-	clean.RawQuery = q.Encode()
 	opts := &Options{Schema: own.Get("schema")}
 	if err := driver.DurationParams(own, map[string]*time.Duration{
 		"result_expiry": &opts.ResultExpiry, "group_expiry": &opts.GroupExpiry, "timeout": &opts.CallTimeout,
@@ -90,11 +83,6 @@ func parseURL(u *url.URL) (*Options, *pgxpool.Config, error) {
 			return nil, nil, fmt.Errorf("postgres backend: retention_batch %q is not a positive count", v)
 		}
 		opts.RetentionBatch = n
-	}
-	cfg, err := pgxpool.ParseConfig(clean.String())
-	if err != nil {
-		// pgconn's parse errors hide the password of the string they quote.
-		return nil, nil, fmt.Errorf("postgres backend: %w", err)
 	}
 	return opts, cfg, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/errand-go/errand/driver"
+	"github.com/errand-go/errand/internal/pgdb"
 )
 
 func init() {
@@ -55,13 +56,11 @@ func MigrateURL(ctx context.Context, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("postgres broker: %w", err)
+	schema := opts.Schema
+	if schema == "" {
+		schema = DefaultSchema
 	}
-	defer pool.Close()
-	if err := Migrate(ctx, pool, opts.Schema); err != nil {
+	if err := pgdb.MigrateConfig(ctx, cfg, schema); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
@@ -69,16 +68,10 @@ func MigrateURL(ctx context.Context, u *url.URL) error {
 
 // parseURL splits u into errand's Options and pgx's pool configuration.
 func parseURL(u *url.URL) (*Options, *pgxpool.Config, error) {
-	own := url.Values{}
-	rest := *u
-	q := u.Query()
-	for _, k := range ownParams {
-		if q.Has(k) {
-			own.Set(k, q.Get(k))
-			q.Del(k)
-		}
+	own, cfg, err := pgdb.SplitURL(u, ownParams)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres broker: %w", err)
 	}
-	rest.RawQuery = q.Encode()
 	opts := &Options{Schema: own.Get("schema")}
 	if v := own.Get("max_payload"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -88,10 +81,6 @@ func parseURL(u *url.URL) (*Options, *pgxpool.Config, error) {
 		opts.MaxPayload = n
 	}
 	if err := driver.DurationParams(own, map[string]*time.Duration{"timeout": &opts.CallTimeout, "poll_interval": &opts.PollInterval}); err != nil {
-		return nil, nil, fmt.Errorf("postgres broker: %w", err)
-	}
-	cfg, err := pgxpool.ParseConfig(rest.String())
-	if err != nil {
 		return nil, nil, fmt.Errorf("postgres broker: %w", err)
 	}
 	return opts, cfg, nil
