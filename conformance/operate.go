@@ -173,8 +173,21 @@ func archiveKeepsEntry(t testing.TB, h BrokerHarness) {
 		t.Errorf("%s promise broken: ArchivedEntry of an ID never archived returned %v, want an error satisfying errors.Is(err, errand.ErrNotArchived)", promise, err)
 	}
 	if h.Caps.Stats {
-		if st, err := statsOf(c.ctx, c.drv, c.q); err != nil || st.Dead != 3 || st.Pending+st.InFlight+st.Delayed != 0 {
-			t.Errorf("stats promise broken: after archiving every message of the queue Stats = %+v, %v; want Dead 3 (the archive's entries) and nothing pending, delayed or in flight", st, err)
+		// The counts may lag the browses above a moment (RabbitMQ puts the
+		// entries a browse took back into the dead queue asynchronously,
+		// after the browsing channel closed): they must settle within
+		// Prompt, and stay wrong for no longer.
+		var st driver.QueueStats
+		var err error
+		for deadline := time.Now().Add(c.tm.Prompt * 5); ; {
+			st, err = statsOf(c.ctx, c.drv, c.q)
+			if err == nil && st.Dead == 3 && st.Pending+st.InFlight+st.Delayed == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling a count, with a deadline
+		}
+		if err != nil || st.Dead != 3 || st.Pending+st.InFlight+st.Delayed != 0 {
+			t.Errorf("stats promise broken: after archiving every message of the queue Stats = %+v, %v (still %v later); want Dead 3 (the archive's entries) and nothing pending, delayed or in flight", st, err, c.tm.Prompt*5)
 		}
 	}
 }
