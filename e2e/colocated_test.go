@@ -69,7 +69,12 @@ type countedRedis struct {
 // commands. A new connection's setup (HELLO, CLIENT SETINFO), which
 // go-redis sends as a pipeline through the hooks, is not counted: dialing
 // is not a round trip of the call that needed the connection.
-type roundTrips struct{ pipes, noscript, singles atomic.Int64 }
+type roundTrips struct {
+	pipes, noscript, singles atomic.Int64
+	// hold, when set, keeps every counted pipeline waiting until it is
+	// closed: concurrent sends then find every flight busy and queue.
+	hold atomic.Pointer[chan struct{}]
+}
 
 func (c *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (c *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
@@ -86,6 +91,9 @@ func (c *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 			return next(ctx, cmds)
 		}
 		c.pipes.Add(1)
+		if h := c.hold.Load(); h != nil {
+			<-*h
+		}
 		err := next(ctx, cmds)
 		if slices.ContainsFunc(cmds, func(c goredis.Cmder) bool {
 			return c.Err() != nil && strings.HasPrefix(c.Err().Error(), "NOSCRIPT")
@@ -236,18 +244,37 @@ func TestSendTaskOneRoundTrip(t *testing.T) {
 				results = append(results, r)
 			}
 
+			// The first sends' pipelines are held until every goroutine has
+			// called SendTask and no new pipeline has started for a while:
+			// the other sends are then queued behind busy flights, however
+			// the goroutines were scheduled, and must join.
 			c.trips.reset()
+			hold := make(chan struct{})
+			c.trips.hold.Store(&hold)
 			start := make(chan struct{})
 			var wg sync.WaitGroup
+			var entered atomic.Int32
 			conc := make([]*errand.AsyncResult, 50)
 			errs := make([]error, 50)
 			for j := range conc {
 				wg.Go(func() {
 					<-start
+					entered.Add(1)
 					conc[j], errs[j] = srv.SendTask(ctx, errand.NewSignature("count", 100+j))
 				})
 			}
 			close(start)
+			tick := time.NewTicker(time.Millisecond)
+			for last, still := int64(-1), 0; entered.Load() < 50 || still < 20; <-tick.C {
+				if p := c.trips.pipes.Load(); p == last {
+					still++
+				} else {
+					last, still = p, 0
+				}
+			}
+			tick.Stop()
+			c.trips.hold.Store(nil)
+			close(hold)
 			wg.Wait()
 			for j, err := range errs {
 				if err != nil {
