@@ -55,7 +55,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultSchema            = "errand"
+	DefaultSchema            = pgdb.DefaultSchema
 	DefaultCallTimeout       = 10 * time.Second
 	DefaultRetentionInterval = 30 * time.Second
 	DefaultRetentionBatch    = 1000
@@ -102,10 +102,7 @@ var (
 // version, in one transaction. It never downgrades: a newer schema
 // answers ErrSchemaNew.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	return pgdb.Migrate(ctx, pool, schema)
+	return pgdb.Migrate(ctx, pool, schema) // "": DefaultSchema
 }
 
 // New returns a backend on pool, the caller's own (Close leaves it

@@ -40,7 +40,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultSchema       = "errand"
+	DefaultSchema       = pgdb.DefaultSchema
 	DefaultMaxPayload   = 16 << 20
 	DefaultCallTimeout  = 10 * time.Second
 	DefaultPollInterval = time.Second
@@ -108,10 +108,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Broker, error
 // build's version (pgdb.Migrate): the explicit step New and Open never
 // take themselves.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	return pgdb.Migrate(ctx, pool, schema)
+	return pgdb.Migrate(ctx, pool, schema) // "": DefaultSchema
 }
 
 // The schema errors New and Open answer with (errors.Is-able): the

@@ -56,11 +56,7 @@ func MigrateURL(ctx context.Context, u *url.URL) error {
 	if err != nil {
 		return err
 	}
-	schema := opts.Schema
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := pgdb.MigrateConfig(ctx, cfg, schema); err != nil {
+	if err := pgdb.MigrateConfig(ctx, cfg, opts.Schema); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil

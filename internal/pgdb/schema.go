@@ -89,11 +89,18 @@ func version(ctx context.Context, q querier, schema string) (int, error) {
 	return int(*v), nil
 }
 
-// Migrate brings schema to Version, creating it when missing, in one
-// transaction holding an advisory lock (concurrent Migrate calls apply
-// each step once). A schema newer than Version is left alone and answered
-// with ErrSchemaNew.
+// DefaultSchema is the schema both drivers keep their tables in when
+// their Options name none.
+const DefaultSchema = "errand"
+
+// Migrate brings schema (DefaultSchema when empty) to Version, creating
+// it when missing, in one transaction holding an advisory lock
+// (concurrent Migrate calls apply each step once). A schema newer than
+// Version is left alone and answered with ErrSchemaNew.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if schema == "" {
+		schema = DefaultSchema
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "errand-migrate:"+schema); err != nil {
 			return fmt.Errorf("migrate %q: lock: %w", schema, err)

@@ -30,7 +30,7 @@ func SplitURL(u *url.URL, own []string) (url.Values, *pgxpool.Config, error) {
 	return mine, cfg, nil
 }
 
-// MigrateConfig runs Migrate for schema on a pool of one connection of
+// MigrateConfig runs Migrate for schema ("": DefaultSchema) on a pool of one connection of
 // cfg, closed before it returns: what errand migrate does with a URL.
 func MigrateConfig(ctx context.Context, cfg *pgxpool.Config, schema string) error {
 	cfg.MaxConns = 1
