@@ -26,6 +26,23 @@ type peerMetric struct {
 	met              func(m map[string]float64) bool // medians by subject
 }
 
+// verdict is the table's "met" cell for runs (by subject, every round's
+// value): "met" or "not met" by the medians, "" for a row without a
+// target.
+func (m peerMetric) verdict(runs map[string][]float64) string {
+	if m.met == nil {
+		return ""
+	}
+	meds := map[string]float64{}
+	for s, vs := range runs {
+		meds[s] = median(vs)
+	}
+	if m.met(meds) {
+		return "met"
+	}
+	return "not met"
+}
+
 // peerMetrics are the rows of issue 23's table, in its order, with its
 // targets.
 func peerMetrics() []peerMetric {
@@ -557,17 +574,7 @@ func (r *report) peerMarkdown() string {
 		if runs == nil {
 			continue
 		}
-		met := ""
-		if m.met != nil {
-			meds := map[string]float64{}
-			for s, vs := range runs {
-				meds[s] = median(vs)
-			}
-			met = "not met"
-			if m.met(meds) {
-				met = "met"
-			}
-		}
+		met := m.verdict(runs)
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.label,
 			cell(runs["raw"], m.unit), cell(runs["asynq"], m.unit), cell(runs["machinery"], m.unit), cell(runs["errand"], m.unit),
 			ratioCell(runs["errand"], runs["asynq"]), ratioCell(runs["errand"], runs["machinery"]), ratioCell(runs["errand"], runs["raw"]),

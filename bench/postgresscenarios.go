@@ -496,17 +496,7 @@ func (r *report) pgMarkdown() string {
 			if runs == nil {
 				continue
 			}
-			met := ""
-			if m.met != nil {
-				meds := map[string]float64{}
-				for s, vs := range runs {
-					meds[s] = median(vs)
-				}
-				met = "not met"
-				if m.met(meds) {
-					met = "met"
-				}
-			}
+			met := m.verdict(runs)
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.label,
 				cell(runs["raw"], m.unit), cell(runs["river"], m.unit), cell(runs["river-fast"], m.unit), cell(runs["errand"], m.unit),
 				ratioCell(runs["errand"], runs["river"]), ratioCell(runs["errand"], runs["river-fast"]), ratioCell(runs["errand"], runs["raw"]), m.target, met)
