@@ -141,6 +141,31 @@ func dropPrefix(rdb goredis.UniversalClient, prefix string) {
 	}
 }
 
+// redisBrokerHarness is the Redis broker's harness on rdb under prefix,
+// with every capability it declares.
+func redisBrokerHarness(rdb goredis.UniversalClient, prefix string) conformance.BrokerHarness {
+	return conformance.BrokerHarness{
+		New: func(t testing.TB) errand.Broker {
+			b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
+			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
+			Unique: true, RateLimit: true, Colocate: true},
+		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
+		// Foreign bytes go where another program would put them: LPUSH
+		// onto the queue's pending list.
+		PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
+			t.Helper()
+			if err := rdb.LPush(context.Background(), "{"+prefix+":"+queue+"}:pending", raw).Err(); err != nil {
+				t.Fatalf("PushRaw: LPUSH onto the pending list: %v", err)
+			}
+			return true
+		},
+	}
+}
+
 // TestRedisBrokerWithRedisBackend runs the end-to-end cases on the Redis
 // broker and the Redis backend sharing one client, so that the two are
 // co-located on a single node (the Worker/Colocation cases check the
@@ -153,24 +178,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 			t.Parallel()
 			rdb := c.rdb
 			prefix := "errand-e2e-colocated"
-			broker := conformance.BrokerHarness{
-				New: func(t testing.TB) errand.Broker {
-					b := redisbroker.New(rdb, &redisbroker.Options{Prefix: prefix})
-					t.Cleanup(func() { b.Close() })
-					return b
-				},
-				Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
-					Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-					Unique: true, RateLimit: true, Colocate: true},
-				Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
-				PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
-					t.Helper()
-					if err := rdb.LPush(context.Background(), "{"+prefix+":"+queue+"}:pending", raw).Err(); err != nil {
-						t.Fatalf("PushRaw: LPUSH onto the pending list: %v", err)
-					}
-					return true
-				},
-			}
+			broker := redisBrokerHarness(rdb, prefix)
 			backend := conformance.BackendHarness{
 				New: func(t testing.TB, expiry time.Duration) errand.Backend {
 					b := redisbackend.New(rdb, &redisbackend.Options{Prefix: prefix, ResultExpiry: expiry})
