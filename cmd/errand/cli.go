@@ -60,14 +60,37 @@ func (c *cli) newFlags() *flag.FlagSet {
 	fs := flag.NewFlagSet("errand "+c.cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	if c.cmd.operator {
-		fs.StringVar(&c.brokerURL, "broker", "", "the broker's `URL` (default $ERRAND_BROKER_URL)")
-		fs.StringVar(&c.backendURL, "backend", "", "the result backend's `URL` (default $ERRAND_BACKEND_URL, else the broker's URL when its scheme is also a backend's)")
+		c.urlFlags(fs)
 		fs.StringVar(&c.output, "o", "table", "output `format`: table or json")
 		fs.StringVar(&c.keysFile, "signing-keys-file", "", "read signing keys from `FILE` (ID=SECRET entries, SECRET base64 or hex:HEX; default $"+envSigningKeys+"): verify signed messages, sign what enqueue and requeue send")
 		fs.StringVar(&c.signWith, "sign-with", "", "the `ID` of the signing key enqueue and requeue sign with (default: the first key given)")
 	}
 	fs.Usage = func() {} // the flag package calls it on every error: printed for -h only
 	return fs
+}
+
+// urlFlags adds --broker and --backend to fs (see urls).
+func (c *cli) urlFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.brokerURL, "broker", "", "the broker's `URL` (default $ERRAND_BROKER_URL)")
+	fs.StringVar(&c.backendURL, "backend", "", "the result backend's `URL` (default $ERRAND_BACKEND_URL, else the broker's URL when its scheme is also a backend's)")
+}
+
+// urls returns the broker's and the backend's URLs: the flag's, else the
+// environment's, and for the backend else the broker's URL where its
+// scheme is a backend's too (backendOf); "" where none is given.
+func (c *cli) urls() (brokerURL, backendURL string) {
+	brokerURL = firstOf(c.brokerURL, c.env("ERRAND_BROKER_URL"))
+	return brokerURL, firstOf(c.backendURL, c.env("ERRAND_BACKEND_URL"), backendOf(brokerURL))
+}
+
+// firstOf returns the first non-empty string of ss.
+func firstOf(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
 }
 
 // printUsage prints the usage of the command being run, with the flags of
@@ -147,19 +170,9 @@ func (c *cli) server() (*errand.Server, error) {
 		}
 		return srv, nil
 	}
-	brokerURL := c.brokerURL
-	if brokerURL == "" {
-		brokerURL = c.env("ERRAND_BROKER_URL")
-	}
+	brokerURL, backendURL := c.urls()
 	if brokerURL == "" {
 		return nil, usageErrorf("no broker: give --broker URL or set ERRAND_BROKER_URL")
-	}
-	backendURL := c.backendURL
-	if backendURL == "" {
-		backendURL = c.env("ERRAND_BACKEND_URL")
-	}
-	if backendURL == "" {
-		backendURL = backendOf(brokerURL)
 	}
 	noBackend := usageErrorf("no result backend: give --backend URL or set ERRAND_BACKEND_URL (the broker %s is not a backend too)", errand.RedactURL(brokerURL))
 	if u, err := url.Parse(brokerURL); backendURL == "" && err == nil && strings.EqualFold(u.Scheme, "sqs") {

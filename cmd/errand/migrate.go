@@ -30,8 +30,7 @@ var migrators = map[string]map[string]func(c *cli, u *url.URL) error{
 // (PostgreSQL); for the others it says there is nothing to migrate.
 func runMigrate(c *cli, args []string) error {
 	fs := c.newFlags()
-	fs.StringVar(&c.brokerURL, "broker", "", "the broker's `URL` (default $ERRAND_BROKER_URL)")
-	fs.StringVar(&c.backendURL, "backend", "", "the result backend's `URL` (default $ERRAND_BACKEND_URL, else the broker's URL when its scheme is also a backend's)")
+	c.urlFlags(fs)
 	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -39,8 +38,7 @@ func runMigrate(c *cli, args []string) error {
 	if len(pos) > 0 {
 		return usageErrorf("unexpected argument %q (give the URLs with --broker and --backend)", pos[0])
 	}
-	brokerURL := firstOf(c.brokerURL, c.env("ERRAND_BROKER_URL"))
-	backendURL := firstOf(c.backendURL, c.env("ERRAND_BACKEND_URL"), backendOf(brokerURL))
+	brokerURL, backendURL := c.urls()
 	if brokerURL == "" && backendURL == "" {
 		return usageErrorf("nothing to migrate: give --broker URL and/or --backend URL (or set ERRAND_BROKER_URL, ERRAND_BACKEND_URL)")
 	}
@@ -63,14 +61,4 @@ func runMigrate(c *cli, args []string) error {
 		fmt.Fprintf(c.stdout, "%s %s: schema at this build's version\n", side.kind, errand.RedactURL(side.raw))
 	}
 	return nil
-}
-
-// firstOf returns the first non-empty string of ss.
-func firstOf(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
