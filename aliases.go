@@ -36,4 +36,7 @@ const (
 	StateRetry    = driver.StateRetry    // failed; a later attempt is scheduled
 	StateSuccess  = driver.StateSuccess  // finished with results (terminal)
 	StateFailure  = driver.StateFailure  // failed for good (terminal)
+	// StateCancelled: cancelled before or while it ran (terminal; see
+	// Server.Cancel).
+	StateCancelled = driver.StateCancelled
 )

@@ -32,6 +32,11 @@ var (
 	// encoded message exceeds the broker's declared maximum payload.
 	ErrPayloadTooLarge = driver.ErrPayloadTooLarge
 
+	// ErrCancelled is the cause of a cancelled task's ctx
+	// (context.Cause), and is satisfied by the error AsyncResult.Get
+	// returns for a CANCELLED task.
+	ErrCancelled = driver.ErrCancelled
+
 	// ErrUnknownTask is wrapped by the failure recorded for a task whose
 	// name no worker has registered.
 	ErrUnknownTask = errors.New("errand: unknown task name")

@@ -108,7 +108,7 @@ type Expirer interface {
 //	|--------------------------------------------------------|---------|---------------------------------------|
 //	| nil                                                    | yes     | first attempt, no state yet           |
 //	| TaskName not empty and not name                        | no      | the UUID is another task's            |
-//	| SUCCESS or FAILURE                                     | no      | finished: the worker only settles it  |
+//	| SUCCESS, FAILURE or CANCELLED                          | no      | finished: the worker only settles it  |
 //	| Attempt > attempt                                      | no      | a later attempt owns the task         |
 //	| STARTED, and FirstDelivery                             | no      | a second message under a running UUID |
 //	| PENDING, RECEIVED, STARTED, RETRY (Attempt <= attempt) | yes     | sent, redelivered or retried          |

@@ -106,6 +106,9 @@ type Colocation interface {
 	//     may not be written.
 	//
 	// A state is never written after its delivery's ack: a consumer that
-	// sees the message gone finds the state.
+	// sees the message gone finds the state. When the backend is a
+	// [Canceller] and the task is CANCELLED, sts[i] is not written (a
+	// cancel is never overwritten) and ds[i] is acked: the answer is an
+	// error wrapping ErrCancelled.
 	Settle(ctx context.Context, ds []*Delivery, sts []*TaskState) []error
 }

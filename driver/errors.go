@@ -34,4 +34,9 @@ var (
 	// ErrPayloadTooLarge is returned, before anything is sent, when an
 	// encoded message exceeds the broker's declared maximum payload.
 	ErrPayloadTooLarge = errors.New("errand: payload too large")
+
+	// ErrCancelled is the per-state error of a write refused because the
+	// task is CANCELLED (see [Canceller]), and the cause of a cancelled
+	// task's ctx.
+	ErrCancelled = errors.New("errand: task cancelled")
 )

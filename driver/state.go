@@ -9,18 +9,21 @@ import (
 // State is where a task is in its life. A task starts in PENDING; every
 // change a worker records is an edge of this graph:
 //
-//	PENDING  -> RECEIVED | FAILURE
-//	RECEIVED -> RECEIVED | STARTED | FAILURE
-//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
-//	RETRY    -> RECEIVED
+//	PENDING  -> RECEIVED | FAILURE | CANCELLED
+//	RECEIVED -> RECEIVED | STARTED | FAILURE | CANCELLED
+//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY | CANCELLED
+//	RETRY    -> RECEIVED | CANCELLED
 //	FAILURE  -> PENDING
 //
 // RECEIVED -> RECEIVED and STARTED -> RECEIVED are redeliveries: a worker
 // died or shut down before finishing and another took the task again.
 // PENDING -> FAILURE and RECEIVED -> FAILURE are tasks that could not run
-// (unknown name, bad arguments, a chord whose member failed). SUCCESS and
-// FAILURE are terminal for the worker; FAILURE -> PENDING is an operator
-// requeueing an archived task as a fresh attempt. A PENDING written beside
+// (unknown name, bad arguments, a chord whose member failed). SUCCESS,
+// FAILURE and CANCELLED are terminal for the worker; FAILURE -> PENDING is
+// an operator requeueing an archived task as a fresh attempt. CANCELLED is
+// written by whoever cancels the task (errand's Server.Cancel, through
+// [Canceller] where the backend has it), never by a worker's attempt, and
+// nothing follows it. A PENDING written beside
 // the publish ([PendingWriter]) is dropped when a worker recorded the task
 // first: the backend then never holds it, though the task was sent first.
 type State string
@@ -33,16 +36,20 @@ const (
 	StateRetry    State = "RETRY"    // failed; a later attempt is scheduled
 	StateSuccess  State = "SUCCESS"  // finished with results (terminal)
 	StateFailure  State = "FAILURE"  // failed for good (terminal)
+	// StateCancelled: cancelled before or while it ran (terminal); its
+	// Error says by whom or why, when the canceller said.
+	StateCancelled State = "CANCELLED"
 )
 
 // transitions is the graph of allowed state changes (see [State]).
 var transitions = map[State][]State{
-	StatePending:  {StateReceived, StateFailure},
-	StateReceived: {StateReceived, StateStarted, StateFailure},
-	StateStarted:  {StateReceived, StateSuccess, StateFailure, StateRetry},
-	StateRetry:    {StateReceived},
-	StateSuccess:  nil,
-	StateFailure:  {StatePending},
+	StatePending:   {StateReceived, StateFailure, StateCancelled},
+	StateReceived:  {StateReceived, StateStarted, StateFailure, StateCancelled},
+	StateStarted:   {StateReceived, StateSuccess, StateFailure, StateRetry, StateCancelled},
+	StateRetry:     {StateReceived, StateCancelled},
+	StateSuccess:   nil,
+	StateFailure:   {StatePending},
+	StateCancelled: nil,
 }
 
 // CanTransition reports whether from -> to is an edge of the state graph
@@ -73,8 +80,10 @@ func ValidPath(states []State) error {
 	return nil
 }
 
-// Terminal reports whether s is SUCCESS or FAILURE.
-func (s State) Terminal() bool { return s == StateSuccess || s == StateFailure }
+// Terminal reports whether s is SUCCESS, FAILURE or CANCELLED.
+func (s State) Terminal() bool {
+	return s == StateSuccess || s == StateFailure || s == StateCancelled
+}
 
 // Result is one value a task returned. Type is the Go type name; Value is
 // its JSON encoding.
@@ -109,9 +118,14 @@ type TaskState struct {
 	ErrorDetail string    `json:"error_detail,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	// StartedAt is set when the task's function starts, FinishedAt when it
-	// reaches SUCCESS or FAILURE; zero otherwise.
+	// reaches SUCCESS, FAILURE or CANCELLED; zero otherwise.
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Progress is the last value the running task reported
+	// (errand.SetProgress): a small JSON value (errand bounds its size),
+	// kept with the state that follows it. Backends store and return it
+	// byte for byte; empty when the task reported none.
+	Progress json.RawMessage `json:"progress,omitempty"`
 }
 
 // Copy returns a copy of st that shares nothing with it.
@@ -120,6 +134,9 @@ func (st *TaskState) Copy() *TaskState {
 		return nil
 	}
 	c := *st
+	if st.Progress != nil {
+		c.Progress = append(json.RawMessage(nil), st.Progress...)
+	}
 	if st.Results != nil {
 		c.Results = make([]Result, len(st.Results))
 		for i, r := range st.Results {
