@@ -299,3 +299,45 @@ func TestCancelBetweenReadAndStartStaysCancelled(t *testing.T) {
 		t.Fatalf("the task's state after its worker settled it: %+v, %v; want CANCELLED (its STARTED had replaced the cancel)", st, err)
 	}
 }
+
+// TestCancelFreesUniqueKey: the worker that settles a task cancelled
+// before it ran frees its unique key, as a task's end does, so the key
+// can be taken again long before UniqueFor runs out.
+func TestCancelFreesUniqueKey(t *testing.T) {
+	ctx := ctxT(t)
+	e := newEnv(t)
+	e.srv.Register("add", add)
+	unique := func() *errand.Signature {
+		sig := errand.NewSignature("add", 1, 2)
+		sig.UniqueKey, sig.UniqueFor = "the-one", time.Hour
+		return sig
+	}
+	r, err := e.srv.SendTask(ctx, unique())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.SendTask(ctx, unique()); !errors.Is(err, errand.ErrDuplicate) {
+		t.Fatalf("a second send while the key is held = %v; want ErrDuplicate", err)
+	}
+	if rep, err := r.Cancel(ctx); err != nil || rep.Outcome != errand.CancelQueued {
+		t.Fatalf("Cancel = %+v, %v; want queued", rep, err)
+	}
+	e.start(t, errand.WorkerConfig{})
+	for {
+		_, err := e.srv.SendTask(ctx, unique())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errand.ErrDuplicate) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the unique key of a cancelled task was never freed by the worker that settled it")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrCancelled) {
+		t.Fatalf("the cancelled task: Get = %v; want ErrCancelled", err)
+	}
+}
