@@ -185,7 +185,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 					t.Cleanup(func() { b.Close() })
 					return b
 				},
-				Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true},
+				Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true, Cancel: true},
 			}
 			conformance.RunWorker(t, broker, backend)
 		})
