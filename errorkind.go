@@ -25,6 +25,9 @@ const (
 	KindRetriesExhausted ErrorKind = "retries_exhausted" // it failed with no retry left (ErrRetriesExhausted)
 	KindSnoozesExhausted ErrorKind = "snoozes_exhausted" // it snoozed once more than WorkerConfig.MaxSnoozes (ErrSnoozesExhausted)
 	KindFailed           ErrorKind = "failed"            // anything else (a chord member failed, a deadline left no time to retry)
+	// KindCancelled is the kind of a CANCELLED state (Server.Cancel), not
+	// of a failure: the task was cancelled before or while it ran.
+	KindCancelled ErrorKind = "cancelled"
 )
 
 // KindSnoozed is the ErrorKind of the RETRY state of a task that snoozed
@@ -54,6 +57,7 @@ var recordedSentinels = []struct {
 	{"bad_message", ErrBadMessage},
 	{"uuid_conflict", ErrUUIDConflict},
 	{"bad_signature", ErrBadSignature},
+	{"cancelled", ErrCancelled},
 }
 
 // errorDetail is TaskState.ErrorDetail: what the producer needs to rebuild
@@ -145,7 +149,7 @@ func (e *recordedError) withText(msg string) error { return &recordedError{msg: 
 // what the worker's cause did (see TaskError), or nil when st records no
 // detail (an older worker).
 func rebuild(st *TaskState) error {
-	if st.ErrorKind == "" && st.ErrorDetail == "" {
+	if st.ErrorKind == "" && st.ErrorDetail == "" && st.State != StateCancelled {
 		return nil
 	}
 	var d errorDetail
@@ -162,6 +166,9 @@ func rebuild(st *TaskState) error {
 	}
 	if ErrorKind(st.ErrorKind) == KindUnknownTask && !slices.Contains(re.is, ErrUnknownTask) {
 		re.is = append(re.is, ErrUnknownTask)
+	}
+	if (st.State == StateCancelled || ErrorKind(st.ErrorKind) == KindCancelled) && !slices.Contains(re.is, ErrCancelled) {
+		re.is = append(re.is, ErrCancelled)
 	}
 	if a := d.Arg; a != nil {
 		ae := &ArgumentError{TaskName: a.Task, Index: a.Index, Got: a.Got, Want: a.Want}

@@ -207,10 +207,9 @@ func (dv *delivery) newProgress() *progressWriter {
 			defer cancel()
 			return w.srv.backend.SetState(ctx, &st)
 		},
-		// A cancelled task's ctx ends with a cause wrapping ErrCancelled;
-		// the worker's cancel handling (its late-outcome discard) reads it
-		// there, whoever cancelled.
-		cancel: dv.cancelTask,
+		// The task's cancel (cancelwatch.go): its ctx ends with the
+		// cause, and its outcome is discarded.
+		cancel: dv.cancel.set,
 		report: func(err error) { w.report(err, "errand: progress not recorded", dv.attrs()...) },
 	})
 }

@@ -3,6 +3,7 @@ package errand_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,81 @@ func TestProgressRateLimited(t *testing.T) {
 	// One write at once, then at most one per interval while the loop ran.
 	if w, bound := e.rec.progressWrites(sig.UUID), 2+int(took/every); w > bound {
 		t.Errorf("progress rate limit broken: %d SetProgress calls in %v made %d writes; want at most %d (ProgressEvery %v)", n, took, w, bound, every)
+	}
+}
+
+// refusesProgress is a backend that answers every progress write (a state
+// with Progress) with ErrCancelled, as a backend holding the task
+// CANCELLED does.
+type refusesProgress struct{ errand.Backend }
+
+func (b refusesProgress) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
+	errs := make([]error, len(sts))
+	var rest []*errand.TaskState
+	var at []int
+	for i, st := range sts {
+		if len(st.Progress) > 0 {
+			errs[i] = fmt.Errorf("task %s: %w", st.TaskUUID, errand.ErrCancelled)
+			continue
+		}
+		rest, at = append(rest, st), append(at, i)
+	}
+	for j, err := range b.Backend.SetStates(ctx, rest) {
+		errs[at[j]] = err
+	}
+	return errs
+}
+
+// TestProgressWriteCancels: a progress write the backend answers with
+// ErrCancelled cancels the task's ctx with a cause wrapping ErrCancelled,
+// SetProgress returns that cause from then on, and the task's outcome is
+// discarded (no RETRY, no FAILURE).
+func TestProgressWriteCancels(t *testing.T) {
+	checkNoLeak(t)
+	e := newEnv(t)
+	srv, err := errand.NewServer(errand.Config{Broker: e.broker, Backend: refusesProgress{e.rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saw := make(chan error, 2)
+	srv.Register("watched", func(ctx context.Context) error {
+		if err := errand.SetProgress(ctx, "half"); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		saw <- context.Cause(ctx)
+		saw <- errand.SetProgress(ctx, "more")
+		return ctx.Err()
+	})
+	w := srv.NewWorker(errand.WorkerConfig{RetryPolicy: errand.Fixed(0)})
+	w.Start()
+	sig := errand.NewSignature("watched")
+	sig.RetryCount = 3
+	if _, err := srv.SendTask(ctxT(t), sig); err != nil {
+		t.Fatal(err)
+	}
+	var cause error
+	select {
+	case cause = <-saw:
+	case <-time.After(10 * time.Second): // a bound against a hang
+		t.Fatal("cancel promise broken: the task's ctx was never cancelled after the backend refused its progress as cancelled")
+	}
+	if !errors.Is(cause, errand.ErrCancelled) {
+		t.Fatalf("cancel promise broken: the task's ctx ended with cause %v, want one wrapping ErrCancelled (its progress write was refused as cancelled)", cause)
+	}
+	if err := <-saw; !errors.Is(err, errand.ErrCancelled) {
+		t.Errorf("SetProgress after the cancel: %v, want an error wrapping ErrCancelled", err)
+	}
+	// Shutdown returns once the delivery is settled.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatalf("worker shutdown: %v", err)
+	}
+	if n, err := e.broker.Stats(ctx, sig.RoutingKey); err != nil || n.Pending != 0 || n.InFlight != 0 || n.Delayed != 0 {
+		t.Errorf("cancel promise broken: after the cancel the queue holds %+v (%v); want the delivery acked, no retry sent", n, err)
+	}
+	if p := e.rec.path(sig.UUID); fmt.Sprint(p) != "[PENDING RECEIVED STARTED]" {
+		t.Errorf("cancel promise broken: a task cancelled through its progress write went through %v; want no state after STARTED (its outcome discarded)", p)
 	}
 }

@@ -77,6 +77,10 @@ func (w *Worker) snooze(ctx context.Context, sig *Signature, snz *SnoozeError, s
 		st = st.Copy()
 		st.State, st.Error, st.ErrorKind, st.Attempt = StateRetry, snz.Error(), string(KindSnoozed), next.Attempt
 		if err := w.srv.backend.SetState(ctx, st); err != nil {
+			if errors.Is(err, ErrCancelled) { // cancelled as it snoozed: it never runs again
+				outcome, err := w.afterCancel(ctx, sig)
+				return outcome, st, err
+			}
 			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set RETRY (snoozed): %w", sig.Name, sig.UUID, err)
 		}
 	}
