@@ -138,14 +138,7 @@ type cancelMark struct {
 // notice is set for a cancel learnt from a broker's notice: the backend's
 // state may since have been replaced by the attempt's own start (on the
 // portable path), so the worker records CANCELLED again (noticed).
-func (m *cancelMark) notice(cause error) {
-	m.mu.Lock()
-	if m.cause == nil {
-		m.fromNotice = true
-	}
-	m.mu.Unlock()
-	m.set(cause)
-}
+func (m *cancelMark) notice(cause error) { m.mark(cause, true) }
 
 // noticed reports whether the cancel was learnt from a notice.
 func (m *cancelMark) noticed() bool {
@@ -156,13 +149,15 @@ func (m *cancelMark) noticed() bool {
 
 // set records cause (the first one counts) and cancels the running
 // attempt's ctx with it.
-func (m *cancelMark) set(cause error) {
+func (m *cancelMark) set(cause error) { m.mark(cause, false) }
+
+func (m *cancelMark) mark(cause error, fromNotice bool) {
 	m.mu.Lock()
 	if m.cause != nil {
 		m.mu.Unlock()
 		return
 	}
-	m.cause = cause
+	m.cause, m.fromNotice = cause, fromNotice
 	cancel := m.cancel
 	m.mu.Unlock()
 	if cancel != nil {
