@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,5 +210,134 @@ func TestCancelLateResultRefusedByCanceller(t *testing.T) {
 	}
 	if n, _ := br.Stats(ctx, errand.DefaultQueue); n.Pending+n.InFlight+n.Delayed+n.Dead != 0 {
 		t.Errorf("queue after the cancelled tasks settled: %+v; want them acked", n)
+	}
+}
+
+// overwritingBackend is the memory backend as a backend without
+// driver.Canceller or driver.Starter whose SetStates overwrites whatever
+// a task holds (a plain SET, as a third-party backend's), and whose
+// GetState calls afterRead once, after its read, when armed.
+type overwritingBackend struct {
+	errand.Backend // hides the memory backend's optional interfaces
+	mem            *memorybackend.Backend
+	armed          atomic.Bool
+	afterRead      func(id string)
+}
+
+func (b *overwritingBackend) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
+	var batch []*errand.TaskState
+	for _, st := range sts {
+		p := st.Copy()
+		p.State = errand.StatePending // the memory backend lets a PENDING replace a cancel
+		batch = append(batch, p, st)
+	}
+	errs := b.mem.SetStates(ctx, batch)
+	if errs == nil {
+		return nil
+	}
+	out := make([]error, len(sts))
+	for i := range sts {
+		out[i] = errors.Join(errs[2*i], errs[2*i+1])
+	}
+	return out
+}
+
+func (b *overwritingBackend) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
+	st, err := b.mem.GetState(ctx, id)
+	if b.armed.CompareAndSwap(true, false) {
+		b.afterRead(id)
+	}
+	return st, err
+}
+
+// TestCancelBetweenReadAndStartStaysCancelled: on the portable path, a
+// cancel landing between a worker's read of the task's state and its
+// STARTED is overwritten by that STARTED; the notice still reaches the
+// worker, which cancels the task as it starts and records CANCELLED again:
+// the task ends CANCELLED, not STARTED for ever.
+func TestCancelBetweenReadAndStartStaysCancelled(t *testing.T) {
+	checkNoLeak(t)
+	ctx := ctxT(t)
+	mem := memorybackend.New(nil)
+	be := &overwritingBackend{Backend: mem, mem: mem}
+	srv, err := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	causes := make(chan error, 1)
+	srv.Register("hold", func(ctx context.Context) error {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return context.Cause(ctx)
+	})
+	r, err := srv.SendTask(ctx, errand.NewSignature("hold"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be.afterRead = func(id string) {
+		if rep, err := srv.Cancel(ctx, id); err != nil || rep.Outcome != errand.CancelQueued {
+			t.Errorf("Cancel = %+v, %v; want queued", rep, err)
+		}
+	}
+	be.armed.Store(true)
+	w := srv.NewWorker(errand.WorkerConfig{Lease: time.Hour})
+	w.Start()
+	defer w.Shutdown(ctx)
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, errand.ErrCancelled) {
+			t.Fatalf("the task's ctx ended with %v; want ErrCancelled", cause)
+		}
+	case <-ctx.Done():
+		t.Fatal("the task, cancelled between its read and its start, was never cancelled")
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.State(ctx); err != nil || st.State != errand.StateCancelled {
+		t.Fatalf("the task's state after its worker settled it: %+v, %v; want CANCELLED (its STARTED had replaced the cancel)", st, err)
+	}
+}
+
+// TestCancelFreesUniqueKey: the worker that settles a task cancelled
+// before it ran frees its unique key, as a task's end does, so the key
+// can be taken again long before UniqueFor runs out.
+func TestCancelFreesUniqueKey(t *testing.T) {
+	ctx := ctxT(t)
+	e := newEnv(t)
+	e.srv.Register("add", add)
+	unique := func() *errand.Signature {
+		sig := errand.NewSignature("add", 1, 2)
+		sig.UniqueKey, sig.UniqueFor = "the-one", time.Hour
+		return sig
+	}
+	r, err := e.srv.SendTask(ctx, unique())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.SendTask(ctx, unique()); !errors.Is(err, errand.ErrDuplicate) {
+		t.Fatalf("a second send while the key is held = %v; want ErrDuplicate", err)
+	}
+	if rep, err := r.Cancel(ctx); err != nil || rep.Outcome != errand.CancelQueued {
+		t.Fatalf("Cancel = %+v, %v; want queued", rep, err)
+	}
+	e.start(t, errand.WorkerConfig{})
+	for {
+		_, err := e.srv.SendTask(ctx, unique())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errand.ErrDuplicate) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the unique key of a cancelled task was never freed by the worker that settled it")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrCancelled) {
+		t.Fatalf("the cancelled task: Get = %v; want ErrCancelled", err)
 	}
 }

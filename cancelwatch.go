@@ -116,7 +116,7 @@ func (cw *cancelWatch) notified(taskUUIDs []string) {
 	defer cw.mu.Unlock()
 	for _, id := range taskUUIDs {
 		for _, dv := range cw.held[id] {
-			dv.cancel.set(cancelCause(dv.sig, "a cancel notice"))
+			dv.cancel.notice(cancelCause(dv.sig, "a cancel notice"))
 		}
 	}
 }
@@ -129,9 +129,29 @@ func cancelCause(sig *Signature, how string) error {
 // cancelMark is a delivery's cancel: set once, by a notice or by the
 // check at a lease renewal, and passed to the task's ctx while it runs.
 type cancelMark struct {
-	mu     sync.Mutex
-	cause  error
-	cancel context.CancelCauseFunc // the running attempt's ctx; nil before and after it runs
+	mu         sync.Mutex
+	cause      error
+	fromNotice bool                    // a notice set it (notice), not the backend's state
+	cancel     context.CancelCauseFunc // the running attempt's ctx; nil before and after it runs
+}
+
+// notice is set for a cancel learnt from a broker's notice: the backend's
+// state may since have been replaced by the attempt's own start (on the
+// portable path), so the worker records CANCELLED again (noticed).
+func (m *cancelMark) notice(cause error) {
+	m.mu.Lock()
+	if m.cause == nil {
+		m.fromNotice = true
+	}
+	m.mu.Unlock()
+	m.set(cause)
+}
+
+// noticed reports whether the cancel was learnt from a notice.
+func (m *cancelMark) noticed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fromNotice
 }
 
 // set records cause (the first one counts) and cancels the running

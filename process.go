@@ -320,9 +320,18 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	}
 	if dv.cancel.err() != nil {
 		// Cancelled while it ran (or before its result was recorded):
-		// its outcome is discarded, whatever it is.
+		// its outcome is discarded, whatever it is. A cancel learnt from a
+		// notice is recorded again, where the portable path let this
+		// attempt's start replace it (a cancel between its state's read
+		// and its STARTED); one learnt from the backend is there already.
 		ctx, cancel := w.call()
 		defer cancel()
+		if dv.cancel.noticed() {
+			if err := w.srv.recordCancel(ctx, sig); err != nil {
+				dv.outcome, dv.err = settleRequeue, err
+				return nil, runErr
+			}
+		}
 		dv.outcome, dv.err = w.afterCancel(ctx, sig)
 		return nil, runErr
 	}
