@@ -646,6 +646,47 @@ func (w *Worker) retryLimit(sig *Signature) int {
 	return r + min(w.snoozeLimit(sig), math.MaxInt-1-max(r, 0))
 }
 
+// snoozeLimit is how many of sig's snoozes raise its retry bound: its
+// Snoozes, never below 0 nor above the worker's MaxSnoozes (a message is
+// input: a Snoozes of a billion must not buy a billion retries).
+func (w *Worker) snoozeLimit(sig *Signature) int {
+	return min(max(sig.Snoozes, 0), w.cfg.MaxSnoozes)
+}
+
+// snooze sends sig again after snz.Delay with Attempt and Snoozes one
+// higher, recording RETRY (ErrorKind "snoozed") first unless st already
+// is (a redelivery resuming a snooze its worker recorded and did not
+// send); over the worker's MaxSnoozes, or past the signature's Deadline,
+// it fails the task instead. It returns the state it recorded, as
+// scheduleRetry does.
+func (w *Worker) snooze(ctx context.Context, sig *Signature, snz *SnoozeError, st *TaskState) (settle, *TaskState, error) {
+	if sig.Snoozes >= w.cfg.MaxSnoozes {
+		return w.fail(ctx, sig, st, &snoozesExhaustedError{snoozes: max(sig.Snoozes, 0), limit: w.cfg.MaxSnoozes})
+	}
+	next := sig.Copy()
+	next.Attempt, next.Snoozes = sig.attempt()+1, max(sig.Snoozes, 0)+1
+	eta := time.Now().Add(max(snz.Delay, 0))
+	if sig.Deadline != nil && eta.After(*sig.Deadline) {
+		return w.fail(ctx, sig, st, fmt.Errorf("%w (no snooze: deadline %s passed)", snz, sig.Deadline.Format(time.RFC3339Nano)))
+	}
+	next.ETA = &eta
+	if st.State != StateRetry {
+		st = st.Copy()
+		st.State, st.Error, st.ErrorKind, st.Attempt = StateRetry, snz.Error(), string(KindSnoozed), next.Attempt
+		if err := w.srv.backend.SetState(ctx, st); err != nil {
+			if errors.Is(err, ErrCancelled) { // cancelled as it snoozed: it never runs again
+				outcome, err := w.afterCancel(ctx, sig)
+				return outcome, st, err
+			}
+			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set RETRY (snoozed): %w", sig.Name, sig.UUID, err)
+		}
+	}
+	if err := w.srv.publish(ctx, next); err != nil {
+		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): publish snoozed task: %w", sig.Name, sig.UUID, err)
+	}
+	return settleAck, st, nil
+}
+
 // fail records FAILURE for sig, runs what follows a failure, and returns
 // the state it recorded.
 func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause error) (settle, *TaskState, error) {

@@ -149,3 +149,37 @@ func TestSnoozeKeepsDeadline(t *testing.T) {
 		t.Fatalf("snooze promise broken: a snooze of an hour with a deadline in a minute ended %v; want a FAILURE naming the deadline", err)
 	}
 }
+
+// TestSnoozeResumed: a worker that recorded a snooze's RETRY and crashed
+// before sending the task again leaves it to the redelivery, which sends
+// it as a snooze (Snoozes+1, no retry spent), not as a retry.
+func TestSnoozeResumed(t *testing.T) {
+	checkNoLeak(t)
+	e := newEnv(t)
+	info := make(chan errand.TaskInfo, 1)
+	e.srv.Register("resumed", func(ctx context.Context) error {
+		ti, _ := errand.TaskInfoFrom(ctx)
+		info <- ti
+		return nil
+	})
+	sig := errand.NewSignature("resumed") // RetryCount 0: a retry would fail it
+	ctx := ctxT(t)
+	// What the crashed worker left: the snooze's RETRY (attempt 2), and
+	// the first attempt's message, delivered again.
+	crashed := &errand.TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: errand.StateRetry, Attempt: 2,
+		Error: errand.Snooze(0).Error(), ErrorKind: string(errand.KindSnoozed), CreatedAt: time.Now()}
+	if err := setState(ctx, e.rec.Backend, crashed); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.srv.SendTask(ctx, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, errand.WorkerConfig{})
+	if _, err := r.Get(ctx); err != nil {
+		t.Fatalf("snooze promise broken: a snooze resumed after a crash ended %v; want SUCCESS (a snooze spends no retry, even resumed)", err)
+	}
+	if ti := <-info; ti.Attempt != 2 || ti.Snoozes != 1 || ti.RetryCount != 1 {
+		t.Errorf("snooze promise broken: the resumed snooze ran as attempt %d with Snoozes %d, RetryCount %d; want 2, 1, 1", ti.Attempt, ti.Snoozes, ti.RetryCount)
+	}
+}
