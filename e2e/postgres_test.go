@@ -78,7 +78,7 @@ func postgresBackendHarness(pool *pgxpool.Pool, schema string) conformance.Backe
 			return b
 		},
 		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Waiter: true,
-			Start: true, PendingIfAbsent: true, Located: true, Tx: true},
+			Start: true, PendingIfAbsent: true, Located: true, Tx: true, Cancel: true},
 	}
 }
 
