@@ -39,8 +39,8 @@ func TestMachineryCancel(t *testing.T) {
 	if err := c.Database(db).Collection("tasks").FindOne(ctx, bson.D{{Key: "_id", Value: "run"}}).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc["state"] != "FAILURE" || doc["error"] != "errand: task cancelled" || doc["delete_at"] == nil || doc["task_name"] != "x" {
-		t.Errorf("machinery's document of a cancelled task = %v; want state FAILURE, error %q, a delete_at, its task_name (what machinery's readers know)", doc, "errand: task cancelled")
+	if doc["state"] != "FAILURE" || doc["error"] != "errand: task cancelled" || doc["error_kind"] != "cancelled" || doc["delete_at"] == nil || doc["task_name"] != "x" {
+		t.Errorf("machinery's document of a cancelled task = %v; want state FAILURE, error %q, a delete_at, its task_name (what machinery's readers know), error_kind cancelled (errand's mark)", doc, "errand: task cancelled")
 	}
 	st, err := b.GetState(ctx, "run")
 	if err != nil || st.State != errand.StateCancelled || st.Error != "errand: task cancelled" || st.Attempt != 1 || st.FinishedAt.Before(st.CreatedAt) {

@@ -64,9 +64,9 @@
 // meets the document's _id, and one read tells the cancel from a racing
 // insert), answered per state as an error wrapping [driver.ErrCancelled].
 // In machinery's format a cancel is stored as machinery knows final
-// states, a FAILURE with the Error "errand: task cancelled" (the
-// cancel's own Error kept in errand_cancel_error), and read back as
-// CANCELLED. A state's Progress is stored as a string, returned byte
+// states, a FAILURE with the Error "errand: task cancelled", marked with
+// errand's error_kind "cancelled" (as the Redis backend marks it), and
+// read back as CANCELLED. A state's Progress is stored as a string, returned byte
 // for byte.
 //
 // On MongoDB each of these is one atomic update of one document. FerretDB

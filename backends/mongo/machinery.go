@@ -102,9 +102,6 @@ type mTaskDoc struct {
 	StartedAt   time.Time    `bson:"started_at,omitempty"`
 	FinishedAt  time.Time    `bson:"finished_at,omitempty"`
 	Progress    string       `bson:"progress,omitempty"`
-	// CancelError is a cancel's own Error (its Error field holds
-	// cancelledError, machinery's readers' view of it).
-	CancelError *string `bson:"errand_cancel_error,omitempty"`
 }
 
 type mResultDoc struct {
@@ -173,10 +170,10 @@ func bsonValue(typ string, raw json.RawMessage) (any, error) {
 }
 
 // SetStates upserts each state into machinery's tasks collection. A
-// CANCELLED is stored as machinery's FAILURE with the Error
-// cancelledError (machinery knows no other final states), which errand
-// reads back as CANCELLED, its own Error kept beside it
-// (errand_cancel_error). A state other than PENDING is not written
+// CANCELLED is stored as machinery's FAILURE (machinery knows no other
+// final states), its Error the canceller's ("errand: task cancelled";
+// cancelledError when it has none), marked with errand's error_kind
+// "cancelled", which errand reads back as CANCELLED. A state other than PENDING is not written
 // over a live cancel (the upsert's filter leaves it out, see Cancel): it
 // fails alone with an error wrapping driver.ErrCancelled.
 func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
@@ -191,8 +188,11 @@ func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskStat
 		doc := mTaskDoc{ID: st.TaskUUID, TaskName: st.TaskName, State: string(st.State), Error: st.Error, CreatedAt: st.CreatedAt.UTC(),
 			Attempt: st.Attempt, ErrorKind: st.ErrorKind, ErrorDetail: st.ErrorDetail,
 			StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, Progress: string(st.Progress)}
-		if st.State == driver.StateCancelled {
-			doc.State, doc.Error, doc.CancelError = string(driver.StateFailure), cancelledError, &st.Error
+		if st.State == driver.StateCancelled { // machinery's FAILURE, marked
+			doc.State, doc.ErrorKind = string(driver.StateFailure), cancelledKind
+			if doc.Error == "" {
+				doc.Error = cancelledError
+			}
 		}
 		if st.State.Terminal() {
 			// Only a final state expires, as machinery's SetStateSuccess
@@ -240,7 +240,7 @@ func (b *MachineryBackend) setState(ctx context.Context, st *driver.TaskState, d
 		if st.State != driver.StatePending {
 			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
 				bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateFailure)}}}},
-				bson.D{{Key: "error", Value: bson.D{{Key: "$ne", Value: cancelledError}}}},
+				bson.D{{Key: "error_kind", Value: bson.D{{Key: "$ne", Value: cancelledKind}}}},
 				bson.D{{Key: "delete_at", Value: bson.D{{Key: "$lte", Value: now}}}},
 			}})
 		}
@@ -252,7 +252,7 @@ func (b *MachineryBackend) setState(ctx context.Context, st *driver.TaskState, d
 			return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
 		}
 		n, err := b.tasks.CountDocuments(c, bson.D{{Key: "_id", Value: st.TaskUUID}, {Key: "state", Value: string(driver.StateFailure)},
-			{Key: "error", Value: cancelledError}, {Key: "delete_at", Value: bson.D{{Key: "$gt", Value: now}}}})
+			{Key: "error_kind", Value: cancelledKind}, {Key: "delete_at", Value: bson.D{{Key: "$gt", Value: now}}}})
 		if err != nil {
 			return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
 		}
@@ -262,14 +262,19 @@ func (b *MachineryBackend) setState(ctx context.Context, st *driver.TaskState, d
 	}
 }
 
-// cancelledError is the Error of a cancel in machinery's format: a
-// FAILURE with it is errand's CANCELLED (docs/migrating-from-machinery.md).
-const cancelledError = "errand: task cancelled"
+// A cancel in machinery's format is a FAILURE whose error_kind is
+// cancelledKind: errand's CANCELLED (docs/migrating-from-machinery.md),
+// as the Redis backend marks it. Its Error is the canceller's, or
+// cancelledError.
+const (
+	cancelledKind  = "cancelled"
+	cancelledError = "errand: task cancelled"
+)
 
 // Cancel records each task's cancel, one after the other
-// (driver.Canceller), as machinery's FAILURE with the Error
-// cancelledError, delete_at ResultsExpireIn away, the canceller's
-// ErrorKind, ErrorDetail and FinishedAt (and Progress when it has one),
+// (driver.Canceller), as machinery's FAILURE marked cancelled, delete_at
+// ResultsExpireIn away, the canceller's Error, ErrorDetail and
+// FinishedAt (and Progress when it has one),
 // keeping the task's name, attempt, CreatedAt, StartedAt and progress:
 // per task one findAndModify filtered on "not SUCCESS or FAILURE (a
 // cancel is one), created no later than the cancel's FinishedAt". When
@@ -307,8 +312,12 @@ func (b *MachineryBackend) cancel(ctx context.Context, st *driver.TaskState) dri
 			{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{string(driver.StateSuccess), string(driver.StateFailure)}}}},
 			{Key: "created_at", Value: bson.D{{Key: "$lte", Value: fin}}},
 		}
-		set := bson.D{{Key: "state", Value: string(driver.StateFailure)}, {Key: "error", Value: cancelledError},
-			{Key: "errand_cancel_error", Value: st.Error}, {Key: "error_kind", Value: st.ErrorKind}, {Key: "error_detail", Value: st.ErrorDetail},
+		errText := st.Error
+		if errText == "" {
+			errText = cancelledError
+		}
+		set := bson.D{{Key: "state", Value: string(driver.StateFailure)}, {Key: "error", Value: errText},
+			{Key: "error_kind", Value: cancelledKind}, {Key: "error_detail", Value: st.ErrorDetail},
 			{Key: "finished_at", Value: fin}, {Key: "delete_at", Value: time.Now().Add(b.opts.ResultsExpireIn).UTC()}}
 		if len(st.Progress) > 0 {
 			set = append(set, bson.E{Key: "progress", Value: string(st.Progress)})
@@ -348,11 +357,8 @@ func (b *MachineryBackend) cancel(ctx context.Context, st *driver.TaskState) dri
 func (b *MachineryBackend) fromDoc(d *mTaskDoc) (*driver.TaskState, error) {
 	st := &driver.TaskState{TaskUUID: d.ID, TaskName: d.TaskName, State: driver.State(d.State), Error: d.Error, CreatedAt: d.CreatedAt,
 		Attempt: d.Attempt, ErrorKind: d.ErrorKind, ErrorDetail: d.ErrorDetail, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt}
-	if st.State == driver.StateFailure && st.Error == cancelledError {
+	if st.State == driver.StateFailure && st.ErrorKind == cancelledKind {
 		st.State = driver.StateCancelled
-		if d.CancelError != nil {
-			st.Error = *d.CancelError
-		}
 	}
 	if d.Progress != "" {
 		st.Progress = json.RawMessage(d.Progress)
