@@ -49,6 +49,7 @@ var backendCases = []kase[BackendHarness]{
 	{"Cancel/Sticky", cancelSticky, parallel},
 	{"Cancel/Concurrent", cancelConcurrent, parallel},
 	{"Cancel/Wait", cancelWait, alone},
+	{"State/Progress", stateProgress, parallel},
 }
 
 type becase struct {
