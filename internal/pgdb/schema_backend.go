@@ -131,7 +131,8 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // live state (locking its row) and, unless it has none or it is
 // terminal, writes CANCELLED keeping its task_name, attempt, created_at
 // (created[i] when it has none) and started_at, with a finished_at no
-// earlier than those (finished[i] otherwise), progress[i] or else its
+// earlier than those (finished[i] otherwise, the statement's time when
+// it is NULL), progress[i] or else its
 // progress, and a body of its id, name, state and attempt followed by
 // tails[i] (CancelTail), notifying the states channel. One row per task:
 // ord (from 1), written, and the previous state's columns (all NULL:
@@ -261,7 +262,7 @@ BEGIN
     IF written THEN
       c := coalesce(p.created_at, a_created[i]);
       UPDATE {states} SET state = 'CANCELLED', created_at = c,
-        finished_at = greatest(a_finished[i], c, p.started_at),
+        finished_at = greatest(coalesce(a_finished[i], now()), c, p.started_at),
         body = '{"task_uuid":' || to_json(p.id)::text || ',"task_name":' || to_json(p.task_name)::text ||
           ',"state":"CANCELLED"' || CASE WHEN p.attempt <> 0 THEN ',"attempt":' || p.attempt::text ELSE '' END || a_tails[i],
         progress = coalesce(a_progress[i], p.progress), expires_at = now() + a_expiry
