@@ -69,6 +69,9 @@ type Extension struct {
 	lossMu sync.Mutex
 	lost   error
 	onLoss context.CancelCauseFunc
+	// onRenew is called after each successful renewal (OnRenew), guarded
+	// by lossMu.
+	onRenew func(ctx context.Context)
 }
 
 // LostCause returns why the lease is lost (wrapping driver.ErrLeaseLost), or nil
@@ -117,6 +120,32 @@ func (e *Extension) Unfollow() {
 	e.lossMu.Lock()
 	e.onLoss = nil
 	e.lossMu.Unlock()
+}
+
+// OnRenew has fn called after each successful renewal of the lease, until
+// OnRenew(nil): in the renewal's goroutine (renewals of one extension never
+// overlap), with a ctx bounded as a renewal is (ExtendEvery/2, at most
+// CallTimeout), never after Stop returned and Wait. It is how the engine
+// does what must happen at each extension of a running task (renew its
+// concurrency slots, look for a cancel); the engine composes those steps
+// in the one fn an extension has.
+func (e *Extension) OnRenew(fn func(ctx context.Context)) {
+	e.lossMu.Lock()
+	e.onRenew = fn
+	e.lossMu.Unlock()
+}
+
+// renewed calls the OnRenew fn, if any, after a successful renewal.
+func (x *Extender) renewed(e *Extension) {
+	e.lossMu.Lock()
+	fn := e.onRenew
+	e.lossMu.Unlock()
+	if fn == nil || stopped(e.quit) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(x.Calls, min(x.Every/2, x.Bound))
+	defer cancel()
+	fn(ctx)
 }
 
 // Stop ends the renewals: none starts after it returns (one under way
@@ -272,6 +301,7 @@ func (x *Extender) renew(e *Extension) {
 	if !x.renewOnce(e) {
 		return
 	}
+	x.renewed(e)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if e.stopped {
