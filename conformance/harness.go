@@ -100,6 +100,9 @@ type BrokerCaps struct {
 	// (driver.Transactor), which BeginTx opens. Checked by the Worker/Tx
 	// cases with the backend of the RunWorker pair.
 	Tx bool // driver.Transactor
+	// Concurrency: the broker keeps fleet-wide concurrency limits under
+	// leases (driver.ConcurrencyLimiter), checked by the Concurrency cases.
+	Concurrency bool // driver.ConcurrencyLimiter
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

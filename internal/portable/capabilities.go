@@ -31,6 +31,8 @@ type Capabilities struct {
 	Schedules   driver.ScheduleStore
 	Colocator   driver.Colocator
 	Transactor  driver.Transactor
+
+	ConcurrencyLimiter driver.ConcurrencyLimiter
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -51,6 +53,7 @@ func discoverBroker(b driver.Broker) Capabilities {
 	a.Schedules, _ = b.(driver.ScheduleStore)
 	a.Colocator, _ = b.(driver.Colocator)
 	a.Transactor, _ = b.(driver.Transactor)
+	a.ConcurrencyLimiter, _ = b.(driver.ConcurrencyLimiter)
 	return a
 }
 
