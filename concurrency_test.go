@@ -10,6 +10,7 @@ import (
 	"github.com/errand-go/errand"
 	memorybackend "github.com/errand-go/errand/backends/memory"
 	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/driver"
 )
 
 // A concurrency limit errand cannot keep, or that makes no sense, is
@@ -65,10 +66,31 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 	}
 }
 
+// countingSlots counts the memory broker's concurrency calls.
+type countingSlots struct {
+	*memorybroker.Broker
+	calls atomic.Int32
+}
+
+func (b *countingSlots) Acquire(ctx context.Context, holder string, slots []driver.Slot, ttl time.Duration) (bool, error) {
+	b.calls.Add(1)
+	return b.Broker.Acquire(ctx, holder, slots, ttl)
+}
+
+func (b *countingSlots) Renew(ctx context.Context, holder string, keys []string, ttl time.Duration) error {
+	b.calls.Add(1)
+	return b.Broker.Renew(ctx, holder, keys, ttl)
+}
+
+func (b *countingSlots) Free(ctx context.Context, holder string, keys []string) error {
+	b.calls.Add(1)
+	return b.Broker.Free(ctx, holder, keys)
+}
+
 func runCapped(t *testing.T, opts []errand.TaskOption, queueLimits map[string]int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	broker, backend := memorybroker.New(nil), memorybackend.New(nil)
+	broker, backend := &countingSlots{Broker: memorybroker.New(nil)}, memorybackend.New(nil)
 	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend, DefaultQueue: "capped"})
 	if err != nil {
 		t.Fatal(err)
@@ -129,8 +151,10 @@ func runCapped(t *testing.T, opts []errand.TaskOption, queueLimits map[string]in
 	if m := most.Load(); m != 1 {
 		t.Errorf("%d tasks ran at once on two workers of 4; the limit is 1", m)
 	}
-	// Another task on another queue takes no slot: it runs side by side.
+	// Another task on another queue takes no slot: it runs side by side,
+	// and costs no call of the limiter.
 	most.Store(0)
+	broker.calls.Store(0)
 	var free []*errand.AsyncResult
 	for range 4 {
 		sig := errand.NewSignature("other")
@@ -145,6 +169,9 @@ func runCapped(t *testing.T, opts []errand.TaskOption, queueLimits map[string]in
 		if _, err := r.Get(ctx); err != nil {
 			t.Fatalf("task %d of queue free: %v, want success", i+1, err)
 		}
+	}
+	if n := broker.calls.Load(); n != 0 {
+		t.Errorf("4 tasks without a limit, on a queue without one, made %d calls of the broker's concurrency limiter; want none", n)
 	}
 	t.Logf("queue free: at most %d at once", most.Load())
 }
