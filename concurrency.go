@@ -20,8 +20,8 @@ import (
 // starts (before RECEIVED and STARTED are recorded), its worker takes a
 // slot of its task's limit and of its queue's, both or neither, in one
 // Acquire; the slots are held under a lease of the worker's Lease,
-// renewed at each extension of the delivery's lease (Extension.OnRenew),
-// and freed as soon as the task's function returns, before the outcome
+// renewed at each extension of the delivery's lease while the task runs
+// (delivery.Renewed, lease.Extension.OnRenew), and freed as soon as the task's function returns, before the outcome
 // is recorded. An attempt refused a slot goes back to its queue after a
 // short backoff (slotBackoff), recording nothing: its attempt and
 // retries are untouched, as with a rate limit. A killed worker's slots
@@ -121,7 +121,6 @@ func (dv *delivery) takeSlots(ctx context.Context) (settle, error) {
 		return settleThrottle, &throttledError{name: sig.Name, over: "concurrency limit", wait: slotBackoff(dv.d.Attempt)}
 	}
 	dv.slots = hs
-	dv.ext.OnRenew(dv.renewSlots)
 	return settleAck, nil
 }
 
@@ -134,12 +133,16 @@ func slotBackoff(delivery int) time.Duration {
 	return d/2 + rand.N(d-d/2+1)
 }
 
-// renewSlots renews dv's slots for a Lease, at each extension of its
-// lease (its OnRenew). A slot that lapsed meanwhile (its renewal came a
-// Lease late: an outage) is reported once: the task runs on, and its
-// limit may be exceeded by one until it returns.
+// renewSlots renews dv's slots, if it holds any, for a Lease, at each
+// extension of its lease while its task runs (delivery.Renewed). A slot
+// that lapsed meanwhile (its renewal came a Lease late: an outage) is
+// reported once: the task runs on, and its limit may be exceeded by one
+// until it returns.
 func (dv *delivery) renewSlots(ctx context.Context) {
 	hs, w := dv.slots, dv.w
+	if hs == nil {
+		return
+	}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if hs.freed {
@@ -170,7 +173,6 @@ func (dv *delivery) freeSlots() {
 	if hs == nil {
 		return
 	}
-	dv.ext.OnRenew(nil)
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if hs.freed {

@@ -100,6 +100,12 @@ type BrokerCaps struct {
 	// (driver.Transactor), which BeginTx opens. Checked by the Worker/Tx
 	// cases with the backend of the RunWorker pair.
 	Tx bool // driver.Transactor
+	// CancelNotify: the broker tells every listener of its server that
+	// tasks were cancelled (driver.CancelNotifier). Checked by
+	// Broker/CancelNotify, and by Worker/Cancel/Running, which then gives
+	// the worker so long an ExtendEvery that only the notice can cancel
+	// the running task in time.
+	CancelNotify bool // driver.CancelNotifier
 	// Concurrency: the broker keeps fleet-wide concurrency limits under
 	// leases (driver.ConcurrencyLimiter), checked by the Concurrency cases.
 	Concurrency bool // driver.ConcurrencyLimiter
@@ -153,6 +159,10 @@ type BackendCaps struct {
 	// where it accepts the transaction the RunWorker pair's broker
 	// harness opens.
 	Tx bool
+	// Cancel: the backend records a cancel atomically and keeps it
+	// (driver.Canceller): checked by the Backend/Cancel cases, and by
+	// Worker/Colocation/Settle where the pair is co-located.
+	Cancel bool
 }
 
 // Timing tunes the kit's waits. Every duration is multiplied by

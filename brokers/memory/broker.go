@@ -42,6 +42,12 @@ type Broker struct {
 	slots map[string]slotHolders // concurrency limits' slots (ConcurrencyLimiter), made on first use
 
 	schedules map[string]*schedule // periodic schedules (ScheduleStore), made on first use
+
+	// Cancel notices (CancelNotifier), made on the first ListenCancel:
+	// the listeners, closed on Close, which waits for their goroutines.
+	listeners map[*cancelListener]struct{}
+	closing   chan struct{}
+	listening sync.WaitGroup
 }
 
 var (
@@ -341,7 +347,9 @@ func (b *Broker) Close() error {
 	b.closed = true
 	b.queues = nil
 	b.broadcast()
+	closing := b.closing
 	b.mu.Unlock()
+	b.stopListeners(closing, &b.listening)
 	if b.name != "" {
 		instances.Forget(b.name, b)
 	}

@@ -69,9 +69,26 @@ type Extension struct {
 	lossMu sync.Mutex
 	lost   error
 	onLoss context.CancelCauseFunc
-	// onRenew is called after each successful renewal (OnRenew), guarded
-	// by lossMu.
-	onRenew func(ctx context.Context)
+	// onRenew is told of each successful renewal (OnRenew), guarded by
+	// lossMu.
+	onRenew Renewed
+}
+
+// Renewed is told of each successful renewal of a lease (Extension.OnRenew).
+type Renewed interface {
+	// Renewed is called on the renewal's goroutine once the lease was
+	// extended, before the next renewal is scheduled, with a ctx bounded
+	// as a renewal is (ExtendEvery/2, CallTimeout, ended with the calls).
+	// It must return by its ctx's end.
+	Renewed(ctx context.Context)
+}
+
+// OnRenew has r told of each successful renewal from now on; nil ends
+// it. errand checks there whether the running task was cancelled.
+func (e *Extension) OnRenew(r Renewed) {
+	e.lossMu.Lock()
+	e.onRenew = r
+	e.lossMu.Unlock()
 }
 
 // LostCause returns why the lease is lost (wrapping driver.ErrLeaseLost), or nil
@@ -120,32 +137,6 @@ func (e *Extension) Unfollow() {
 	e.lossMu.Lock()
 	e.onLoss = nil
 	e.lossMu.Unlock()
-}
-
-// OnRenew has fn called after each successful renewal of the lease, until
-// OnRenew(nil): in the renewal's goroutine (renewals of one extension never
-// overlap), with a ctx bounded as a renewal is (ExtendEvery/2, at most
-// CallTimeout), never after Stop returned and Wait. It is how the engine
-// does what must happen at each extension of a running task (renew its
-// concurrency slots, look for a cancel); the engine composes those steps
-// in the one fn an extension has.
-func (e *Extension) OnRenew(fn func(ctx context.Context)) {
-	e.lossMu.Lock()
-	e.onRenew = fn
-	e.lossMu.Unlock()
-}
-
-// renewed calls the OnRenew fn, if any, after a successful renewal.
-func (x *Extender) renewed(e *Extension) {
-	e.lossMu.Lock()
-	fn := e.onRenew
-	e.lossMu.Unlock()
-	if fn == nil || stopped(e.quit) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(x.Calls, min(x.Every/2, x.Bound))
-	defer cancel()
-	fn(ctx)
 }
 
 // Stop ends the renewals: none starts after it returns (one under way
@@ -301,7 +292,14 @@ func (x *Extender) renew(e *Extension) {
 	if !x.renewOnce(e) {
 		return
 	}
-	x.renewed(e)
+	e.lossMu.Lock()
+	r := e.onRenew
+	e.lossMu.Unlock()
+	if r != nil && !stopped(e.quit) {
+		ctx, cancel := context.WithTimeout(x.Calls, min(x.Every/2, x.Bound))
+		r.Renewed(ctx)
+		cancel()
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if e.stopped {

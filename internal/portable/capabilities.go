@@ -31,7 +31,13 @@ type Capabilities struct {
 	Schedules   driver.ScheduleStore
 	Colocator   driver.Colocator
 	Transactor  driver.Transactor
+	// CancelNotifier tells every worker of a cancel at once
+	// (driver.CancelNotifier); nil: workers find it at their next lease
+	// extension.
+	CancelNotifier driver.CancelNotifier
 
+	// ConcurrencyLimiter keeps errand's fleet-wide concurrency limits
+	// (driver.ConcurrencyLimiter); nil: they are refused.
 	ConcurrencyLimiter driver.ConcurrencyLimiter
 }
 
@@ -53,6 +59,7 @@ func discoverBroker(b driver.Broker) Capabilities {
 	a.Schedules, _ = b.(driver.ScheduleStore)
 	a.Colocator, _ = b.(driver.Colocator)
 	a.Transactor, _ = b.(driver.Transactor)
+	a.CancelNotifier, _ = b.(driver.CancelNotifier)
 	a.ConcurrencyLimiter, _ = b.(driver.ConcurrencyLimiter)
 	return a
 }
@@ -64,6 +71,7 @@ func discoverBackend(b *Backend) {
 	b.Pending, _ = b.Drv.(driver.PendingWriter)
 	b.expirer, _ = b.Drv.(driver.Expirer)
 	b.Transactor, _ = b.Drv.(driver.Transactor)
+	b.Canceller, _ = b.Drv.(driver.Canceller)
 }
 
 // Use calls f with b's capability I under the portable checks:
