@@ -35,9 +35,11 @@ import "strings"
 //	acquire_slots(holder, keys, limits, ttl_ms)
 //	             takes a slot of every key, all or none (one statement
 //	             calls it): it serializes the acquirers of each key on a
-//	             transaction-scoped advisory lock taken in key order, so
-//	             each of its statements sees every slot committed before
-//	             it, and reports whether it took them
+//	             transaction-scoped advisory lock (two-int form:
+//	             hashtext('errand.concurrency_slots'), hashtext(key))
+//	             taken in key order, so each of its statements sees every
+//	             slot committed before it, and reports whether it took
+//	             them
 //
 // Rows past their expires_at are skipped on read and deleted by the
 // broker's sweep, a bounded batch at a time. rate_buckets and heartbeats
@@ -119,7 +121,7 @@ DECLARE
   k text;
 BEGIN
   FOR k IN SELECT DISTINCT u FROM unnest(a_keys) u ORDER BY u LOOP
-    PERFORM pg_advisory_xact_lock(hashtextextended('{concurrency_slots}:' || k, 0));
+    PERFORM pg_advisory_xact_lock(hashtext('errand.concurrency_slots'), hashtext(k));
   END LOOP;
   DELETE FROM {concurrency_slots} WHERE key = ANY(a_keys) AND expires_at <= clock_timestamp();
   IF EXISTS (SELECT 1 FROM unnest(a_keys, a_limits) AS s(key, lim)
