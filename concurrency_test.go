@@ -66,14 +66,20 @@ func TestConcurrencyLimitAcrossWorkers(t *testing.T) {
 	}
 }
 
-// countingSlots counts the memory broker's concurrency calls.
+// countingSlots counts the memory broker's concurrency calls, and keeps
+// the ttl of an Acquire that was not the worker's Lease.
 type countingSlots struct {
 	*memorybroker.Broker
-	calls atomic.Int32
+	calls  atomic.Int32
+	lease  time.Duration
+	badTTL atomic.Int64
 }
 
 func (b *countingSlots) Acquire(ctx context.Context, holder string, slots []driver.Slot, ttl time.Duration) (bool, error) {
 	b.calls.Add(1)
+	if ttl != b.lease {
+		b.badTTL.Store(int64(ttl))
+	}
 	return b.Broker.Acquire(ctx, holder, slots, ttl)
 }
 
@@ -90,7 +96,8 @@ func (b *countingSlots) Free(ctx context.Context, holder string, keys []string) 
 func runCapped(t *testing.T, opts []errand.TaskOption, queueLimits map[string]int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	broker, backend := &countingSlots{Broker: memorybroker.New(nil)}, memorybackend.New(nil)
+	const lease = time.Second
+	broker, backend := &countingSlots{Broker: memorybroker.New(nil), lease: lease}, memorybackend.New(nil)
 	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend, DefaultQueue: "capped"})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +126,7 @@ func runCapped(t *testing.T, opts []errand.TaskOption, queueLimits map[string]in
 	}
 	for range 2 {
 		w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{"capped": 1, "free": 1}, Concurrency: 4,
-			QueueConcurrencyLimit: queueLimits, Lease: time.Second})
+			QueueConcurrencyLimit: queueLimits, Lease: lease})
 		if err := w.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -150,6 +157,9 @@ func runCapped(t *testing.T, opts []errand.TaskOption, queueLimits map[string]in
 	}
 	if m := most.Load(); m != 1 {
 		t.Errorf("%d tasks ran at once on two workers of 4; the limit is 1", m)
+	}
+	if ttl := time.Duration(broker.badTTL.Load()); ttl != 0 {
+		t.Errorf("slots were taken for %v, want the worker's Lease %v (a killed worker's slots come back with its deliveries)", ttl, lease)
 	}
 	// Another task on another queue takes no slot: it runs side by side,
 	// and costs no call of the limiter.
