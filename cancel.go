@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/errand-go/errand/driver"
 )
@@ -136,13 +137,28 @@ func (c *ChordAsyncResult) Cancel(ctx context.Context) (CancelReport, error) {
 	return rep, err
 }
 
+// cancelledState is the CANCELLED state a cancel of task id records (the
+// backend keeps the task's name, attempt and CreatedAt).
+func cancelledState(id string, now time.Time) *TaskState {
+	return &TaskState{TaskUUID: id, State: StateCancelled, Error: cancelError, ErrorKind: string(KindCancelled), CreatedAt: now, FinishedAt: now}
+}
+
+// recordCancel records sig's cancel again, where its state is not
+// terminal (a worker's own write replaced it on the portable path).
+func (s *Server) recordCancel(ctx context.Context, sig *Signature) error {
+	if r := s.backend.Cancel(ctx, []*TaskState{cancelledState(sig.UUID, stateTime())})[0]; r.Err != nil {
+		return fmt.Errorf("errand: task %s (%s): record its cancel: %w", sig.Name, sig.UUID, r.Err)
+	}
+	return nil
+}
+
 // cancelTasks cancels the tasks ids name, in one Cancel call of the
 // backend, then notifies the workers of those it cancelled.
 func (s *Server) cancelTasks(ctx context.Context, ids []string) (CancelReport, error) {
 	now := stateTime()
 	sts := make([]*TaskState, len(ids))
 	for i, id := range ids {
-		sts[i] = &TaskState{TaskUUID: id, State: StateCancelled, Error: cancelError, ErrorKind: string(KindCancelled), CreatedAt: now, FinishedAt: now}
+		sts[i] = cancelledState(id, now)
 	}
 	res := s.backend.Cancel(ctx, sts)
 	rep := CancelReport{Tasks: make([]TaskCancel, len(ids))}

@@ -140,13 +140,13 @@
 //
 // # Task states
 //
-// A task is in one of six states ([State]), with machinery's and Celery's
-// names. Every change a worker records is an edge of this graph:
+// A task is in one of seven states ([State]), with machinery's and
+// Celery's names. Every change recorded is an edge of this graph:
 //
-//	PENDING  -> RECEIVED | FAILURE
-//	RECEIVED -> RECEIVED | STARTED | FAILURE
-//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY
-//	RETRY    -> RECEIVED
+//	PENDING  -> RECEIVED | FAILURE | CANCELLED
+//	RECEIVED -> RECEIVED | STARTED | FAILURE | CANCELLED
+//	STARTED  -> RECEIVED | SUCCESS | FAILURE | RETRY | CANCELLED
+//	RETRY    -> RECEIVED | CANCELLED
 //	FAILURE  -> PENDING
 //
 // PENDING is written by the sender before the task reaches the broker, so a
@@ -154,9 +154,14 @@
 // STARTED is a redelivery: a worker died or shut down before finishing and
 // another took the task. FAILURE straight from PENDING or RECEIVED is a task
 // that could not run: an unknown name ([ErrUnknownTask]), bad arguments, a
-// chord callback whose member failed. SUCCESS and FAILURE are terminal for
-// workers; FAILURE -> PENDING is an operator requeueing an archived task
-// ([Server.Requeue]) as a fresh attempt. Each
+// chord callback whose member failed. SUCCESS, FAILURE and CANCELLED are
+// terminal for workers; FAILURE -> PENDING is an operator requeueing an
+// archived task ([Server.Requeue]) as a fresh attempt. CANCELLED is
+// written by [Server.Cancel], never by a worker's attempt: a task not yet
+// started never starts, and a running one has its ctx cancelled (its
+// cause satisfies errors.Is(context.Cause(ctx), [ErrCancelled])) and
+// whatever it returns discarded; [AsyncResult.Get] returns a [*TaskError]
+// of kind [KindCancelled] for it (docs/task-control.md). Each
 // state is stored as a [TaskState] with the attempt number, results, error
 // text and timestamps.
 //

@@ -322,9 +322,15 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	}
 	if dv.cancel.err() != nil {
 		// Cancelled while it ran (or before its result was recorded):
-		// its outcome is discarded, whatever it is.
+		// its outcome is discarded, whatever it is. CANCELLED is recorded
+		// again where the portable path let this attempt's start replace
+		// it (a cancel between its state's read and its STARTED).
 		ctx, cancel := w.call()
 		defer cancel()
+		if err := w.srv.recordCancel(ctx, sig); err != nil {
+			dv.outcome, dv.err = settleRequeue, err
+			return nil, runErr
+		}
 		dv.outcome, dv.err = w.afterCancel(ctx, sig)
 		return nil, runErr
 	}

@@ -80,7 +80,9 @@ type WorkerConfig struct {
 	// more than ExtendEvery/10 before the lease would run out (it has at
 	// least Lease-ExtendEvery left when the outage begins) costs no lease.
 	// Once the broker answers ErrLeaseLost, extending stops and the loss is
-	// reported once.
+	// reported once. After each extension of a running task the worker
+	// reads its state: a task cancelled (Server.Cancel) has its ctx
+	// cancelled then, on a broker that sends no cancel notices.
 	ExtendEvery time.Duration
 	// TaskTimeout bounds one attempt of every task without its own
 	// Signature.Timeout: the task's ctx is cancelled after it. Default: none.

@@ -309,6 +309,7 @@ func (c *cancelCase) runningWorker(p workerPair) (w *errand.Worker, causes chan 
 	c.register("late", func(ctx context.Context, tag string) (string, error) {
 		c.ran <- "late " + tag
 		<-ctx.Done()
+		causes <- context.Cause(ctx)
 		return "a late success, after its ctx was cancelled", nil // ignores its ctx's end
 	})
 	cfg := errand.WorkerConfig{Concurrency: 4}
@@ -414,10 +415,11 @@ func cancelRunning(t testing.TB, p workerPair) {
 // later task is cancelled, never run.
 func cancelIgnoresCtx(t testing.TB, p workerPair) {
 	c := newCancelCase(t, p)
-	w, _ := c.runningWorker(p)
+	w, causes := c.runningWorker(p)
 	head, tail := c.chainOf(errand.NewSignature("late", "head"))
 	c.started(head, "late head")
 	c.cancel(head.Signature.UUID, errand.CancelRunning, errand.StateStarted, errand.StateReceived)
+	c.causeWithin(causes, c.how(p))
 	c.cancelled(tail, "the later task of a chain whose running first task was cancelled")
 	c.cancelled(head, "a task that returned a success after it was cancelled")
 	c.settled(w)

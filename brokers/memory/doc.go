@@ -71,6 +71,11 @@
 //     and unique keys by the broker and its states by any memory backend,
 //     and applied in one step of the broker at [Tx] Commit, or dropped at
 //     Rollback. [Broker.CheckTx] accepts only the broker's own open Tx.
+//   - [driver.CancelNotifier]: a cancel notice ([Broker.NotifyCancel])
+//     reaches every listener of the broker value ([Broker.ListenCancel]:
+//     every worker of the process using it), each on a goroutine of its
+//     own fed by an unbounded queue, so a notice never blocks; [Broker.Close]
+//     ends the listeners and waits for them.
 //
 // # Limits
 //
