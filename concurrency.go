@@ -21,12 +21,12 @@ import (
 // slot of its task's limit and of its queue's, both or neither, in one
 // Acquire; the slots are held under a lease of the worker's Lease,
 // renewed at each extension of the delivery's lease while the task runs
-// (delivery.Renewed, lease.Extension.OnRenew), and freed as soon as the task's function returns, before the outcome
-// is recorded. An attempt refused a slot goes back to its queue after a
-// short backoff (slotBackoff), recording nothing: its attempt and
-// retries are untouched, as with a rate limit. A killed worker's slots
-// lapse on their own, a Lease after their last renewal. See
-// docs/flow-control.md.
+// (delivery.Renewed, lease.Extension.OnRenew), and freed as soon as the
+// task's function returns, before the outcome is recorded. An attempt
+// refused a slot goes back to its queue after a short backoff
+// (slotBackoff), recording nothing: its attempt and retries are
+// untouched, as with a rate limit. A killed worker's slots lapse on their
+// own, a Lease after their last renewal. See docs/flow-control.md.
 
 // WithConcurrencyLimit caps how many attempts of the task run at once
 // across every worker on the broker's server: at most n (1 or more). An
