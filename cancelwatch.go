@@ -192,10 +192,12 @@ func (m *cancelMark) err() error {
 }
 
 // Renewed is told of each successful renewal of the delivery's lease
-// while its task runs (lease.Extension.OnRenew): it reads the task's
-// state and cancels the task when it is CANCELLED. A failed read is left
-// to the next renewal.
+// while its task runs (lease.Extension.OnRenew): it renews the task's
+// concurrency slots (concurrency.go), then reads the task's state and
+// cancels the task when it is CANCELLED. A failed read is left to the
+// next renewal.
 func (dv *delivery) Renewed(ctx context.Context) {
+	dv.renewSlots(ctx)
 	if dv.cancel.err() != nil {
 		return
 	}

@@ -26,12 +26,14 @@ import (
 //   - FetchStart: a worker's fetch, of one queue or of each of several,
 //     leases the due messages and, in the same step, begins the attempt
 //     of each whose task this server can run now (registered, without a
-//     rate limit: startableTasks, any number) by driver.Starter's table.
+//     rate or concurrency limit, on a queue without a
+//     QueueConcurrencyLimit: startableTasks, any number) by
+//     driver.Starter's table.
 //     The delivery reaches its runner with its start decided (delivery.start),
 //     and beginColocated takes it from there as begin takes a Starter's
 //     answer: no Start call before the function runs. A delivery the
 //     fetch did not start (another task, a message sent without its
-//     task's name, a task over a rate limit) takes the usual path.
+//     task's name, a task with a limit) takes the usual path.
 //   - Settle: a task that succeeded and that nothing follows — no
 //     OnSuccess callbacks, no chord group to complete, no unique key to
 //     free (quiet) — records SUCCESS and is acked in one call, joined with
@@ -126,8 +128,8 @@ func (dv *delivery) settleColocated(ctx context.Context) {
 }
 
 // startableTasks returns the names of the tasks a co-located fetch may
-// start: registered, without a rate limit (a task over its limit must not
-// be recorded STARTED), in name order. The slice is the same until a
+// start: registered, without a rate or concurrency limit (a task over its
+// limit must not be recorded STARTED), in name order. The slice is the same until a
 // Register changes the tasks, so a broker may cache what it makes of it.
 func (s *Server) startableTasks() []string {
 	if p := s.coloc.startable.Load(); p != nil {
@@ -139,7 +141,7 @@ func (s *Server) startableTasks() []string {
 	defer s.mu.RUnlock()
 	names := make([]string, 0, len(s.tasks))
 	for name, t := range s.tasks {
-		if t.limit == nil {
+		if t.limit == nil && t.concurrency == nil {
 			names = append(names, name)
 		}
 	}
@@ -173,7 +175,11 @@ func (w *Worker) fetch(queue string, limit int) ([]*driver.Delivery, []*driver.S
 	if err := b.Before(ctx); err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	ds, starts, at, err := s.coloc.calls.FetchStart(ctx, queue, max(limit, 1), w.cfg.Lease, s.startableTasks())
+	tasks := s.startableTasks()
+	if w.cfg.QueueConcurrencyLimit[queue] > 0 {
+		tasks = nil // each must take its queue's slot before it starts
+	}
+	ds, starts, at, err := s.coloc.calls.FetchStart(ctx, queue, max(limit, 1), w.cfg.Lease, tasks)
 	if starts != nil && len(starts) != len(ds) {
 		if err == nil {
 			err = fmt.Errorf("errand: broker %T broke the driver.Colocation contract: FetchStart answered %d starts for %d deliveries", b.Drv, len(starts), len(ds))

@@ -133,10 +133,10 @@
 // Whether a delivery is an attempt is decided before the middleware, on
 // every backend: a redelivery of a task already finished (or owned by a
 // later attempt), a task with no function here or with bad arguments, and
-// one over its rate limit never reach it, and a delivery that does has
-// RECEIVED and STARTED recorded when the middleware runs. ErrorHandler
-// observes errors; logs go to an injected *slog.Logger and are silent by
-// default.
+// one over its rate or concurrency limit never reach it, and a delivery
+// that does has RECEIVED and STARTED recorded when the middleware runs.
+// ErrorHandler observes errors; logs go to an injected *slog.Logger and
+// are silent by default.
 //
 // # Task states
 //

@@ -33,7 +33,7 @@ type Middleware func(next TaskHandler) TaskHandler
 // middleware, on every backend: a redelivery of a task already finished
 // (SUCCESS, FAILURE), owned by a later attempt or claimed by another
 // message, a task with no function here or with bad arguments, and one
-// over its rate limit never reach the middleware. A delivery that does
+// over its rate or concurrency limit never reach the middleware. A delivery that does
 // has RECEIVED and STARTED recorded when the middleware runs. A middleware
 // that does not call next skips the attempt: the worker gives the
 // delivery back after ErrorBackoff, the task staying STARTED until a

@@ -41,6 +41,7 @@ type delivery struct {
 
 	sig   *Signature      // nil until decoded
 	lease lease.Extension // dv.ext when the runner starts its renewals (handle)
+	slots *heldSlots      // its attempt's concurrency slots (concurrency.go); nil: none taken
 	queue string          // the queue its retries and callbacks go to
 
 	// The attempt: the task's function and arguments, and the states it
@@ -78,6 +79,7 @@ func (w *Worker) handle(dv *delivery) {
 		dv.ext = w.lease.StartIn(&dv.lease, dv.d, dv.got)
 	}
 	dv.process()
+	dv.freeSlots() // when taken and its function never ran
 	dv.ext.Stop()
 	if dv.outcome != settleRelease {
 		dv.ext.Wait() // settle only once no extend can follow
@@ -99,6 +101,7 @@ func (dv *delivery) ran() {
 	}
 	dv.settling = true
 	dv.returned.Store(true)
+	dv.freeSlots()
 	dv.w.settles <- struct{}{}
 	dv.freeSlot()
 }
@@ -199,7 +202,7 @@ func (dv *delivery) process() {
 // STARTED: it reports false, with dv.outcome and dv.err saying how to
 // settle, when it must not (a redelivery of a task already recorded as
 // finished or owned by a later attempt: resume; no function here; bad
-// arguments; over its rate limit; a backend error). On a backend that
+// arguments; over its rate limit or concurrency limit; a backend error). On a backend that
 // begins attempts in one call (driver.Starter) a task that can run reads
 // its previous state and records RECEIVED and STARTED in that one call
 // (Worker.begin, start.go); every other task reads its state first.
@@ -265,8 +268,13 @@ func (dv *delivery) begin() bool {
 		}
 		return false
 	}
-	// Over its rate limit: back to the queue, nothing recorded.
+	// Over its rate limit, or its concurrency limit (the task's or its
+	// queue's are full): back to the queue, nothing recorded.
 	if outcome, err := w.takeToken(ctx, dv.tk, sig); outcome != settleAck {
+		dv.outcome, dv.err = outcome, err
+		return false
+	}
+	if outcome, err := dv.takeSlots(ctx); outcome != settleAck {
 		dv.outcome, dv.err = outcome, err
 		return false
 	}

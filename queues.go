@@ -89,6 +89,14 @@ func (cfg WorkerConfig) validate() error {
 			errs = append(errs, fmt.Errorf("errand: WorkerConfig.QueueConcurrency names queue %q, which the worker does not consume", q))
 		}
 	}
+	for q, n := range cfg.QueueConcurrencyLimit {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("errand: WorkerConfig.QueueConcurrencyLimit: queue %q has limit %d; limits are 1 or more", q, n))
+		}
+		if _, ok := cfg.Queues[q]; !ok && len(cfg.Queues) > 0 {
+			errs = append(errs, fmt.Errorf("errand: WorkerConfig.QueueConcurrencyLimit names queue %q, which the worker does not consume", q))
+		}
+	}
 	slices.SortFunc(errs, func(a, b error) int { return cmp.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }

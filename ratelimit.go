@@ -57,14 +57,16 @@ func (s *Server) checkRateLimit(t *task) error {
 func rateKey(name string) string { return "task:" + name }
 
 // throttledError is what process returns with settleThrottle: the
-// task is over its rate limit until wait has passed.
+// task is over its rate limit (or its concurrency limit: over) until wait
+// has passed.
 type throttledError struct {
 	name string
+	over string // "rate limit", "concurrency limit"
 	wait time.Duration
 }
 
 func (e *throttledError) Error() string {
-	return fmt.Sprintf("errand: task %s is over its rate limit: delivered again in %v", e.name, e.wait)
+	return fmt.Sprintf("errand: task %s is over its %s: delivered again in %v", e.name, e.over, e.wait)
 }
 
 // takeToken takes a token for one attempt of tk, if it is rate limited.
@@ -81,7 +83,7 @@ func (w *Worker) takeToken(ctx context.Context, tk *task, sig *Signature) (settl
 	case err != nil: // the broker failed, or it keeps no limits (registered on another server's broker)
 		return settleRequeue, fmt.Errorf("errand: task %s (%s): take a rate-limit token: %w", sig.Name, sig.UUID, err)
 	case wait > 0:
-		return settleThrottle, &throttledError{name: sig.Name, wait: wait}
+		return settleThrottle, &throttledError{name: sig.Name, over: "rate limit", wait: wait}
 	}
 	return settleAck, nil
 }
@@ -90,12 +92,12 @@ func (w *Worker) takeToken(ctx context.Context, tk *task, sig *Signature) (settl
 // the wait err carries (a *throttledError) has passed. Nothing is
 // recorded: the task's state, attempt and retries are as they were.
 func (w *Worker) releaseThrottled(ctx context.Context, d *driver.Delivery, sig *Signature, err error) {
-	var wait time.Duration
+	wait, over := time.Duration(0), "limit"
 	if th, ok := err.(*throttledError); ok {
-		wait = th.wait
+		wait, over = th.wait, th.over
 	}
-	w.log.Debug("errand: task over its rate limit: given back", append(taskAttrs(sig, d.Queue), "retry_in", wait)...)
+	w.log.Debug("errand: task over its "+over+": given back", append(taskAttrs(sig, d.Queue), "retry_in", wait)...)
 	if rerr := w.srv.broker.Release(ctx, d, time.Now().Add(wait)); rerr != nil {
-		w.report(rerr, "errand: release a task over its rate limit", taskAttrs(sig, d.Queue)...)
+		w.report(rerr, "errand: release a task over its "+over, taskAttrs(sig, d.Queue)...)
 	}
 }

@@ -157,6 +157,9 @@ func (s *Server) Register(name string, fn any, opts ...TaskOption) error {
 	if err := s.checkRateLimit(t); err != nil {
 		return err
 	}
+	if err := s.checkConcurrencyLimit(t); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.tasks[name] = t
 	s.forgetStartable()

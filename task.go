@@ -33,6 +33,7 @@ type task struct {
 	plain       []bool
 	policy      RetryPolicy // nil: the worker's
 	limit       *rateLimit  // nil: none (WithRateLimit)
+	concurrency *int        // nil: none (WithConcurrencyLimit)
 }
 
 // newTask validates fn: a function whose parameters are an optional leading

@@ -39,6 +39,17 @@ type WorkerConfig struct {
 	// key must be a queue the worker consumes; on a worker of one queue a
 	// lower cap is its Concurrency. Default: none.
 	QueueConcurrency map[string]int
+	// QueueConcurrencyLimit caps, per queue, how many of its tasks run at
+	// once across every worker on the broker's server (QueueConcurrency
+	// caps this worker alone): each entry (1 or more) is a limit kept on
+	// the broker's server (driver.ConcurrencyLimiter), where each
+	// attempt takes a slot before it starts, as with WithConcurrencyLimit
+	// (docs/flow-control.md). Every worker consuming the queue should set
+	// the same limit; one that sets none takes no slot. Each key must be
+	// a queue the worker consumes. On a broker that keeps no concurrency
+	// limits the worker's Err is an error satisfying
+	// errors.Is(err, errors.ErrUnsupported). Default: none.
+	QueueConcurrencyLimit map[string]int
 	// Concurrency is how many tasks run at once: a slot is held from a
 	// delivery's fetch until its task's function returns. Each queue has
 	// one fetch loop. On one queue it fetches only as many deliveries as
@@ -273,6 +284,9 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		if cfgErr == nil {
 			cfgErr = cfg.validate() // a cap names the default queue, or none
 		}
+	}
+	if cfgErr == nil {
+		cfgErr = s.checkQueueConcurrencyLimit(cfg)
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 10
@@ -625,7 +639,7 @@ const (
 	settleSetAside               // must not run: archive it (Reject it, without an archive), the error as the reason
 	settleArchive                // failed for good: archive it (Ack it, without an archive), the error as the reason
 	settlePassOn                 // no function here: deliver again after backoff(Attempt), for another worker
-	settleThrottle               // over its rate limit: deliver again after the wait its *throttledError carries, recording nothing
+	settleThrottle               // over its rate or concurrency limit: deliver again after the wait its *throttledError carries, recording nothing
 	settleAbandon                // its lease is lost, or the settle grace is over: record nothing, call nothing; the broker delivers it again
 )
 

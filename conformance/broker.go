@@ -61,6 +61,11 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Unique/Lock", uniqueLock, parallel},
 	{"Unique/Concurrent", uniqueConcurrent, parallel},
 	{"RateLimit/Bucket", rateBucket, alone},
+	{"Concurrency/Limit", slotsLimit, parallel},
+	{"Concurrency/Lapse", slotsLapse, alone},
+	{"Concurrency/Free", slotsFree, parallel},
+	{"Concurrency/AllOrNone", slotsAllOrNone, parallel},
+	{"Concurrency/RenewLapsed", slotsRenewLapsed, parallel},
 	{"Priority/Order", priorityOrder, parallel},
 	{"Schedule/Store", scheduleStoreCase, parallel},
 	{"Schedule/ClaimOnce", scheduleClaimOnce, parallel},
@@ -170,6 +175,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkCapability(t, b, caps.Find, reflect.TypeFor[driver.Finder](), "Find")
 	checkCapability(t, b, caps.Unique, reflect.TypeFor[driver.Uniquer](), "Unique")
 	checkCapability(t, b, caps.RateLimit, reflect.TypeFor[driver.RateLimiter](), "RateLimit")
+	checkCapability(t, b, caps.Concurrency, reflect.TypeFor[driver.ConcurrencyLimiter](), "Concurrency")
 	checkCapability(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 	checkCapability(t, b, caps.Colocate, reflect.TypeFor[driver.Colocator](), "Colocate")
 	checkCapability(t, b, caps.Tx, reflect.TypeFor[driver.Transactor](), "Tx")

@@ -106,6 +106,9 @@ type BrokerCaps struct {
 	// the worker so long an ExtendEvery that only the notice can cancel
 	// the running task in time.
 	CancelNotify bool // driver.CancelNotifier
+	// Concurrency: the broker keeps fleet-wide concurrency limits under
+	// leases (driver.ConcurrencyLimiter), checked by the Concurrency cases.
+	Concurrency bool // driver.ConcurrencyLimiter
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

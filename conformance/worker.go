@@ -65,6 +65,7 @@ var workerCases = []kase[workerPair]{
 	{"Heartbeat", heartbeatWorker, parallel},
 	{"Unique/ReleasedOnFinish", uniqueReleasedOnFinish, parallel},
 	{"RateLimit/Delays", rateLimitDelays, parallel},
+	{"Concurrency/Limit", concurrencyLimit, parallel},
 	{"Queues/Weighted", queuesWeighted, parallel},
 	{"Queues/Strict", queuesStrict, parallel},
 	{"Queues/Cap", queuesCap, parallel},

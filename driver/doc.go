@@ -25,6 +25,8 @@
 //   - [Heartbeater]: keeps the heartbeats of live workers;
 //   - [Uniquer]: holds the locks of unique tasks on the broker's server;
 //   - [RateLimiter]: keeps per-task rate limits on the broker's server;
+//   - [ConcurrencyLimiter]: keeps fleet-wide concurrency limits, slots
+//     under leases, on the broker's server;
 //   - [ScheduleStore]: keeps periodic schedules and claims their ticks;
 //   - [Colocator]: sends, starts and settles in one step with a backend
 //     on its own server (see "Co-location" below);

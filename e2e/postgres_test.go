@@ -42,7 +42,7 @@ func postgresBrokerHarness(pool *pgxpool.Pool, schema string) conformance.Broker
 		Caps: conformance.BrokerCaps{MaxPayload: postgresbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true,
 			DetectsLostLease: true, Durable: true, Tx: true, Colocate: true, CancelNotify: true,
 			Purge: true, Stats: true, Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true,
-			Unique: true, RateLimit: true, Schedules: true},
+			Unique: true, RateLimit: true, Schedules: true, Concurrency: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		PushRaw: func(t testing.TB, _ errand.Broker, queue string, raw []byte) bool {
 			t.Helper()

@@ -39,6 +39,8 @@ type Broker struct {
 	locks   map[string]uniqueLock // uniqueness locks (Uniquer), made on first use
 	buckets map[string]*bucket    // token buckets (RateLimiter), made on first use
 
+	slots map[string]slotHolders // concurrency limits' slots (ConcurrencyLimiter), made on first use
+
 	schedules map[string]*schedule // periodic schedules (ScheduleStore), made on first use
 
 	// Cancel notices (CancelNotifier), made on the first ListenCancel:

@@ -121,11 +121,16 @@
 //   - ScheduleStore: a row of schedules per schedule, its definition and
 //     latest claimed tick; ClaimTick is one conditional UPDATE.
 //   - Heartbeater: a row of heartbeats per worker, until its ttl.
+//   - ConcurrencyLimiter: a row of concurrency_slots per slot held, until
+//     its ttl by the server's clock. Acquire is one statement calling the
+//     schema's function acquire_slots, which serializes a key's
+//     acquirers on a transaction-scoped advisory lock (in key order) and
+//     takes every key or none; Renew and Free are one statement each.
 //
-// Retention: expired unique keys, full rate buckets and heartbeats of
-// workers gone without Unbeat are invisible to reads, and deleted by a
-// sweep that a Broker's own calls run (Beat, every worker's heartbeat,
-// above all; also Lock and Take), at most once every SweepEvery (10s), at
+// Retention: expired unique keys, full rate buckets, heartbeats of
+// workers gone without Unbeat and lapsed concurrency slots are invisible
+// to reads, and deleted by a sweep that a Broker's own calls run (Beat,
+// every worker's heartbeat, above all; also Lock, Take and Acquire), at most once every SweepEvery (10s), at
 // most SweepBatch (1000) rows of each table a statement, skipping locked
 // rows. Schedules and pauses stay until deleted or resumed.
 //

@@ -48,6 +48,7 @@ type opsStatements struct {
 	listPending, listScheduled     string
 	listInFlight, listCompleted    string
 	find                           string
+	acquire, renew, free           string
 }
 
 // opsSQL returns b's statements, rendered on first use.
@@ -64,6 +65,8 @@ func (b *Broker) opsSQL() *opsStatements {
 			"{archive}", pgdb.Table(b.opts.Schema, "archive"),
 			"{completed}", pgdb.Table(b.opts.Schema, "completed"),
 			"{queues}", pgdb.Table(b.opts.Schema, "queues"),
+			"{concurrency_slots}", pgdb.Table(b.opts.Schema, "concurrency_slots"),
+			"{acquire_slots}", pgdb.Table(b.opts.Schema, "acquire_slots"),
 			"{preview}", strconv.Itoa(ArchivePreview),
 			"{trim}", strconv.Itoa(ArchiveTrimBatch),
 		)
@@ -81,6 +84,7 @@ func (b *Broker) opsSQL() *opsStatements {
 			&s.stats: statsSQL, &s.purge: purgeSQL, &s.queues: queuesSQL, &s.knowsQueue: knowsQueueSQL,
 			&s.listPending: listPendingSQL, &s.listScheduled: listScheduledSQL,
 			&s.listInFlight: listInFlightSQL, &s.listCompleted: listCompletedSQL, &s.find: findSQL,
+			&s.acquire: acquireSQL, &s.renew: renewSQL, &s.free: freeSQL,
 		} {
 			*p = r.Replace(q)
 		}
@@ -89,8 +93,9 @@ func (b *Broker) opsSQL() *opsStatements {
 }
 
 // Retention of the capabilities' expired rows: unique keys whose ttl ran
-// out (their worker died before Unlock), rate buckets full again, and
-// heartbeats of workers gone without Unbeat. Reads skip them already; the
+// out (their worker died before Unlock), rate buckets full again,
+// heartbeats of workers gone without Unbeat, and concurrency slots whose
+// holder died. Reads skip them already; the
 // sweep deletes them, at most SweepBatch rows of each table in one short
 // statement (FOR UPDATE SKIP LOCKED: it never waits for a producer's
 // lock), at most once every SweepEvery per Broker, run by the Broker's
@@ -121,8 +126,13 @@ WITH u AS (
 		SELECT id FROM {heartbeats} WHERE expires_at < clock_timestamp()
 		LIMIT {batch} FOR UPDATE SKIP LOCKED)
 	RETURNING 1
+), c AS (
+	DELETE FROM {concurrency_slots} WHERE (key, holder) IN (
+		SELECT key, holder FROM {concurrency_slots} WHERE expires_at < clock_timestamp()
+		LIMIT {batch} FOR UPDATE SKIP LOCKED)
+	RETURNING 1
 )
-SELECT greatest((SELECT count(*) FROM u), (SELECT count(*) FROM r), (SELECT count(*) FROM h))`
+SELECT greatest((SELECT count(*) FROM u), (SELECT count(*) FROM r), (SELECT count(*) FROM h), (SELECT count(*) FROM c))`
 
 // opsExec runs one statement of op on the pool and returns the rows it
 // touched.

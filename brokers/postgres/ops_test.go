@@ -123,9 +123,9 @@ func TestCompletedBounded(t *testing.T) {
 	}
 }
 
-// TestSweepDeletesExpired: unique keys, rate buckets and heartbeats past
-// their time are deleted by the sweep a broker's Beat runs, and a live
-// one stays.
+// TestSweepDeletesExpired: unique keys, rate buckets, heartbeats and
+// concurrency slots past their time are deleted by the sweep a broker's
+// Beat runs, and a live one stays.
 func TestSweepDeletesExpired(t *testing.T) {
 	b, pool, schema := newOpsBroker(t)
 	ctx := context.Background()
@@ -141,10 +141,19 @@ func TestSweepDeletesExpired(t *testing.T) {
 	if _, err := b.Take(ctx, "bucket", 1000, 1); err != nil { // full again in 1ms, kept a second more
 		t.Fatalf("Take: %v", err)
 	}
+	for _, s := range []struct {
+		holder string
+		ttl    time.Duration
+	}{{"h-gone", time.Millisecond}, {"h-live", time.Hour}} {
+		if ok, err := b.Acquire(ctx, s.holder, []driver.Slot{{Key: "slots", Limit: 2}}, s.ttl); !ok || err != nil {
+			t.Fatalf("Acquire(%s): %v, %v", s.holder, ok, err)
+		}
+	}
 	// Time passing is the event: wait until every row above has expired.
 	deadline := time.Now().Add(30 * time.Second)
 	for countRows(t, pool, schema, "rate_buckets", "expires_at > clock_timestamp()")+
-		countRows(t, pool, schema, "unique_keys", "key = 'gone' AND expires_at > clock_timestamp()") > 0 {
+		countRows(t, pool, schema, "unique_keys", "key = 'gone' AND expires_at > clock_timestamp()")+
+		countRows(t, pool, schema, "concurrency_slots", "holder = 'h-gone' AND expires_at > clock_timestamp()") > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("rows never expired")
 		}
@@ -168,6 +177,8 @@ func TestSweepDeletesExpired(t *testing.T) {
 		{"heartbeats", "id = 'w-gone'", 0},
 		{"heartbeats", "id = 'w-live'", 1},
 		{"rate_buckets", "true", 0},
+		{"concurrency_slots", "holder = 'h-gone'", 0},
+		{"concurrency_slots", "holder = 'h-live'", 1},
 	} {
 		if got := countRows(t, pool, schema, c.table, c.where); got != c.want {
 			t.Errorf("retention promise broken: %s WHERE %s has %d rows after a sweep, want %d", c.table, c.where, got, c.want)

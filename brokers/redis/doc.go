@@ -160,10 +160,15 @@
 //     processes until Resume; Fetch ignores it, errand's workers poll it;
 //   - {prefix}:workers and {prefix}:beats, each live worker's heartbeat
 //     data and its expiry by the server's clock; Beats drops the expired
-//     first, so a crashed worker is gone one ttl after its last beat.
+//     first, so a crashed worker is gone one ttl after its last beat;
+//   - {prefix}:concurrency:KEY, the slots held of each concurrency limit
+//     ([Broker.Acquire]), each holder with when its slot lapses by the
+//     server's clock: a killed worker's slots come back one ttl after
+//     their last renewal.
 //
 // The keys of no single queue share the hash tag {prefix}, so each script
-// on them runs on one slot of a cluster. docs/redis.md has the details.
+// on them runs on one slot of a cluster: an Acquire of a task's and its
+// queue's limits takes both or neither on a cluster as on one node. docs/redis.md has the details.
 //
 // # With errand's Redis backend
 //

@@ -61,6 +61,9 @@ import (
 //	P:ticks     hash  schedule ID -> latest claimed tick (Unix ms)
 //	P:unique:KEY string  the task UUID holding unique key KEY (unique.go)
 //	P:rate:task:NAME hash  task NAME's token bucket (ratelimit.go)
+//	P:concurrency:task:NAME, P:concurrency:queue:NAME
+//	            zset  the slots of task NAME's or queue NAME's concurrency
+//	                  limit: holder -> when its slot lapses (concurrency.go)
 //
 // Older versions kept rejected messages in K:dead (list of message IDs)
 // and K:reasons (message ID -> "ms reason"); every read of a queue's

@@ -26,6 +26,20 @@ import "strings"
 //	queues       per queue ever purged or trimmed: trimmed, how many acks
 //	             left completed (so Stats.Completed = trimmed + the
 //	             queue's rows of completed); a purged queue stays known
+//	concurrency_slots
+//	             a row per slot held of a concurrency limit
+//	             (driver.ConcurrencyLimiter): key, holder and when the
+//	             slot lapses (expires_at); a row past it is free.
+//	             Renewed at every lease extension of a running task:
+//	             no index on expires_at, room on each page (HOT updates)
+//	acquire_slots(holder, keys, limits, ttl_ms)
+//	             takes a slot of every key, all or none (one statement
+//	             calls it): it serializes the acquirers of each key on a
+//	             transaction-scoped advisory lock (two-int form:
+//	             hashtext('errand.concurrency_slots'), hashtext(key))
+//	             taken in key order, so each of its statements sees every
+//	             slot committed before it, and reports whether it took
+//	             them
 //
 // Rows past their expires_at are skipped on read and deleted by the
 // broker's sweep, a bounded batch at a time. rate_buckets and heartbeats
@@ -41,6 +55,8 @@ func brokerOpsV1(schema string) string {
 		"{pauses}", Table(schema, "pauses"),
 		"{completed}", Table(schema, "completed"),
 		"{queues}", Table(schema, "queues"),
+		"{concurrency_slots}", Table(schema, "concurrency_slots"),
+		"{acquire_slots}", Table(schema, "acquire_slots"),
 	).Replace(`
 CREATE TABLE {unique_keys} (
 	key        text PRIMARY KEY,
@@ -91,5 +107,32 @@ CREATE TABLE {queues} (
 	name       text PRIMARY KEY,
 	trimmed    bigint NOT NULL DEFAULT 0
 );
+
+CREATE TABLE {concurrency_slots} (
+	key        text NOT NULL,
+	holder     text NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (key, holder)
+) WITH (fillfactor = 50);
+
+CREATE FUNCTION {acquire_slots}(a_holder text, a_keys text[], a_limits int[], a_ttl_ms bigint) RETURNS bool
+LANGUAGE plpgsql AS $$
+DECLARE
+  k text;
+BEGIN
+  FOR k IN SELECT DISTINCT u FROM unnest(a_keys) u ORDER BY u LOOP
+    PERFORM pg_advisory_xact_lock(hashtext('errand.concurrency_slots'), hashtext(k));
+  END LOOP;
+  DELETE FROM {concurrency_slots} WHERE key = ANY(a_keys) AND expires_at <= clock_timestamp();
+  IF EXISTS (SELECT 1 FROM unnest(a_keys, a_limits) AS s(key, lim)
+      WHERE (SELECT count(*) FROM {concurrency_slots} c WHERE c.key = s.key AND c.holder <> a_holder) >= s.lim) THEN
+    RETURN false;
+  END IF;
+  INSERT INTO {concurrency_slots} (key, holder, expires_at)
+  SELECT DISTINCT u, a_holder, clock_timestamp() + a_ttl_ms * interval '1 millisecond' FROM unnest(a_keys) u
+  ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at;
+  RETURN true;
+END
+$$;
 `)
 }

@@ -35,6 +35,10 @@ type Capabilities struct {
 	// (driver.CancelNotifier); nil: workers find it at their next lease
 	// extension.
 	CancelNotifier driver.CancelNotifier
+
+	// ConcurrencyLimiter keeps errand's fleet-wide concurrency limits
+	// (driver.ConcurrencyLimiter); nil: they are refused.
+	ConcurrencyLimiter driver.ConcurrencyLimiter
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -56,6 +60,7 @@ func discoverBroker(b driver.Broker) Capabilities {
 	a.Colocator, _ = b.(driver.Colocator)
 	a.Transactor, _ = b.(driver.Transactor)
 	a.CancelNotifier, _ = b.(driver.CancelNotifier)
+	a.ConcurrencyLimiter, _ = b.(driver.ConcurrencyLimiter)
 	return a
 }
 
