@@ -195,6 +195,9 @@ type taskData struct {
 	Timeline []event
 	Body     string
 	Terminal bool
+	// Progress is what the task last reported (errand.SetProgress),
+	// indented JSON; "" when none.
+	Progress string
 	// Sig is what the server's keys make of the message's signature
 	// (signatureCheck); SigNote says more.
 	Sig, SigNote string
@@ -286,7 +289,10 @@ func describe(t errand.QueuedTask) taskData {
 	}
 	if st := t.State; st != nil {
 		data.State = string(st.State)
-		data.Terminal = st.State == errand.StateSuccess || st.State == errand.StateFailure
+		data.Terminal = st.State.Terminal()
+		if len(st.Progress) > 0 {
+			data.Progress = pretty(st.Progress)
+		}
 		if data.Name == "" {
 			data.Name = st.TaskName
 		}
@@ -301,7 +307,11 @@ func describe(t errand.QueuedTask) taskData {
 			data.Timeline = append(data.Timeline, event{At: st.StartedAt, What: "started", Note: "attempt " + strconv.Itoa(max(st.Attempt, 1))})
 		}
 		if !st.FinishedAt.IsZero() {
-			data.Timeline = append(data.Timeline, event{At: st.FinishedAt, What: "finished", Note: string(st.State)})
+			what := "finished"
+			if st.State == errand.StateCancelled {
+				what = "cancelled"
+			}
+			data.Timeline = append(data.Timeline, event{At: st.FinishedAt, What: what, Note: string(st.State)})
 		}
 	}
 	switch t.List {

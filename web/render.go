@@ -59,6 +59,18 @@ var funcs = template.FuncMap{
 		}
 		return strings.ToValidUTF8(s[:n], "") + "…"
 	},
+	// progress is a task's last reported progress as compact JSON, ""
+	// when none.
+	"progress": func(st *errand.TaskState) string {
+		if st == nil || len(st.Progress) == 0 {
+			return ""
+		}
+		var buf bytes.Buffer
+		if json.Compact(&buf, st.Progress) != nil {
+			return string(st.Progress)
+		}
+		return buf.String()
+	},
 	"add":   func(a, b int) int { return a + b },
 	"lower": strings.ToLower,
 	"join":  strings.Join,
