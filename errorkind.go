@@ -24,6 +24,9 @@ const (
 	KindTimeout          ErrorKind = "timeout"           // it ended with context.DeadlineExceeded (Timeout, Deadline)
 	KindRetriesExhausted ErrorKind = "retries_exhausted" // it failed with no retry left (ErrRetriesExhausted)
 	KindFailed           ErrorKind = "failed"            // anything else (a chord member failed, a deadline left no time to retry)
+	// KindCancelled is the kind of a CANCELLED state (Server.Cancel), not
+	// of a failure: the task was cancelled before or while it ran.
+	KindCancelled ErrorKind = "cancelled"
 )
 
 // recordedSentinels are the errors a recorded failure can be tested for
@@ -47,6 +50,7 @@ var recordedSentinels = []struct {
 	{"bad_message", ErrBadMessage},
 	{"uuid_conflict", ErrUUIDConflict},
 	{"bad_signature", ErrBadSignature},
+	{"cancelled", ErrCancelled},
 }
 
 // errorDetail is TaskState.ErrorDetail: what the producer needs to rebuild
@@ -136,7 +140,7 @@ func (e *recordedError) withText(msg string) error { return &recordedError{msg: 
 // what the worker's cause did (see TaskError), or nil when st records no
 // detail (an older worker).
 func rebuild(st *TaskState) error {
-	if st.ErrorKind == "" && st.ErrorDetail == "" {
+	if st.ErrorKind == "" && st.ErrorDetail == "" && st.State != StateCancelled {
 		return nil
 	}
 	var d errorDetail
@@ -153,6 +157,9 @@ func rebuild(st *TaskState) error {
 	}
 	if ErrorKind(st.ErrorKind) == KindUnknownTask && !slices.Contains(re.is, ErrUnknownTask) {
 		re.is = append(re.is, ErrUnknownTask)
+	}
+	if (st.State == StateCancelled || ErrorKind(st.ErrorKind) == KindCancelled) && !slices.Contains(re.is, ErrCancelled) {
+		re.is = append(re.is, ErrCancelled)
 	}
 	if a := d.Arg; a != nil {
 		ae := &ArgumentError{TaskName: a.Task, Index: a.Index, Got: a.Got, Want: a.Want}

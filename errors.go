@@ -120,7 +120,8 @@ func (e *ArgumentError) Unwrap() error { return e.Err }
 
 // TaskError is what AsyncResult.Get returns for a task that ended in
 // FAILURE: the task's identity, the error text its worker recorded, and
-// the failure's kind.
+// the failure's kind; and for a task CANCELLED (Kind KindCancelled,
+// errors.Is(err, ErrCancelled)).
 //
 // It unwraps to the failure as the worker saw it, rebuilt from the state:
 // errors.Is(err, ErrUnknownTask), ErrBadArguments, ErrPayloadTooLarge,
@@ -140,6 +141,9 @@ type TaskError struct {
 }
 
 func (e *TaskError) Error() string {
+	if e.Kind == KindCancelled {
+		return fmt.Sprintf("errand: task %s (%s) cancelled: %s", e.Name, e.UUID, e.Message)
+	}
 	return fmt.Sprintf("errand: task %s (%s) failed: %s", e.Name, e.UUID, e.Message)
 }
 

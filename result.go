@@ -14,6 +14,7 @@ type AsyncResult struct {
 	// Server.Result, only its UUID is set.
 	Signature *Signature
 	backend   *portable.Backend
+	srv       *Server // for Cancel
 }
 
 // Result returns a handle on the outcome of the task whose UUID is uuid,
@@ -22,7 +23,7 @@ type AsyncResult struct {
 // no call; the handle's State, Wait and Get return an error satisfying
 // errors.Is(err, ErrTaskNotFound) when the backend does not know uuid.
 func (s *Server) Result(uuid string) *AsyncResult {
-	return &AsyncResult{Signature: &Signature{UUID: uuid}, backend: s.backend}
+	return &AsyncResult{Signature: &Signature{UUID: uuid}, backend: s.backend, srv: s}
 }
 
 // State returns the task's current state without waiting.
@@ -30,7 +31,8 @@ func (r *AsyncResult) State(ctx context.Context) (*TaskState, error) {
 	return r.backend.GetState(ctx, r.Signature.UUID)
 }
 
-// Wait blocks until the task is SUCCESS or FAILURE and returns its state. It
+// Wait blocks until the task is SUCCESS, FAILURE or CANCELLED (a
+// terminal state) and returns its state. It
 // never spins: it waits on the backend's notifications where it has them
 // and otherwise polls with a backoff from 2ms to 200ms. It
 // returns ErrTaskNotFound at once for an unknown or expired task, and
@@ -41,14 +43,18 @@ func (r *AsyncResult) Wait(ctx context.Context) (*TaskState, error) {
 
 // Get waits like Wait and returns the task's results, or a *TaskError when
 // it failed: test it with errors.Is and errors.As as on the worker's side
-// (see [TaskError]).
+// (see [TaskError]). A CANCELLED task's *TaskError has Kind KindCancelled
+// and satisfies errors.Is(err, ErrCancelled).
 func (r *AsyncResult) Get(ctx context.Context) ([]Result, error) {
 	st, err := r.Wait(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if st.State == StateFailure {
+	switch st.State {
+	case StateFailure:
 		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error, Kind: ErrorKind(st.ErrorKind), Err: rebuild(st)}
+	case StateCancelled: // its kind whatever the backend kept of it
+		return nil, &TaskError{UUID: st.TaskUUID, Name: st.TaskName, Message: st.Error, Kind: KindCancelled, Err: rebuild(st)}
 	}
 	return st.Results, nil
 }

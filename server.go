@@ -360,7 +360,7 @@ func (s *Server) SendTask(ctx context.Context, sig *Signature) (*AsyncResult, er
 }
 
 func (s *Server) handle(sig *Signature) *AsyncResult {
-	return &AsyncResult{Signature: sig, backend: s.backend}
+	return &AsyncResult{Signature: sig, backend: s.backend, srv: s}
 }
 
 // sendMany sets every signature PENDING and publishes them in batches of

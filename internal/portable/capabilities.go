@@ -31,6 +31,10 @@ type Capabilities struct {
 	Schedules   driver.ScheduleStore
 	Colocator   driver.Colocator
 	Transactor  driver.Transactor
+	// CancelNotifier tells every worker of a cancel at once
+	// (driver.CancelNotifier); nil: workers find it at their next lease
+	// extension.
+	CancelNotifier driver.CancelNotifier
 }
 
 // discoverBroker finds b's optional interfaces.
@@ -51,6 +55,7 @@ func discoverBroker(b driver.Broker) Capabilities {
 	a.Schedules, _ = b.(driver.ScheduleStore)
 	a.Colocator, _ = b.(driver.Colocator)
 	a.Transactor, _ = b.(driver.Transactor)
+	a.CancelNotifier, _ = b.(driver.CancelNotifier)
 	return a
 }
 
@@ -61,6 +66,7 @@ func discoverBackend(b *Backend) {
 	b.Pending, _ = b.Drv.(driver.PendingWriter)
 	b.expirer, _ = b.Drv.(driver.Expirer)
 	b.Transactor, _ = b.Drv.(driver.Transactor)
+	b.Canceller, _ = b.Drv.(driver.Canceller)
 }
 
 // Use calls f with b's capability I under the portable checks:

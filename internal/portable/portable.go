@@ -192,6 +192,9 @@ type Backend struct {
 	expirer driver.Expirer       // its results expire
 	// Transactor writes inside a caller's transaction (driver.Transactor).
 	Transactor driver.Transactor
+	// Canceller records cancels atomically (driver.Canceller); nil: Cancel
+	// takes the portable path.
+	Canceller driver.Canceller
 
 	// Concurrent calls joined into batch calls (batch.go).
 	states *coalesce.Coalescer[*driver.TaskState, struct{}]
