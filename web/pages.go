@@ -94,8 +94,12 @@ type queueData struct {
 	Prev     int // 0: none
 	Next     int // 0: none
 	Archived bool
-	ListErr  string
-	AtLabel  string
+	// Cancellable: the list's tasks may not have finished (pending,
+	// scheduled, retrying, in flight), so a row whose state is not
+	// terminal offers Cancel.
+	Cancellable bool
+	ListErr     string
+	AtLabel     string
 }
 
 var listLabels = map[errand.ListState]string{
@@ -141,7 +145,8 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	row := d.row(ctx, qi, d.latestRates())
-	data := queueData{Queue: row, List: l, Page: page, Archived: l == errand.ListArchived, AtLabel: atLabels[l]}
+	data := queueData{Queue: row, List: l, Page: page, Archived: l == errand.ListArchived, AtLabel: atLabels[l],
+		Cancellable: l != errand.ListArchived && l != errand.ListCompleted}
 	for _, ls := range errand.ListStates() {
 		tab := listTab{List: ls, Label: listLabels[ls], Active: ls == l}
 		switch ls {
@@ -372,7 +377,7 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "workers", view{
-		Title: "Workers", Nav: "workers", Refresh: 5, Data: workersData{Workers: ws, Now: time.Now()},
+		Title: "Workers", Nav: "workers", Flash: flash(r), Refresh: 5, Data: workersData{Workers: ws, Now: time.Now()},
 	})
 }
 

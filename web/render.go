@@ -71,6 +71,14 @@ var funcs = template.FuncMap{
 		}
 		return buf.String()
 	},
+	// cancellable reports whether a task's recorded state lets the
+	// dashboard offer to cancel it: recorded, and not finished.
+	"cancellable": func(st *errand.TaskState) bool { return st != nil && !st.State.Terminal() },
+	// running reports whether a task's recorded state says a worker has
+	// it (RECEIVED, STARTED).
+	"running": func(st *errand.TaskState) bool {
+		return st != nil && (st.State == errand.StateReceived || st.State == errand.StateStarted)
+	},
 	"add":   func(a, b int) int { return a + b },
 	"lower": strings.ToLower,
 	"join":  strings.Join,
