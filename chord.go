@@ -89,8 +89,11 @@ func selfCallback(sig *Signature) error {
 }
 
 // fireChord reads every member's state once and sends the callback with
-// their results in group order, or, if a member failed, marks the callback
-// FAILURE and sends its OnError callbacks instead.
+// their results in group order, or, if a member failed (any state but
+// SUCCESS and CANCELLED), marks the callback FAILURE and sends its OnError
+// callbacks instead; else, if a member was cancelled, cancels the
+// callback (recorded CANCELLED, never run, its OnError callbacks not run:
+// a cancel is not a failure).
 func (w *Worker) fireChord(ctx context.Context, member *Signature) error {
 	be := w.srv.backend
 	cb := member.ChordCallback.Copy()
@@ -99,11 +102,22 @@ func (w *Worker) fireChord(ctx context.Context, member *Signature) error {
 		return fmt.Errorf("errand: group %s: read member states: %w", member.GroupUUID, err)
 	}
 	var args []Arg
+	cancelled := false
 	for i, st := range states {
-		if st.State != StateSuccess {
+		switch st.State {
+		case StateSuccess:
+			args = append(args, resultArgs(st.Results)...)
+		case StateCancelled:
+			cancelled = true
+		default:
 			return w.failChord(ctx, cb, fmt.Sprintf("chord member %d, task %s (%s), ended %s: %s", i, st.TaskName, st.TaskUUID, st.State, st.Error))
 		}
-		args = append(args, resultArgs(st.Results)...)
+	}
+	if cancelled {
+		if err := w.cancelUnsent(ctx, []*Signature{cb}); err != nil {
+			return fmt.Errorf("errand: group %s: a member was cancelled: cancel the chord callback: %w", member.GroupUUID, err)
+		}
+		return nil
 	}
 	if !cb.Immutable {
 		cb.Args = append(cb.Args, args...)

@@ -111,6 +111,10 @@ func (dv *delivery) settleColocated(ctx context.Context) {
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, driver.ErrCancelled):
+		// Cancelled before its SUCCESS landed: not written, the delivery
+		// acked (driver.Colocation.Settle), and nothing follows a quiet
+		// task's cancel (afterCancel would call nothing).
 	case errors.Is(err, driver.ErrLeaseLost):
 		w.report(err, "errand: ack", attrs()...)
 	default:

@@ -53,6 +53,7 @@ type delivery struct {
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
 	cancelTimeout, cancelDeadline context.CancelFunc
+	cancel                        cancelMark  // its task's cancel, once known (cancelwatch.go)
 	outcome                       settle      // how it is settled
 	err                           error       // why (the reason, for settleSetAside and settleArchive)
 	settling                      bool        // its function returned: it holds a settling place, not a slot
@@ -70,6 +71,8 @@ func (w *Worker) handle(dv *delivery) {
 	}
 	w.held.add(dv)
 	defer w.held.remove(dv)
+	w.cancels.add(dv)
+	defer w.cancels.remove(dv)
 	if dv.ext == nil {
 		dv.ext = w.lease.StartIn(&dv.lease, dv.d, dv.got)
 	}
@@ -247,6 +250,9 @@ func (dv *delivery) begin() bool {
 	if cannotRun != nil {
 		if err := be.SetState(ctx, dv.st); err != nil {
 			dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set RECEIVED: %w", sig.Name, sig.UUID, err)
+			if errors.Is(err, ErrCancelled) { // cancelled since it was read
+				dv.outcome, dv.err = w.afterCancel(ctx, sig)
+			}
 			return false
 		}
 		dv.outcome, _, dv.err = w.fail(ctx, sig, dv.st, cannotRun)
@@ -279,6 +285,9 @@ func (dv *delivery) begin() bool {
 	}
 	if err := be.SetAll(ctx, []*TaskState{dv.st, dv.started}); err != nil {
 		dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set RECEIVED, STARTED: %w", sig.Name, sig.UUID, err)
+		if errors.Is(err, ErrCancelled) { // cancelled since it was read
+			dv.outcome, dv.err = w.afterCancel(ctx, sig)
+		}
 		return false
 	}
 	return true
@@ -301,6 +310,14 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	}
 	if w.callCtx.Err() != nil {
 		dv.outcome, dv.err = settleAbandon, fmt.Errorf("errand: task %s (%s) returned after the worker's settle grace; its outcome is not recorded and the broker delivers it again once its lease runs out", sig.Name, sig.UUID)
+		return nil, runErr
+	}
+	if dv.cancel.err() != nil {
+		// Cancelled while it ran (or before its result was recorded):
+		// its outcome is discarded, whatever it is.
+		ctx, cancel := w.call()
+		defer cancel()
+		dv.outcome, dv.err = w.afterCancel(ctx, sig)
 		return nil, runErr
 	}
 	if runErr != nil && w.hardCtx.Err() != nil {
@@ -331,6 +348,9 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	if runErr == nil {
 		if err := w.srv.backend.SetState(ctx, final); err != nil {
 			dv.outcome, dv.err = settleRequeue, fmt.Errorf("errand: task %s (%s): set SUCCESS: %w", sig.Name, sig.UUID, err)
+			if errors.Is(err, ErrCancelled) { // cancelled as it returned: discarded
+				dv.outcome, dv.err = w.afterCancel(ctx, sig)
+			}
 			return nil, runErr
 		}
 		if lost := dv.ext.LostCause(); lost != nil {
@@ -435,6 +455,12 @@ func (w *Worker) resume(ctx context.Context, sig *Signature, prev *TaskState, d 
 	// or stale attempt left (callbacks are idempotent by UUID), never
 	// run the function again.
 	switch {
+	case prev.State == StateCancelled:
+		// Cancelled before it ran, or while a crashed attempt ran: it
+		// never runs; what follows a cancel is done (again), and the
+		// message acked.
+		outcome, err = w.afterCancel(ctx, sig)
+		return true, outcome, err
 	case prev.State == StateSuccess:
 		outcome, err = w.afterSuccess(ctx, sig, prev.Results)
 		return true, outcome, err
@@ -485,15 +511,18 @@ func uuidConflict(sig *Signature, prev *TaskState, d *driver.Delivery) error {
 
 // taskContext returns the ctx of the delivery's attempt: cancelled when
 // Shutdown gives up on the running tasks, when the lease of its delivery
-// (dv.ext) is lost (with a cause wrapping ErrLeaseLost), after its timeout
-// and at its deadline. endTask cancels it.
+// (dv.ext) is lost (with a cause wrapping ErrLeaseLost), when its task is
+// cancelled (with a cause wrapping ErrCancelled: cancelwatch.go), after
+// its timeout and at its deadline. endTask cancels it.
 func (dv *delivery) taskContext() context.Context {
 	w, sig := dv.w, dv.sig
 	ctx, cancelLost := context.WithCancelCause(w.hardCtx)
 	dv.cancelTask = cancelLost
 	if dv.ext != nil {
 		dv.ext.Follow(cancelLost)
+		dv.ext.OnRenew(dv) // each renewal checks for a cancel (cancelwatch.go)
 	}
+	dv.cancel.follow(cancelLost)
 	ctx = &taskInfoCtx{Context: ctx, info: TaskInfo{
 		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig),
 		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
@@ -521,7 +550,9 @@ func (dv *delivery) endTask() {
 	}
 	if dv.ext != nil {
 		dv.ext.Unfollow()
+		dv.ext.OnRenew(nil)
 	}
+	dv.cancel.unfollow()
 	dv.cancelTask(nil)
 }
 
@@ -568,6 +599,10 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 		st = st.Copy()
 		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
 		if err := w.srv.backend.SetState(ctx, st); err != nil {
+			if errors.Is(err, ErrCancelled) { // cancelled as it failed: no retry
+				outcome, err := w.afterCancel(ctx, sig)
+				return outcome, st, err
+			}
 			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
 		}
 	}
@@ -592,6 +627,10 @@ func (w *Worker) fail(ctx context.Context, sig *Signature, st *TaskState, cause 
 	st.State, st.Error, st.FinishedAt = StateFailure, cause.Error(), notBefore(stateTime(), notBefore(st.StartedAt, st.CreatedAt))
 	st.ErrorKind, st.ErrorDetail = classify(cause)
 	if err := w.srv.backend.SetState(ctx, st); err != nil {
+		if errors.Is(err, ErrCancelled) { // cancelled as it failed: no OnError
+			outcome, err := w.afterCancel(ctx, sig)
+			return outcome, st, err
+		}
 		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set FAILURE: %w", sig.Name, sig.UUID, err)
 	}
 	w.report(fmt.Errorf("errand: task %s (%s) failed: %w", sig.Name, sig.UUID, cause), "errand: task failed", taskAttrs(sig, sig.RoutingKey)...)
@@ -640,6 +679,54 @@ func (w *Worker) afterFailure(ctx context.Context, sig *Signature, errText strin
 		return settleRequeue, fmt.Errorf("errand: task %s (%s): send OnError callbacks: %w", sig.Name, sig.UUID, err)
 	}
 	return settleAck, nil
+}
+
+// afterCancel is what follows a cancel of sig, which never ran or whose
+// outcome was discarded: it frees sig's unique key, completes sig's group
+// (a cancelled member counts toward its chord), and cancels its OnSuccess
+// callbacks (a chain's later tasks: a cancelled chain stops), recording
+// each CANCELLED without publishing it; its OnError callbacks never run
+// (a cancel is not a failure). Every step is idempotent, so a redelivery
+// repeats it safely; then the delivery is acked.
+func (w *Worker) afterCancel(ctx context.Context, sig *Signature) (settle, error) {
+	if err := w.unlockUnique(ctx, sig); err != nil {
+		return settleRequeue, err
+	}
+	if err := w.completeMember(ctx, sig); err != nil {
+		return settleRequeue, err
+	}
+	if err := w.cancelUnsent(ctx, sig.OnSuccess); err != nil {
+		return settleRequeue, fmt.Errorf("errand: task %s (%s): cancel its OnSuccess callbacks: %w", sig.Name, sig.UUID, err)
+	}
+	return settleAck, nil
+}
+
+// cancelUnsent records CANCELLED for sigs, callbacks never published
+// (nothing runs them), and for their OnSuccess callbacks in turn, through
+// the backend's cancel: where a callback has a state not terminal
+// (PENDING: a chain's later task, a chord's callback). A callback without
+// a state was never sent, and is left without one.
+func (w *Worker) cancelUnsent(ctx context.Context, sigs []*Signature) error {
+	var sts []*TaskState
+	now := stateTime()
+	var walk func([]*Signature)
+	walk = func(sigs []*Signature) {
+		for _, sig := range sigs {
+			sts = append(sts, &TaskState{TaskUUID: sig.UUID, TaskName: sig.Name, State: StateCancelled, Attempt: sig.attempt(),
+				Error: cancelError, ErrorKind: string(KindCancelled), CreatedAt: now, FinishedAt: now})
+			walk(sig.OnSuccess)
+		}
+	}
+	walk(sigs)
+	if len(sts) == 0 {
+		return nil
+	}
+	for i, r := range w.srv.backend.Cancel(ctx, sts) {
+		if r.Err != nil {
+			return fmt.Errorf("task %s: %w", sts[i].TaskUUID, r.Err)
+		}
+	}
+	return nil
 }
 
 // sendCallbacks publishes callbacks, first recording PENDING for each that

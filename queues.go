@@ -146,7 +146,8 @@ func kick(c chan struct{}) {
 func (w *Worker) loop() {
 	defer close(w.loopDone)
 	defer close(w.work)
-	w.poller.poll() // a worker starting on a paused queue fetches nothing from it
+	w.cancels.listening(w.fetchCtx) // a task it runs was fetched after the worker listened for its cancel
+	w.poller.poll()                 // a worker starting on a paused queue fetches nothing from it
 	qs := w.queues
 	if qs.policy == nil {
 		w.fetchQueue(qs.list[0]) // nothing waits in a hand

@@ -198,8 +198,9 @@ const (
 // loop (one per queue, and a dispatcher with several queues: queues.go),
 // the runners (2×Concurrency goroutines handling deliveries,
 // process.go), the lease extender (one goroutine per delivery held,
-// internal/lease), the pause poller (pause.go) and the heartbeater
-// (heartbeat.go). Shutdown stops them in the order stop documents.
+// internal/lease), the cancel watch (cancelwatch.go), the pause poller
+// (pause.go) and the heartbeater (heartbeat.go). Shutdown stops them in
+// the order stop documents.
 type Worker struct {
 	srv      *Server
 	cfg      WorkerConfig
@@ -209,10 +210,11 @@ type Worker struct {
 	archiver driver.Archiver // the broker's archive; nil when it keeps none
 	mw       []Middleware    // cfg.Middleware, copied
 
-	queues *queueSet
-	lease  *lease.Extender
-	poller *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
-	beat   *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
+	queues  *queueSet
+	lease   *lease.Extender
+	poller  *pausePoller // nil when the broker cannot pause queues or PausePoll < 0
+	beat    *heartbeater // nil when the broker keeps no registry or Heartbeat < 0
+	cancels *cancelWatch // the held tasks a cancel notice reaches (cancelwatch.go)
 
 	shared  atomic.Pointer[sharedCall] // the ctx of the steps beginning now (call)
 	held    heldTasks                  // the decoded deliveries in hand, for ShutdownError
@@ -322,6 +324,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 
 	w.lease = lease.New(lease.Params{Broker: s.broker, Lease: cfg.Lease, Every: cfg.ExtendEvery, Bound: cfg.CallTimeout,
 		Calls: w.callCtx, Report: w.report})
+	w.cancels = newCancelWatch(cancelParams{broker: s.broker, calls: w.callCtx, report: w.report})
 	if p := s.broker.Can.Pauser; p != nil && cfg.PausePoll > 0 {
 		w.poller = newPausePoller(pauseParams{broker: s.broker, pauser: p, queues: w.queues.list, every: cfg.PausePoll,
 			fetch: w.fetchCtx, call: w.call, report: w.report, log: log, changed: func(q *workerQueue) { kick(q.kick) }})
@@ -341,9 +344,11 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 // deliveries settling after (WorkerConfig.Concurrency), so a delivery
 // holding a slot always finds a runner free.
 //
-// The parts start in this order: the runners, the pause poller, the
-// heartbeater, then the fetch loop (which first asks whether its queues
-// are paused), so nothing is fetched before something can handle it.
+// The parts start in this order: the runners, the cancel watch (which
+// starts listening for cancel notices in the background), the pause
+// poller, the heartbeater, then the fetch loop (which first asks whether
+// its queues are paused), so nothing is fetched before something can
+// handle it.
 func (w *Worker) Start() {
 	w.startOnce.Do(func() {
 		if w.err != nil {
@@ -359,6 +364,7 @@ func (w *Worker) Start() {
 				}
 			})
 		}
+		w.cancels.start()
 		w.poller.start()
 		w.beat.start()
 		go w.loop()
@@ -458,8 +464,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 //  3. The heartbeater, which kept beating with the tasks still running so
 //     the registry showed them, removes the worker's entry (or, once
 //     calls are cancelled, returns at once and lets it expire).
-//  4. Every broker and backend call is cancelled, every lease renewal has
-//     returned (each ended with its delivery, or with the calls), and the
+//  4. Every broker and backend call is cancelled, which ends the
+//     listening for cancel notices; every lease renewal has returned
+//     (each ended with its delivery, or with the calls), and the
 //     runners, with nothing left to handle, return.
 func (w *Worker) stop() {
 	drained := make(chan struct{})
@@ -485,6 +492,7 @@ func (w *Worker) stop() {
 	w.callStop() // 4
 	<-drained    // a task function still running holds the worker here
 	w.lease.Wait()
+	w.cancels.wait()
 	w.runners.Wait() // the loop closed w.work; runners return once it is drained
 	close(w.stopped)
 }

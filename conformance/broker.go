@@ -65,6 +65,7 @@ var brokerCases = []kase[BrokerHarness]{
 	{"Schedule/Store", scheduleStoreCase, parallel},
 	{"Schedule/ClaimOnce", scheduleClaimOnce, parallel},
 	{"Schedule/DeleteForgetsClaims", scheduleDeleteForgetsClaims, parallel},
+	{"CancelNotify", cancelNotify, parallel},
 }
 
 type bcase struct {
@@ -172,6 +173,7 @@ func brokerCapabilities(t testing.TB, h BrokerHarness) {
 	checkCapability(t, b, caps.Schedules, reflect.TypeFor[driver.ScheduleStore](), "Schedules")
 	checkCapability(t, b, caps.Colocate, reflect.TypeFor[driver.Colocator](), "Colocate")
 	checkCapability(t, b, caps.Tx, reflect.TypeFor[driver.Transactor](), "Tx")
+	checkCapability(t, b, caps.CancelNotify, reflect.TypeFor[driver.CancelNotifier](), "CancelNotify")
 	if caps.Tx && h.BeginTx == nil {
 		t.Errorf("capabilities promise broken: harness declares Tx but has no BeginTx: the Worker/Tx cases cannot open a transaction")
 	}

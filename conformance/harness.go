@@ -100,6 +100,12 @@ type BrokerCaps struct {
 	// (driver.Transactor), which BeginTx opens. Checked by the Worker/Tx
 	// cases with the backend of the RunWorker pair.
 	Tx bool // driver.Transactor
+	// CancelNotify: the broker tells every listener of its server that
+	// tasks were cancelled (driver.CancelNotifier). Checked by
+	// Broker/CancelNotify, and by Worker/Cancel/Running, which then gives
+	// the worker so long an ExtendEvery that only the notice can cancel
+	// the running task in time.
+	CancelNotify bool // driver.CancelNotifier
 }
 
 // BackendHarness tells the kit how to make and judge a backend.

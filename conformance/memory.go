@@ -25,7 +25,7 @@ func MemoryBroker(opts memorybroker.Options) BrokerHarness {
 			MaxPayload: opts.MaxPayload, OrderedByETA: true, DetectsLostLease: true, Priority: true,
 			Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true, Tx: true,
+			Unique: true, RateLimit: true, Colocate: true, Tx: true, CancelNotify: true,
 		},
 		Timing:  Timing{Lease: 100 * time.Millisecond, Delay: 100 * time.Millisecond, DelayBound: 50 * time.Millisecond},
 		PushRaw: pushRawMemory,

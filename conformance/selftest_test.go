@@ -190,7 +190,7 @@ func healthyBroker() BrokerHarness {
 		},
 		Caps: BrokerCaps{OrderedByETA: true, DetectsLostLease: true, Priority: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true, Tx: true},
+			Unique: true, RateLimit: true, Colocate: true, Tx: true, CancelNotify: true},
 		Timing:  selfTiming,
 		PushRaw: pushRawMemory,
 		BeginTx: beginMemoryTx,

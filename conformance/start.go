@@ -348,13 +348,23 @@ func (w recWaiter) WaitState(ctx context.Context, id string, done func(*errand.T
 }
 
 // backend returns r as an errand.Backend with the optional capabilities of
-// the backend it wraps.
+// the backend it wraps (one struct type per combination: a capability is
+// a method set, found by a type assertion).
 func (r *recorder) backend() errand.Backend {
 	_, w := r.Backend.(driver.StateWaiter)
 	_, s := r.Backend.(driver.Starter)
 	_, p := r.Backend.(driver.PendingWriter)
-	W, S, P := recWaiter{r}, recStarter{r}, recPending{r}
+	_, c := r.Backend.(driver.Canceller)
+	W, S, P, C := recWaiter{r}, recStarter{r}, recPending{r}, recCanceller{r}
 	switch {
+	case w && s && p && c:
+		return struct {
+			*recorder
+			recWaiter
+			recStarter
+			recPending
+			recCanceller
+		}{r, W, S, P, C}
 	case w && s && p:
 		return struct {
 			*recorder
@@ -362,6 +372,27 @@ func (r *recorder) backend() errand.Backend {
 			recStarter
 			recPending
 		}{r, W, S, P}
+	case w && s && c:
+		return struct {
+			*recorder
+			recWaiter
+			recStarter
+			recCanceller
+		}{r, W, S, C}
+	case w && p && c:
+		return struct {
+			*recorder
+			recWaiter
+			recPending
+			recCanceller
+		}{r, W, P, C}
+	case s && p && c:
+		return struct {
+			*recorder
+			recStarter
+			recPending
+			recCanceller
+		}{r, S, P, C}
 	case w && s:
 		return struct {
 			*recorder
@@ -374,12 +405,30 @@ func (r *recorder) backend() errand.Backend {
 			recWaiter
 			recPending
 		}{r, W, P}
+	case w && c:
+		return struct {
+			*recorder
+			recWaiter
+			recCanceller
+		}{r, W, C}
 	case s && p:
 		return struct {
 			*recorder
 			recStarter
 			recPending
 		}{r, S, P}
+	case s && c:
+		return struct {
+			*recorder
+			recStarter
+			recCanceller
+		}{r, S, C}
+	case p && c:
+		return struct {
+			*recorder
+			recPending
+			recCanceller
+		}{r, P, C}
 	case w:
 		return struct {
 			*recorder
@@ -395,6 +444,11 @@ func (r *recorder) backend() errand.Backend {
 			*recorder
 			recPending
 		}{r, P}
+	case c:
+		return struct {
+			*recorder
+			recCanceller
+		}{r, C}
 	}
 	return r
 }

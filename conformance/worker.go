@@ -75,6 +75,15 @@ var workerCases = []kase[workerPair]{
 	{"Tx/Rollback", txRollback, parallel},
 	{"Tx/Workflows", txWorkflows, parallel},
 	{"Tx/Refused", txRefused, parallel},
+	{"Cancel/Queued", cancelQueued, parallel},
+	{"Cancel/Scheduled", cancelScheduled, parallel},
+	{"Cancel/Retrying", cancelRetrying, parallel},
+	{"Cancel/Running", cancelRunning, parallel},
+	{"Cancel/IgnoresCtx", cancelIgnoresCtx, parallel},
+	{"Cancel/ChainStops", cancelChain, parallel},
+	{"Cancel/ChordCallback", cancelChord, parallel},
+	{"Cancel/GroupMember", cancelGroupMember, parallel},
+	{"Cancel/Outcomes", cancelOutcomes, parallel},
 }
 
 // recorder wraps a backend to record each task's states, and counts the

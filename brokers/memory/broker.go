@@ -40,6 +40,12 @@ type Broker struct {
 	buckets map[string]*bucket    // token buckets (RateLimiter), made on first use
 
 	schedules map[string]*schedule // periodic schedules (ScheduleStore), made on first use
+
+	// Cancel notices (CancelNotifier), made on the first ListenCancel:
+	// the listeners, closed on Close, which waits for their goroutines.
+	listeners map[*cancelListener]struct{}
+	closing   chan struct{}
+	listening sync.WaitGroup
 }
 
 var (
@@ -339,7 +345,9 @@ func (b *Broker) Close() error {
 	b.closed = true
 	b.queues = nil
 	b.broadcast()
+	closing := b.closing
 	b.mu.Unlock()
+	b.stopListeners(closing, &b.listening)
 	if b.name != "" {
 		instances.Forget(b.name, b)
 	}

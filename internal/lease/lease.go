@@ -69,6 +69,26 @@ type Extension struct {
 	lossMu sync.Mutex
 	lost   error
 	onLoss context.CancelCauseFunc
+	// onRenew is told of each successful renewal (OnRenew), guarded by
+	// lossMu.
+	onRenew Renewed
+}
+
+// Renewed is told of each successful renewal of a lease (Extension.OnRenew).
+type Renewed interface {
+	// Renewed is called on the renewal's goroutine once the lease was
+	// extended, before the next renewal is scheduled, with a ctx bounded
+	// as a renewal is (ExtendEvery/2, CallTimeout, ended with the calls).
+	// It must return by its ctx's end.
+	Renewed(ctx context.Context)
+}
+
+// OnRenew has r told of each successful renewal from now on; nil ends
+// it. errand checks there whether the running task was cancelled.
+func (e *Extension) OnRenew(r Renewed) {
+	e.lossMu.Lock()
+	e.onRenew = r
+	e.lossMu.Unlock()
 }
 
 // LostCause returns why the lease is lost (wrapping driver.ErrLeaseLost), or nil
@@ -271,6 +291,14 @@ func (x *Extender) renew(e *Extension) {
 	defer e.running.Done()
 	if !x.renewOnce(e) {
 		return
+	}
+	e.lossMu.Lock()
+	r := e.onRenew
+	e.lossMu.Unlock()
+	if r != nil && !stopped(e.quit) {
+		ctx, cancel := context.WithTimeout(x.Calls, min(x.Every/2, x.Bound))
+		r.Renewed(ctx)
+		cancel()
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
