@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -138,12 +139,14 @@ func TestCancelFromTheBrowser(t *testing.T) {
 
 	// A running task, from the workers page: back to it.
 	started := make(chan struct{}, 1)
+	cause := make(chan error, 1)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	f.srv.Register("block", func(ctx context.Context) error {
 		started <- struct{}{}
 		select {
 		case <-ctx.Done():
+			cause <- context.Cause(ctx)
 		case <-release:
 		}
 		return ctx.Err()
@@ -179,6 +182,14 @@ func TestCancelFromTheBrowser(t *testing.T) {
 	}
 	if st, err := f.srv.Backend().GetState(ctx, running); err != nil || st.State != errand.StateCancelled {
 		t.Errorf("after POST cancel the running task's state must be CANCELLED, got %+v, %v", st, err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, errand.ErrCancelled) {
+			t.Errorf("the running task cancelled from the dashboard: its ctx ended with the cause %v, want ErrCancelled", err)
+		}
+	case <-time.After(scaled(10 * time.Second)):
+		t.Error("the running task cancelled from the dashboard: its ctx did not end within 10s")
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -106,5 +107,64 @@ errand cancel: 2 of 3 IDs not cancelled
 		}
 		d.state(other, errand.StateCancelled)
 		d.fails(2, []string{"want one or more task or group IDs"}, "cancel")
+	})
+}
+
+// errand cancel of a running task, over every deployment: it says the task
+// was running, the handler's ctx ends with the cause ErrCancelled (from
+// the broker's notice, or at the next lease extension, every 50ms here),
+// and what the handler returns then is discarded: the state stays
+// CANCELLED once the worker let the task go.
+func TestCancelRunning(t *testing.T) {
+	eachDeployment(t, func(t *testing.T, d *deployment) {
+		started := make(chan struct{}, 1)
+		cause := make(chan error, 1)
+		release := make(chan struct{})
+		if err := d.srv.Register("block", func(ctx context.Context) (string, error) {
+			started <- struct{}{}
+			select {
+			case <-ctx.Done():
+				cause <- context.Cause(ctx)
+			case <-release:
+			}
+			return "finished anyway", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		w := d.srv.NewWorker(errand.WorkerConfig{
+			Queues: map[string]int{d.queue: 1}, Concurrency: 2, Lease: 2 * time.Second, ExtendEvery: 50 * time.Millisecond,
+		})
+		w.Start()
+		t.Cleanup(func() {
+			close(release)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			w.Shutdown(ctx)
+		})
+		id := d.send("block", 0)
+		select {
+		case <-started:
+		case <-time.After(scaled(20 * time.Second)):
+			t.Fatal("the task block did not start within 20s")
+		}
+		d.state(id, errand.StateStarted)
+		r := d.ok("cancel", id)
+		if want := fmt.Sprintf("cancelled %s (block): it was STARTED; its worker cancels its ctx and records nothing more", id); strings.TrimSpace(r.stdout) != want {
+			t.Errorf("cancel of a running task: want the line %q, got:\n%s", want, r)
+		}
+		select {
+		case err := <-cause:
+			if !errors.Is(err, errand.ErrCancelled) {
+				t.Errorf("the cancelled task's ctx ended with the cause %v, want ErrCancelled", err)
+			}
+		case <-time.After(scaled(20 * time.Second)):
+			t.Fatal("the running task's ctx was not cancelled within 20s of errand cancel (its worker extends its lease every 50ms, and reads its state at each)")
+		}
+		eventually(t, "the worker to let the cancelled task go", func() bool {
+			return !slices.Contains(d.list(errand.ListInFlight), id)
+		})
+		if st := d.state(id, errand.StateCancelled); len(st.Results) != 0 {
+			t.Errorf("a cancelled task's late result must be discarded, got %+v", st.Results)
+		}
 	})
 }
