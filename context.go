@@ -10,28 +10,37 @@ import (
 type TaskInfo struct {
 	UUID    string
 	Name    string
-	Attempt int // 1 on the first run, 2 on the first retry, ...
+	Attempt int // 1 on the first run, 2 on the first retry or snooze, ...
 	// RetryCount is how many retries the worker allows after the first
 	// attempt: the signature's RetryCount, capped at the worker's
-	// WorkerConfig.MaxRetries (0 when the worker allows none), so
-	// Attempt > RetryCount means this is the last attempt.
+	// WorkerConfig.MaxRetries (0 when the worker allows none), plus
+	// Snoozes (a snooze spends no retry), so Attempt > RetryCount means
+	// this is the last attempt.
 	RetryCount int
-	GroupUUID  string
-	Headers    Headers
+	// Snoozes is how many times the task snoozed before this attempt
+	// ([Snooze]; Signature.Snoozes, capped at WorkerConfig.MaxSnoozes).
+	Snoozes   int
+	GroupUUID string
+	Headers   Headers
 }
 
 type taskInfoKey struct{}
 
 // taskInfoCtx is a task's ctx carrying its TaskInfo under taskInfoKey
-// (TaskInfoFrom), one value for both: a worker makes one for every attempt.
+// (TaskInfoFrom) and its progress writer under progressKey (SetProgress),
+// one value for all: a worker makes one for every attempt.
 type taskInfoCtx struct {
 	context.Context
 	info TaskInfo
+	prog *progressWriter // under progressKey (SetProgress)
 }
 
 func (c *taskInfoCtx) Value(key any) any {
-	if _, ok := key.(taskInfoKey); ok {
+	switch key.(type) {
+	case taskInfoKey:
 		return c.info
+	case progressKey:
+		return c.prog
 	}
 	return c.Context.Value(key)
 }

@@ -23,11 +23,17 @@ const (
 	KindPanic            ErrorKind = "panic"             // its function panicked (*PanicError)
 	KindTimeout          ErrorKind = "timeout"           // it ended with context.DeadlineExceeded (Timeout, Deadline)
 	KindRetriesExhausted ErrorKind = "retries_exhausted" // it failed with no retry left (ErrRetriesExhausted)
+	KindSnoozesExhausted ErrorKind = "snoozes_exhausted" // it snoozed once more than WorkerConfig.MaxSnoozes (ErrSnoozesExhausted)
 	KindFailed           ErrorKind = "failed"            // anything else (a chord member failed, a deadline left no time to retry)
 	// KindCancelled is the kind of a CANCELLED state (Server.Cancel), not
 	// of a failure: the task was cancelled before or while it ran.
 	KindCancelled ErrorKind = "cancelled"
 )
+
+// KindSnoozed is the ErrorKind of the RETRY state of a task that snoozed
+// (its function returned [Snooze]): it waits to run again, no retry
+// spent. It is never a FAILURE's kind.
+const KindSnoozed ErrorKind = "snoozed"
 
 // recordedSentinels are the errors a recorded failure can be tested for
 // with errors.Is on the producer's side, under the names the detail
@@ -40,6 +46,7 @@ var recordedSentinels = []struct {
 	{"bad_arguments", ErrBadArguments},
 	{"payload_too_large", ErrPayloadTooLarge},
 	{"retries_exhausted", ErrRetriesExhausted},
+	{"snoozes_exhausted", ErrSnoozesExhausted},
 	{"timeout", context.DeadlineExceeded},
 	{"canceled", context.Canceled},
 	{"task_not_found", ErrTaskNotFound},
@@ -113,6 +120,8 @@ func classify(cause error) (kind, detail string) {
 		k = KindTimeout
 	case errors.Is(cause, ErrRetriesExhausted):
 		k = KindRetriesExhausted
+	case errors.Is(cause, ErrSnoozesExhausted):
+		k = KindSnoozesExhausted
 	default:
 		k = KindFailed
 	}

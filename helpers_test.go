@@ -19,14 +19,23 @@ import (
 // tests can check the paths against the state graph (driver.ValidPath).
 type recorder struct {
 	errand.Backend
-	mu    sync.Mutex
-	paths map[string][]errand.State
+	mu       sync.Mutex
+	paths    map[string][]errand.State
+	progress map[string]int // progress writes (STARTED again, with Progress) by task
 }
 
 func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	r.mu.Lock()
 	for _, st := range sts {
-		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+		p := r.paths[st.TaskUUID]
+		if st.State == errand.StateStarted && len(st.Progress) > 0 && len(p) > 0 && p[len(p)-1] == errand.StateStarted {
+			if r.progress == nil {
+				r.progress = map[string]int{}
+			}
+			r.progress[st.TaskUUID]++ // SetProgress: the same state, not a step
+			continue
+		}
+		r.paths[st.TaskUUID] = append(p, st.State)
 	}
 	r.mu.Unlock()
 	return r.Backend.SetStates(ctx, sts)
@@ -57,6 +66,13 @@ func (r *recorder) SetPendingIfAbsent(ctx context.Context, sts []*errand.TaskSta
 	}
 	r.mu.Unlock()
 	return r.Backend.(driver.PendingWriter).SetPendingIfAbsent(ctx, sts)
+}
+
+// progressWrites returns how many progress writes task id made.
+func (r *recorder) progressWrites(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progress[id]
 }
 
 func (r *recorder) path(id string) []errand.State {

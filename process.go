@@ -52,6 +52,7 @@ type delivery struct {
 	stateInAck  *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
+	prog                          *progressWriter // its progress (progress.go)
 	cancelTimeout, cancelDeadline context.CancelFunc
 	cancel                        cancelMark  // its task's cancel, once known (cancelwatch.go)
 	outcome                       settle      // how it is settled
@@ -300,6 +301,11 @@ func (dv *delivery) attempt(tctx context.Context, sig *Signature) (*TaskState, e
 	w := dv.w
 	w.beat.add(sig, sig.RoutingKey)
 	results, runErr := safeCall(tctx, dv.tk, dv.args)
+	if v := dv.prog.stop(); v != nil {
+		// The final state carries the last progress; no progress write
+		// follows it.
+		dv.started.Progress = v
+	}
 	w.beat.remove(sig)
 	dv.ran()
 	if lost := dv.ext.LostCause(); lost != nil {
@@ -473,7 +479,11 @@ func (w *Worker) resume(ctx context.Context, sig *Signature, prev *TaskState, d 
 		}
 		return true, outcome, err
 	case prev.State == StateRetry && prev.Attempt > sig.attempt():
-		outcome, _, err := w.scheduleRetry(ctx, sig, errors.New(prev.Error), nil, prev)
+		var cause error = errors.New(prev.Error)
+		if prev.ErrorKind == string(KindSnoozed) {
+			cause = &SnoozeError{} // a snooze, sent again at once: still no retry spent
+		}
+		outcome, _, err := w.scheduleRetry(ctx, sig, cause, nil, prev)
 		return true, outcome, err
 	case prev.Attempt > sig.attempt():
 		return true, settleAck, nil // a later attempt owns the task
@@ -523,8 +533,9 @@ func (dv *delivery) taskContext() context.Context {
 		dv.ext.OnRenew(dv) // each renewal checks for a cancel (cancelwatch.go)
 	}
 	dv.cancel.follow(cancelLost)
-	ctx = &taskInfoCtx{Context: ctx, info: TaskInfo{
-		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig),
+	dv.prog = dv.newProgress()
+	ctx = &taskInfoCtx{Context: ctx, prog: dv.prog, info: TaskInfo{
+		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig), Snoozes: w.snoozeLimit(sig),
 		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
 	}}
 	timeout := sig.Timeout
@@ -553,6 +564,7 @@ func (dv *delivery) endTask() {
 		dv.ext.OnRenew(nil)
 	}
 	dv.cancel.unfollow()
+	dv.prog.stop() // a middleware that set progress and never ran the attempt
 	dv.cancelTask(nil)
 }
 
@@ -575,6 +587,9 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 	var argErr *ArgumentError
 	if errors.As(runErr, &perm) || errors.As(runErr, &argErr) {
 		return w.fail(ctx, sig, st, runErr)
+	}
+	if snz := (*SnoozeError)(nil); errors.As(runErr, &snz) {
+		return w.snooze(ctx, sig, snz, st) // not a retry: snooze.go
 	}
 	if sig.attempt() > w.retryLimit(sig) {
 		return w.fail(ctx, sig, st, &exhaustedError{runErr})
@@ -615,9 +630,11 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 // retryLimit is the number of retries sig may have on this worker: its
 // RetryCount, capped at WorkerConfig.MaxRetries, so a message asking for a
 // billion retries gets the worker's bound (and the attempt number never
-// comes near overflowing).
+// comes near overflowing), raised by one for each snooze (snoozeLimit):
+// a snooze is an attempt that spends no retry.
 func (w *Worker) retryLimit(sig *Signature) int {
-	return min(sig.RetryCount, w.cfg.MaxRetries, math.MaxInt-1)
+	r := min(sig.RetryCount, w.cfg.MaxRetries, math.MaxInt-1)
+	return r + min(w.snoozeLimit(sig), math.MaxInt-1-max(r, 0))
 }
 
 // fail records FAILURE for sig, runs what follows a failure, and returns

@@ -83,7 +83,7 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 			default:
 				s.UniqueKey = str
 			}
-		case fGroupTaskCount, fRetryCount, fRetryTimeout, fAttempt:
+		case fGroupTaskCount, fRetryCount, fRetryTimeout, fAttempt, fSnoozes:
 			var n int64
 			if !null {
 				if n, ok = wirejson.Int(v, strconv.IntSize); !ok {
@@ -97,6 +97,8 @@ func fastSigObject(s *Signature, b []byte, src string, i, depth int) (int, bool)
 				s.RetryCount = int(n)
 			case fRetryTimeout:
 				s.RetryTimeout = int(n)
+			case fSnoozes:
+				s.Snoozes = int(n)
 			default:
 				s.Attempt = int(n)
 			}
@@ -214,6 +216,7 @@ const (
 	fRetryCount
 	fRetryTimeout
 	fAttempt
+	fSnoozes
 	fTimeout
 	fUniqueFor
 	fPriority
@@ -249,6 +252,8 @@ func sigField(k []byte) uint {
 		return fRetryTimeout
 	case "Attempt":
 		return fAttempt
+	case "Snoozes":
+		return fSnoozes
 	case "Timeout":
 		return fTimeout
 	case "UniqueFor":

@@ -18,7 +18,7 @@ func TestFastSignatureRoundTrip(t *testing.T) {
 	full.ETA, full.Deadline = &eta, &dl
 	full.Headers = Headers{"trace": "abc", "n": 2.0, "nested": map[string]any{"a": []any{1.0, "b"}}}
 	full.Priority, full.Immutable, full.RetryCount, full.RetryTimeout = 255, true, 7, -2
-	full.Attempt, full.Timeout, full.UniqueKey, full.UniqueFor = 3, 5*time.Second, "uk", time.Minute
+	full.Attempt, full.Snoozes, full.Timeout, full.UniqueKey, full.UniqueFor = 3, 1, 5*time.Second, "uk", time.Minute
 	full.OnSuccess = []*Signature{NewSignature("next", "é"), NewSignature("other")}
 	full.OnError = []*Signature{NewSignature("onerr")}
 	full.ChordCallback = NewSignature("cb", 1)
@@ -75,7 +75,7 @@ func FuzzFastSignature(f *testing.F) {
 
 var fastSigSeeds = []string{
 	`{"UUID":"u","Name":"n","RoutingKey":"","ETA":null,"GroupUUID":"","GroupTaskCount":0,"Args":[{"name":"","type":"int64","value":1}],"Headers":null,"Priority":0,"Immutable":false,"RetryCount":0,"RetryTimeout":0,"OnSuccess":null,"OnError":null,"ChordCallback":null}`,
-	`{"UUID":"u","Name":"n","ETA":"2026-11-26T14:00:00.5+01:00","Deadline":"2026-11-26T14:00:00Z","Attempt":2,"Timeout":1000,"UniqueKey":"k","UniqueFor":-5}`,
+	`{"UUID":"u","Name":"n","ETA":"2026-11-26T14:00:00.5+01:00","Deadline":"2026-11-26T14:00:00Z","Attempt":2,"Snoozes":1,"Timeout":1000,"UniqueKey":"k","UniqueFor":-5}`,
 	`{"UUID":"u","Name":"n","OnSuccess":[{"UUID":"v","Name":"m","ChordCallback":{"UUID":"w","Name":"c"}}],"OnError":[]}`,
 	`{"UUID":"u","Name":"n","OnSuccess":[null]}`,
 	`{"UUID":"u","Name":"n","Args":[null]}`,

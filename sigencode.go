@@ -108,6 +108,10 @@ func appendSignature(dst []byte, s *Signature, depth int) ([]byte, bool) {
 		dst = append(dst, `,"Attempt":`...)
 		dst = strconv.AppendInt(dst, int64(s.Attempt), 10)
 	}
+	if s.Snoozes != 0 {
+		dst = append(dst, `,"Snoozes":`...)
+		dst = strconv.AppendInt(dst, int64(s.Snoozes), 10)
+	}
 	if s.Timeout != 0 {
 		dst = append(dst, `,"Timeout":`...)
 		dst = strconv.AppendInt(dst, int64(s.Timeout), 10)

@@ -37,7 +37,7 @@ func TestEncodeSignature(t *testing.T) {
 	full.ETA, full.Deadline = &eta, &dl
 	full.Headers = Headers{"trace": "abc", "n": 2.0, "nested": map[string]any{"a": []any{1.0, "b"}}}
 	full.Priority, full.Immutable, full.RetryCount, full.RetryTimeout = 255, true, 7, -2
-	full.Attempt, full.Timeout, full.UniqueKey, full.UniqueFor = 3, 5*time.Second, "uk", time.Minute
+	full.Attempt, full.Snoozes, full.Timeout, full.UniqueKey, full.UniqueFor = 3, 1, 5*time.Second, "uk", time.Minute
 	full.OnSuccess = []*Signature{NewSignature("next", "é"), nil}
 	full.OnError = []*Signature{NewSignature("onerr")}
 	full.ChordCallback = NewSignature("cb", 1)
@@ -73,7 +73,7 @@ func FuzzEncodeSignature(f *testing.F) {
 		}
 		eta := time.Unix(0, i).In(time.FixedZone("z", int(p)*60))
 		sig := &Signature{UUID: s, Name: s + "n", RoutingKey: s, GroupUUID: s, GroupTaskCount: int(i), Priority: p,
-			Immutable: p&1 == 1, RetryCount: int(i >> 3), RetryTimeout: int(p), Attempt: int(i), Timeout: time.Duration(i),
+			Immutable: p&1 == 1, RetryCount: int(i >> 3), RetryTimeout: int(p), Attempt: int(i), Snoozes: int(i >> 5), Timeout: time.Duration(i),
 			UniqueKey: s, UniqueFor: time.Duration(-i), ETA: &eta, Headers: Headers{s: fl}}
 		for _, v := range []any{s, i, fl, float32(fl), p, uint64(i), int32(i), int8(i), uint16(i), p&1 == 0, nil, json.RawMessage(b), []byte(s)} {
 			sig.Args = append(sig.Args, Arg{Name: s, Type: s, Value: v})

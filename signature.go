@@ -33,8 +33,13 @@ type Signature struct {
 	ChordCallback  *Signature   `json:"ChordCallback"`  // sent once every member of GroupUUID has finished
 
 	// Attempt is the 1-based number of the current attempt: 1 on the first
-	// run, 2 on the first retry. Zero on the wire means 1.
+	// run, 2 on the first retry or snooze. Zero on the wire means 1.
 	Attempt int `json:"Attempt,omitempty"`
+	// Snoozes is how many times the task snoozed (its function returned
+	// [Snooze]): each snooze is an attempt (Attempt counts it) that
+	// raises the task's retry bound by one, so snoozes never spend the
+	// retries RetryCount allows. Bounded by WorkerConfig.MaxSnoozes.
+	Snoozes int `json:"Snoozes,omitempty"`
 	// Timeout bounds one attempt: the task's ctx is cancelled after it.
 	// Zero means the worker's default (none unless configured).
 	Timeout time.Duration `json:"Timeout,omitempty"`

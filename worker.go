@@ -114,6 +114,25 @@ type WorkerConfig struct {
 	// and a RetryCount of a billion must not keep a task cycling for ever).
 	// Default (0): 100. Negative: no retries at all.
 	MaxRetries int
+	// MaxSnoozes bounds how many times one task may snooze ([Snooze]):
+	// a task that snoozed MaxSnoozes times and snoozes again fails, with
+	// an error satisfying errors.Is(err, ErrSnoozesExhausted) (ErrorKind
+	// "snoozes_exhausted"), so a task that waits for something that never
+	// comes ends where an operator sees it. Default (0): 100. Negative: no
+	// snoozes at all (a snooze fails the task).
+	MaxSnoozes int
+	// MaxProgressSize bounds, in bytes, the JSON encoding of a value a
+	// task reports with [SetProgress]: a larger one is refused, the error
+	// returned to the task, nothing written. Default (0): 4 KiB.
+	// Negative: no bound.
+	MaxProgressSize int
+	// ProgressEvery is the shortest time between two writes of one
+	// task's progress ([SetProgress]): the first value is written at once,
+	// later ones at most once per ProgressEvery, the latest kept in
+	// between and written when the interval ends (or with the task's final
+	// state, if that comes first). Default (0): 1s. Negative: no interval
+	// (still one write at a time, the latest value only).
+	ProgressEvery time.Duration
 	// UnknownTaskAttempts bounds how a task whose name has no function on
 	// this worker is handled. Below it (the broker's Delivery.Attempt
 	// counts each delivery), the delivery is given back to the broker,
@@ -188,6 +207,9 @@ const (
 	DefaultPausePoll           = 500 * time.Millisecond
 	DefaultHeartbeat           = 5 * time.Second
 	DefaultSettleGrace         = 10 * time.Second // WorkerConfig.SettleGrace
+	DefaultMaxSnoozes          = 100              // WorkerConfig.MaxSnoozes
+	DefaultMaxProgressSize     = 4 << 10          // WorkerConfig.MaxProgressSize
+	DefaultProgressEvery       = time.Second      // WorkerConfig.ProgressEvery
 )
 
 // Worker consumes one queue, or several (WorkerConfig.Queues): it
@@ -292,6 +314,21 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 		cfg.MaxRetries = DefaultMaxRetries
 	case cfg.MaxRetries < 0:
 		cfg.MaxRetries = 0
+	}
+	switch {
+	case cfg.MaxSnoozes == 0:
+		cfg.MaxSnoozes = DefaultMaxSnoozes
+	case cfg.MaxSnoozes < 0:
+		cfg.MaxSnoozes = 0
+	}
+	if cfg.MaxProgressSize == 0 {
+		cfg.MaxProgressSize = DefaultMaxProgressSize
+	}
+	switch {
+	case cfg.ProgressEvery == 0:
+		cfg.ProgressEvery = DefaultProgressEvery
+	case cfg.ProgressEvery < 0:
+		cfg.ProgressEvery = 0
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second

@@ -44,6 +44,7 @@ var backendCases = []kase[BackendHarness]{
 	{"Start/Concurrent", startConcurrent, parallel},
 	{"Start/NeverBeforeCreated", startNeverBeforeCreated, parallel},
 	{"State/PendingIfAbsent", pendingIfAbsent, parallel},
+	{"State/Progress", stateProgress, parallel},
 }
 
 type becase struct {

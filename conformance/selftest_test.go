@@ -493,6 +493,7 @@ type brokenBackend struct {
 	initGroup   func(b *brokenBackend, ctx context.Context, g string, ids []string) error
 	setStates   func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error
 	waitState   func(b *brokenBackend, ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error)
+	start       func(b *brokenBackend, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult
 
 	mu      sync.Mutex
 	counts  map[string]int
@@ -546,6 +547,12 @@ func (b *brokenBackend) InitGroup(ctx context.Context, g string, ids []string) e
 		return b.initGroup(b, ctx, g, ids)
 	}
 	return b.Backend.InitGroup(ctx, g, ids)
+}
+func (b *brokenBackend) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
+	if b.start != nil {
+		return b.start(b, ctx, reqs)
+	}
+	return b.Backend.Start(ctx, reqs)
 }
 func (b *brokenBackend) WaitState(ctx context.Context, id string, done func(*errand.TaskState) bool) (*errand.TaskState, error) {
 	if b.waitState != nil {
@@ -731,6 +738,30 @@ var brokenBackends = map[string]BackendHarness{
 	}),
 	// A batch write that loses its last state (and answers for the
 	// others only).
+	// Stores every state without its progress (errand.SetProgress).
+	"drops-progress": brokenBackendHarness(func(b *brokenBackend) {
+		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error {
+			out := make([]*errand.TaskState, len(sts))
+			for i, st := range sts {
+				out[i] = st.Copy()
+				out[i].Progress = nil
+			}
+			return b.Backend.SetStates(ctx, out)
+		}
+	}),
+	// Start answers with the previous state stripped of its progress.
+	"start-prev-drops-progress": brokenBackendHarness(func(b *brokenBackend) {
+		b.start = func(b *brokenBackend, ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
+			res := b.Backend.Start(ctx, reqs)
+			for i := range res {
+				if res[i].Prev != nil {
+					res[i].Prev = res[i].Prev.Copy()
+					res[i].Prev.Progress = nil
+				}
+			}
+			return res
+		}
+	}),
 	"batch-drops-last": brokenBackendHarness(func(b *brokenBackend) {
 		b.setStates = func(b *brokenBackend, ctx context.Context, sts []*errand.TaskState) []error {
 			if len(sts) < 2 {
@@ -855,6 +886,7 @@ var backendTargets = map[string]string{
 	"Group/OutlivesResultExpiry": "group-dies-with-results",
 	"Group/NonMemberNotCounted":  "counts-strays",
 	"Chord/ClaimOnce":            "every-claimer-wins",
+	"State/Progress":             "drops-progress",
 }
 
 var moreBackendTargets = map[string]string{
@@ -862,6 +894,7 @@ var moreBackendTargets = map[string]string{
 	"State/Batch":     "set-states-answers-once",
 	"Chord/ClaimOnce": "claimer-cannot-reclaim",
 	"Capabilities":    "durable-and-lossy",
+	"State/Progress":  "start-prev-drops-progress",
 }
 
 // workerTargets name a broken broker ("broker:NAME") or backend
@@ -900,6 +933,8 @@ var workerTargets = map[string]string{
 	"Queues/Weighted":             "broker:routes-every-queue-to-one",
 	"Queues/Strict":               "broker:routes-every-queue-to-one",
 	"Queues/Cap":                  "broker:routes-every-queue-to-one",
+	"Snooze":                      "broker:delivers-early",
+	"Progress":                    "backend:drops-progress",
 }
 
 // extraBrokerTargets and extraWorkerTargets are further variants for cases
@@ -912,6 +947,9 @@ func init() {
 	// Every worker case reads its tasks' states back when it ends: the
 	// order of their times is checked there (recorder.checkPaths).
 	extraWorkerTargets = append(extraWorkerTargets, target{"Task/ArgumentRoundTrip", "backend:started-before-created"})
+	// A snoozed task's RETRY is stored with ErrorKind snoozed, its
+	// failure past MaxSnoozes with its kind.
+	extraWorkerTargets = append(extraWorkerTargets, target{"Snooze", "backend:drops-error-kind"})
 }
 
 func TestEveryCaseHasATarget(t *testing.T) {

@@ -84,6 +84,8 @@ var workerCases = []kase[workerPair]{
 	{"Cancel/ChordCallback", cancelChord, parallel},
 	{"Cancel/GroupMember", cancelGroupMember, parallel},
 	{"Cancel/Outcomes", cancelOutcomes, parallel},
+	{"Snooze", workerSnooze, parallel},
+	{"Progress", workerProgress, parallel},
 }
 
 // recorder wraps a backend to record each task's states, and counts the
@@ -93,6 +95,17 @@ type recorder struct {
 	mu     sync.Mutex
 	paths  map[string][]errand.State
 	writes map[string]int // calls of SetStates, Start, SetPendingIfAbsent
+	// progress counts each task's progress writes: its STARTED written
+	// again with Progress (errand.SetProgress), the same state, not a
+	// step of its path.
+	progress map[string]int
+}
+
+// progressWrites returns how many progress writes task id made.
+func (r *recorder) progressWrites(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progress[id]
 }
 
 // wrote counts a call of method; r.mu must be held.
@@ -162,8 +175,18 @@ func timesOutOfOrder(st *errand.TaskState) string {
 func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) []error {
 	r.mu.Lock()
 	r.wrote("SetStates")
-	for _, st := range sts {
-		r.paths[st.TaskUUID] = append(r.paths[st.TaskUUID], st.State)
+	progress := make([]bool, len(sts))
+	for i, st := range sts {
+		p := r.paths[st.TaskUUID]
+		if st.State == errand.StateStarted && len(st.Progress) > 0 && len(p) > 0 && p[len(p)-1] == errand.StateStarted {
+			if r.progress == nil {
+				r.progress = map[string]int{}
+			}
+			r.progress[st.TaskUUID]++
+			progress[i] = true
+			continue
+		}
+		r.paths[st.TaskUUID] = append(p, st.State)
 	}
 	r.mu.Unlock()
 	errs := r.Backend.SetStates(ctx, sts)
@@ -173,7 +196,7 @@ func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) []err
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(sts) - 1; i >= 0; i-- {
-		if errs[i] == nil {
+		if errs[i] == nil || progress[i] {
 			continue
 		}
 		st := sts[i]

@@ -23,7 +23,8 @@ import (
 // an operator requeueing an archived task as a fresh attempt. CANCELLED is
 // written by whoever cancels the task (errand's Server.Cancel, through
 // [Canceller] where the backend has it), never by a worker's attempt, and
-// nothing follows it. A PENDING written beside
+// nothing follows it. A STARTED written again with Progress set
+// (errand.SetProgress) is the same state, not an edge. A PENDING written beside
 // the publish ([PendingWriter]) is dropped when a worker recorded the task
 // first: the backend then never holds it, though the task was sent first.
 type State string

@@ -116,11 +116,12 @@ type machineryState struct {
 	CreatedAt time.Time
 	TTL       int64
 	// errand's own; machinery ignores them.
-	Attempt     int       `json:",omitempty"`
-	ErrorKind   string    `json:",omitempty"`
-	ErrorDetail string    `json:",omitempty"`
-	StartedAt   time.Time `json:",omitzero"`
-	FinishedAt  time.Time `json:",omitzero"`
+	Attempt     int             `json:",omitempty"`
+	ErrorKind   string          `json:",omitempty"`
+	ErrorDetail string          `json:",omitempty"`
+	StartedAt   time.Time       `json:",omitzero"`
+	FinishedAt  time.Time       `json:",omitzero"`
+	Progress    json.RawMessage `json:",omitempty"` // errand.SetProgress
 }
 
 type machineryResult struct {
@@ -142,7 +143,7 @@ type machineryGroup struct {
 func toMachinery(st *driver.TaskState) machineryState {
 	m := machineryState{TaskUUID: st.TaskUUID, TaskName: st.TaskName, State: string(st.State), Error: st.Error,
 		CreatedAt: st.CreatedAt, Attempt: st.Attempt, ErrorKind: st.ErrorKind, ErrorDetail: st.ErrorDetail,
-		StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+		StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, Progress: st.Progress}
 	if st.State == driver.StateSuccess {
 		m.Results = make([]machineryResult, 0, len(st.Results))
 	}
@@ -162,7 +163,7 @@ func fromMachinery(b []byte) (*driver.TaskState, error) {
 	}
 	st := &driver.TaskState{TaskUUID: m.TaskUUID, TaskName: m.TaskName, State: driver.State(m.State), Error: m.Error,
 		CreatedAt: m.CreatedAt, Attempt: m.Attempt, ErrorKind: m.ErrorKind, ErrorDetail: m.ErrorDetail,
-		StartedAt: m.StartedAt, FinishedAt: m.FinishedAt}
+		StartedAt: m.StartedAt, FinishedAt: m.FinishedAt, Progress: m.Progress}
 	for _, r := range m.Results {
 		v := r.Value
 		if v == nil {

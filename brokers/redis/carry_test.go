@@ -663,8 +663,9 @@ func TestCarrySettle(t *testing.T) {
 // one fetch round trip leases and starts: a Go-encoded PENDING is
 // followed (its created_at kept, STARTED decodable), a state of another
 // layout is read with cjson (a SUCCESS refused), a task whose name JSON
-// would escape is not tried, a redelivery is started again; a cluster gets
-// no carrier.
+// would escape is not tried, a redelivery is started again, a retry whose
+// state carries a progress object keeps its created_at (and its previous
+// state its progress); a cluster gets no carrier.
 func TestCarryStart(t *testing.T) {
 	srv := servers(t)
 	if b, be := redisbroker.New(srv["Cluster"], nil), newSameServerBackend(t, srv["Cluster"], "errand-test-start"); carryStart(b, be) != nil {
@@ -688,7 +689,9 @@ func TestCarryStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := "2020-01-02T03:04:05.678Z"
-	pending, other, odd, plain := "p-"+rand.Text(), "o-"+rand.Text(), "e-"+rand.Text(), "n-"+rand.Text()
+	pending, other, odd, plain, prog := "p-"+rand.Text(), "o-"+rand.Text(), "e-"+rand.Text(), "n-"+rand.Text(), "g-"+rand.Text()
+	const progress = `{"done":3,"of":[10],"note":"created_at"}`
+	rdb.Set(ctx, be.key(prog), `{"task_uuid":"`+prog+`","task_name":"t","state":"RETRY","attempt":2,"created_at":"`+created+`","started_at":"`+created+`","progress":`+progress+`}`, time.Minute)
 	rdb.Set(ctx, be.key(pending), `{"task_uuid":"`+pending+`","task_name":"t","state":"PENDING","attempt":1,"created_at":"`+created+`"}`, time.Minute)
 	rdb.Set(ctx, be.key(other), `{"state":"SUCCESS", "task_uuid":"`+other+`", "task_name":"t", "attempt":1}`, time.Minute)
 	msgs := []driver.Message{
@@ -696,17 +699,18 @@ func TestCarryStart(t *testing.T) {
 		{ID: other, Queue: "s", Body: []byte("2"), Task: "t", TaskAttempt: 1},
 		{ID: odd, Queue: "s", Body: []byte("3"), Task: `t"<`, TaskAttempt: 1},
 		{ID: plain, Queue: "s", Body: []byte("4"), Task: "t", TaskAttempt: 1},
+		{ID: prog, Queue: "s", Body: []byte("5"), Task: "t", TaskAttempt: 2},
 	}
 	if err := b.Publish(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
 	c.reset()
-	ds, starts, at, err := fetch(ctx, "s", 4, time.Minute, []string{"t", `t"<`})
-	if err != nil || len(ds) != 4 || len(starts) != 4 {
-		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want 4 each", len(ds), len(starts), err)
+	ds, starts, at, err := fetch(ctx, "s", 5, time.Minute, []string{"t", `t"<`})
+	if err != nil || len(ds) != 5 || len(starts) != 5 {
+		t.Fatalf("carried fetch: %d deliveries, %d starts, %v; want 5 each", len(ds), len(starts), err)
 	}
 	if n := c.singles.Load() + c.pipes.Load(); n != 1 {
-		t.Errorf("a carried fetch of 4 made %d round trips; want 1", n)
+		t.Errorf("a carried fetch of 5 made %d round trips; want 1", n)
 	}
 	if at.IsZero() || time.Since(at).Abs() > time.Minute {
 		t.Errorf("carried fetch time %v; want the server's now", at)
@@ -723,6 +727,16 @@ func TestCarryStart(t *testing.T) {
 			if err := json.Unmarshal([]byte(v), &got); err != nil || got.State != driver.StateStarted || got.TaskName != "t" || got.Attempt != 1 ||
 				got.CreatedAt.Format(time.RFC3339Nano) != created || !got.StartedAt.Equal(at) {
 				t.Errorf("STARTED written as %s (%v); want STARTED of t, attempt 1, created %s, started %v", v, err, created, at)
+			}
+		case prog:
+			if st == nil || !st.Written || st.Prev == nil || st.Prev.State != driver.StateRetry || string(st.Prev.Progress) != progress {
+				t.Fatalf("RETRY task with progress: start %+v; want written over RETRY, its progress %s kept in Prev", st, progress)
+			}
+			v, _ := rdb.Get(ctx, be.key(prog)).Result()
+			var got driver.TaskState
+			if err := json.Unmarshal([]byte(v), &got); err != nil || got.State != driver.StateStarted || got.Attempt != 2 ||
+				got.CreatedAt.Format(time.RFC3339Nano) != created {
+				t.Errorf("STARTED over a RETRY with progress written as %s (%v); want STARTED, attempt 2, its created_at %s kept", v, err, created)
 			}
 		case other:
 			if st == nil || st.Written || st.Prev == nil || st.Prev.State != driver.StateSuccess {

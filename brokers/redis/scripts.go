@@ -291,11 +291,12 @@ local function peek(raw)
   local att = string.match(raw, '^,"attempt":0*(%%d+)', after) or '0'
   -- The first "created_at": followed by a string and then no object or
   -- array up to the closing brace (the times alone), found by plain
-  -- searches rather than a pattern tried at every position.
+  -- searches rather than a pattern tried at every position. None such (a
+  -- progress object or array after the times): cjson reads the state.
   local from = after
   while true do
     local _, ce = string.find(raw, '"created_at":"', from, true)
-    if not ce then return name, st, att, nil end
+    if not ce then return nil end
     local q = string.find(raw, '"', ce + 1, true)
     if not q then return name, st, att, nil end
     if string.find(raw, '^[^{}%%[%%]]*}$', q + 1) then return name, st, att, string.sub(raw, ce, q) end

@@ -28,12 +28,15 @@ const Opaque = "ErrandOpaque"
 // attempt of a body that lost its Attempt: Attempt + (Left - RetryCount).
 // Without it, a retry a machinery worker moved would read as a first
 // attempt while errand's state records a later one, and its retries would
-// be cut short. ErrandMessage removes the header.
+// be cut short. A snoozed task's Snoozes (attempts that spent no retry)
+// rides in the header too, as "Snoozes", and counts neither in Left nor
+// in machinery's RetryCount. ErrandMessage removes the header.
 const AttemptHeader = "ErrandAttempt"
 
 type attemptStash struct {
 	Attempt int
 	Left    int
+	Snoozes int `json:",omitempty"` // errand's Snoozes, which machinery drops too
 }
 
 type opaque struct {
@@ -49,8 +52,10 @@ type opaque struct {
 // delayed task by it. And machinery's RetryCount counts the retries left,
 // where errand's counts those allowed in all beside an Attempt number: a
 // retry errand sends (Attempt a > 1) carries RetryCount-(a-1), which
-// ErrandMessage undoes. Errand's own fields (Attempt, Timeout, Deadline,
-// UniqueKey) ride along; machinery ignores and drops them.
+// ErrandMessage undoes (a snoozed task's Snoozes are attempts that spent
+// no retry: RetryCount-(a-1-Snoozes)). Errand's own fields (Attempt,
+// Snoozes, Timeout, Deadline, UniqueKey) ride along; machinery ignores and
+// drops them.
 //
 // A body that is not a signature whose UUID is id (not a JSON object, a
 // signed envelope — Config.Signing, which machinery workers cannot read,
@@ -84,18 +89,22 @@ func Translate(id string, body []byte, queue string) (out []byte, ok bool) {
 	if rk == "" && queue != "" {
 		m["RoutingKey"], _ = json.Marshal(queue)
 	}
-	var attempt, retries int
+	var attempt, retries, snoozes int
 	_ = json.Unmarshal(m["Attempt"], &attempt)
 	_ = json.Unmarshal(m["RetryCount"], &retries)
+	_ = json.Unmarshal(m["Snoozes"], &snoozes)
+	snoozes = min(max(snoozes, 0), max(attempt-1, 0))
 	if attempt > 1 {
-		left := max(retries-(attempt-1), 0)
+		// The retries spent: the attempts after the first that were not
+		// snoozes.
+		left := max(retries-(attempt-1-snoozes), 0)
 		m["RetryCount"], _ = json.Marshal(left)
 		var h map[string]json.RawMessage
 		if raw, ok := m["Headers"]; !ok || json.Unmarshal(raw, &h) == nil {
 			if h == nil {
 				h = map[string]json.RawMessage{}
 			}
-			st, _ := json.Marshal(attemptStash{Attempt: attempt, Left: left})
+			st, _ := json.Marshal(attemptStash{Attempt: attempt, Left: left, Snoozes: snoozes})
 			h[AttemptHeader], _ = json.Marshal(string(st))
 			m["Headers"], _ = json.Marshal(h)
 		}
@@ -139,9 +148,10 @@ func ErrandMessage(body []byte) (id string, out []byte) {
 		}
 	}
 	_ = json.Unmarshal(m["UUID"], &id)
-	var attempt, retries int
+	var attempt, retries, snoozes int
 	_ = json.Unmarshal(m["Attempt"], &attempt)
 	_ = json.Unmarshal(m["RetryCount"], &retries)
+	_ = json.Unmarshal(m["Snoozes"], &snoozes)
 	var h map[string]json.RawMessage
 	_ = json.Unmarshal(m["Headers"], &h)
 	raw, stashed := h[AttemptHeader]
@@ -156,6 +166,10 @@ func ErrandMessage(body []byte) (id string, out []byte) {
 			// retried it Left - RetryCount times.
 			attempt = st.Attempt + max(st.Left-retries, 0)
 			m["Attempt"], _ = json.Marshal(attempt)
+			if st.Snoozes > 0 && snoozes == 0 {
+				snoozes = st.Snoozes
+				m["Snoozes"], _ = json.Marshal(snoozes)
+			}
 		}
 		delete(h, AttemptHeader)
 		if len(h) == 0 {
@@ -168,7 +182,8 @@ func ErrandMessage(body []byte) (id string, out []byte) {
 		return id, body
 	}
 	if attempt > 1 {
-		m["RetryCount"], _ = json.Marshal(retries + attempt - 1)
+		snoozes = min(max(snoozes, 0), attempt-1)
+		m["RetryCount"], _ = json.Marshal(retries + attempt - 1 - snoozes)
 	}
 	out, err := json.Marshal(m)
 	if err != nil {

@@ -186,3 +186,35 @@ func TestAttemptHeaderIsAString(t *testing.T) {
 		t.Errorf("the object form of the header read back as attempt %d, want 3", field[int](t, back, "Attempt"))
 	}
 }
+
+// A snoozed task's Snoozes are attempts that spent no retry: machinery's
+// RetryCount (retries left) does not count them, and errand's RetryCount
+// and Snoozes come back as sent, directly and after a machinery worker
+// moved the message (dropping Attempt and Snoozes) and retried it.
+func TestSnoozesRoundTrip(t *testing.T) {
+	// RetryCount 1, three snoozes and one retry so far: attempt 5, one
+	// retry left.
+	errandBody := []byte(`{"UUID":"u1","Name":"t","RetryCount":1,"Attempt":5,"Snoozes":3}`)
+	m, err := MachineryBody("u1", errandBody, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := field[int](t, m, "RetryCount"); got != 0 {
+		t.Errorf("machinery's RetryCount of a task with RetryCount 1 that retried once and snoozed 3 times = %d, want 0 retries left", got)
+	}
+	for retried := range 2 {
+		msg := m
+		if retried > 0 {
+			msg = machineryRepublish(t, m, 0)
+		}
+		_, back := ErrandMessage(msg)
+		if a, r, s := field[int](t, back, "Attempt"), field[int](t, back, "RetryCount"), field[int](t, back, "Snoozes"); a != 5 || r != 1 || s != 3 {
+			t.Errorf("read back (machinery moved it: %v): Attempt %d, RetryCount %d, Snoozes %d; want 5, 1, 3", retried > 0, a, r, s)
+		}
+	}
+	// Snoozes only, RetryCount 0: nothing left, nothing spent.
+	_, back := ErrandMessage(must(MachineryBody("u2", []byte(`{"UUID":"u2","Name":"t","RetryCount":0,"Attempt":4,"Snoozes":3}`), "q")))
+	if r := field[int](t, back, "RetryCount"); r != 0 {
+		t.Errorf("errand's RetryCount of a task that only snoozed = %d after the round trip, want 0", r)
+	}
+}

@@ -33,6 +33,7 @@ const (
 	kCreatedAt
 	kStartedAt
 	kFinishedAt
+	kProgress
 )
 
 // fastState decodes data into st when it is in the form Unmarshal
@@ -91,6 +92,9 @@ func fastState(s string, st *driver.TaskState) bool {
 		case "results":
 			k = kResults
 			v.Results, j, ok = results(s, j)
+		case "progress":
+			k = kProgress
+			v.Progress, j, ok = raw(s, j)
 		default:
 			return false
 		}
@@ -143,6 +147,9 @@ func fastState(s string, st *driver.TaskState) bool {
 	}
 	if set(kFinishedAt) {
 		st.FinishedAt = v.FinishedAt
+	}
+	if set(kProgress) {
+		st.Progress = v.Progress
 	}
 	return true
 }
@@ -211,6 +218,20 @@ func results(s string, i int) ([]driver.Result, int, bool) {
 		}
 		return nil, 0, false
 	}
+}
+
+// raw reads the JSON value at s[i] (any but null, which encoding/json
+// decodes on its own terms) as it is, a copy.
+func raw(s string, i int) (json.RawMessage, int, bool) {
+	end := wirejson.SkipValue(s, i)
+	if end <= i || s[i:end] == "null" {
+		return nil, 0, false
+	}
+	v := json.RawMessage(s[i:end])
+	if !wirejson.ValidValue(v) {
+		return nil, 0, false
+	}
+	return v, end, true
 }
 
 // integer reads the JSON integer at s[i] that fits an int, returning

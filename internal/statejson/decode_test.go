@@ -42,6 +42,8 @@ var decodeSeeds = []string{
 	`{"results":[]}`, `{"results":null}`, `{"results":[{}]}`, `{"results":[{"type":"t"}]}`, `{"results":[{"value":null}]}`,
 	`{"results":[{"value":{"a":[1,"]}"]}}]}`, `{"results":[{"value":[1,2}]}`, `{"results":[{"value":tru}]}`, `{"results":[{"value":1,"value":2}]}`,
 	`{"results":[{"value": 5}]}`, `{"results":[{"value":5 }]}`, "{\"results\":[{\"value\":\n[1]\t,\"type\":\"t\"}]}",
+	`{"progress":{"done":1}}`, `{"progress":null}`, `{"progress":[1, 2]}`, `{"progress":"x","progress":1}`, `{"progress":tru}`, `{"progress": 1}`,
+	`{"task_uuid":"u","state":"STARTED","created_at":"2026-11-26T16:00:00Z","started_at":"2026-11-26T16:00:00Z","progress":{"a":"<b>","c":[1,{"d":null}]}}`,
 	`{"unknown":1}`, `{"task_uuid":"u"} `, `{"task_uuid":"u",}`, `{"task_uuid":"u"`, `{"task_uuid":"u"}x`, ``,
 }
 
@@ -52,7 +54,8 @@ func TestUnmarshalIsEncodingJSON(t *testing.T) {
 	// What Marshal writes comes back as it was, by the fast path.
 	now := time.Now().UTC()
 	st := &driver.TaskState{TaskUUID: "u", TaskName: "n", State: driver.StateSuccess, Attempt: 3, CreatedAt: now, StartedAt: now, FinishedAt: now,
-		Results: []driver.Result{{Type: "int", Value: json.RawMessage(`42`)}}, Error: "e", ErrorKind: "k", ErrorDetail: "d"}
+		Results: []driver.Result{{Type: "int", Value: json.RawMessage(`42`)}}, Error: "e", ErrorKind: "k", ErrorDetail: "d",
+		Progress: json.RawMessage(`{"done":3,"of":10}`)}
 	b, err := Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +64,9 @@ func TestUnmarshalIsEncodingJSON(t *testing.T) {
 	var got driver.TaskState
 	if !fastState(string(b), &got) {
 		t.Fatalf("%s: not decoded by the fast path", b)
+	}
+	if !reflect.DeepEqual(&got, st) {
+		t.Fatalf("%s decoded as %+v, want %+v (every field, Progress byte for byte)", b, &got, st)
 	}
 }
 

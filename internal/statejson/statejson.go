@@ -2,7 +2,9 @@
 // byte for byte, and decodes what it writes, without reflection (with
 // package wirejson's helpers, which the Signature codec uses too). The Redis backend writes every
 // state through it: the SUCCESS of a carried settle, the PENDING of a
-// publish, the states of SetStates.
+// publish, the states of SetStates. A state's Progress is written as
+// encoding/json writes a json.RawMessage (compacted, HTML-escaped: a value
+// json.Marshal wrote comes back byte for byte) and read back as it is.
 package statejson
 
 import (
@@ -92,6 +94,12 @@ func appendState(b []byte, st *driver.TaskState) ([]byte, bool) {
 		b = append(b, `,"finished_at":`...)
 		if b, ok = wirejson.AppendTime(b, st.FinishedAt); !ok {
 			return b, false
+		}
+	}
+	if len(st.Progress) > 0 {
+		b = append(b, `,"progress":`...)
+		if b, ok = wirejson.AppendRaw(b, st.Progress); !ok {
+			return b, false // encoding/json's answer (its error for JSON not valid)
 		}
 	}
 	return append(b, '}'), true

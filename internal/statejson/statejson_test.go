@@ -59,6 +59,12 @@ func TestMarshalIsEncodingJSON(t *testing.T) {
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "x", Value: json.RawMessage(`{"a":[1,{"b":null}],"c":"d"}`)}}},
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "bad", Value: json.RawMessage(`{`)}}},
 		{TaskUUID: "u", CreatedAt: now, Results: []driver.Result{{Type: "bad", Value: json.RawMessage(`1 2`)}}},
+		{TaskUUID: "u", State: driver.StateStarted, CreatedAt: now, StartedAt: now, Progress: json.RawMessage(`{"done":3,"of":10,"note":"<é>"}`)},
+		{TaskUUID: "u", State: driver.StateSuccess, CreatedAt: now, FinishedAt: now, Progress: json.RawMessage(` [1, "a b"] `)},
+		{TaskUUID: "u", CreatedAt: now, Progress: json.RawMessage(`"\u2028 & \u003c"`)},
+		{TaskUUID: "u", CreatedAt: now, Progress: json.RawMessage(`null`)},
+		{TaskUUID: "u", CreatedAt: now, Progress: json.RawMessage{}},
+		{TaskUUID: "u", CreatedAt: now, Progress: json.RawMessage(`{`)},
 	}
 	for _, st := range cases {
 		equal(t, st)
@@ -77,6 +83,9 @@ func FuzzMarshal(f *testing.F) {
 			CreatedAt: at, StartedAt: at.Add(time.Second), FinishedAt: at.Add(time.Duration(attempt))}
 		if typ != "" || len(value) > 0 {
 			st.Results = []driver.Result{{Type: typ, Value: value}}
+		}
+		if attempt%2 != 0 {
+			st.Progress = value
 		}
 		equal(t, st)
 	})
