@@ -66,8 +66,9 @@ func dropKeys(rdb goredis.UniversalClient, prefix string) {
 // TestDashboardInChromium drives the web dashboard in headless Chromium over
 // the Redis broker and backend: the overview shows the seeded queue's
 // counts, the archived task's page shows its failure, and its Requeue
-// button runs it again to SUCCESS; a running task's Cancel button on the
-// workers page cancels it (CANCELLED, its ctx cancelled). It saves a full-page screenshot of the
+// button runs it again to SUCCESS; a running task's page shows its
+// progress, and its Cancel button on the workers page cancels it
+// (CANCELLED, its ctx cancelled). It saves a full-page screenshot of the
 // overview as dashboard.png in ERRAND_SCREENSHOT_DIR when that is set
 // (docs/images/dashboard.png is one).
 func TestDashboardInChromium(t *testing.T) {
@@ -100,6 +101,9 @@ func TestDashboardInChromium(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	srv.Register("long_export", func(ctx context.Context) error {
+		if err := errand.SetProgress(ctx, map[string]int{"rows": 1200, "of": 5000}); err != nil {
+			return err
+		}
 		exportStarted <- struct{}{}
 		select {
 		case <-ctx.Done():
@@ -257,10 +261,11 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("the requeued task is still archived (err %v)", err)
 	}
 
-	// A running task, cancelled from the workers page: the Cancel button
-	// beside it asks for confirmation (accepted here), the banner says the
-	// task was running, its page says CANCELLED, and its handler's ctx
-	// ends with the cause ErrCancelled.
+	// A running task: its page shows the progress it reported. Cancelled
+	// from the workers page: the Cancel button beside it asks for
+	// confirmation (accepted here), the banner says the task was running,
+	// its page says CANCELLED, and its handler's ctx ends with the cause
+	// ErrCancelled.
 	export := errand.NewSignature("long_export")
 	export.RoutingKey = "reports"
 	if _, err := srv.SendTask(ctx, export); err != nil {
@@ -270,6 +275,21 @@ func TestDashboardInChromium(t *testing.T) {
 	case <-exportStarted:
 	case <-ctx.Done():
 		t.Fatal("long_export did not start")
+	}
+	// The page reloads itself every 2s while the task runs.
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(ts.URL+"/queues/reports/tasks/"+export.UUID),
+		chromedp.WaitVisible(css(`#state[data-state="STARTED"]`)),
+		chromedp.WaitVisible(css(`#progress`)),
+	); err != nil {
+		t.Fatalf("the running task's page in Chromium does not show its progress: %v", err)
+	}
+	progress, err := chromedp.Run(bctx, chromedp.Text(css(`#progress`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress, `"rows": 1200`) {
+		t.Errorf("the running task's page shows the progress %q, want the one it reported (rows 1200 of 5000)", progress)
 	}
 	// Accept the confirmation Cancel asks for, keeping what it said.
 	dctx, stopDialogs := context.WithCancel(bctx)

@@ -110,8 +110,9 @@ errand cancel: 2 of 3 IDs not cancelled
 	})
 }
 
-// errand cancel of a running task, over every deployment: it says the task
-// was running, the handler's ctx ends with the cause ErrCancelled (from
+// errand cancel of a running task, over every deployment: show prints the
+// progress it reported (errand.SetProgress); cancel says the task was
+// running, the handler's ctx ends with the cause ErrCancelled (from
 // the broker's notice, or at the next lease extension, every 50ms here),
 // and what the handler returns then is discarded: the state stays
 // CANCELLED once the worker let the task go.
@@ -121,6 +122,9 @@ func TestCancelRunning(t *testing.T) {
 		cause := make(chan error, 1)
 		release := make(chan struct{})
 		if err := d.srv.Register("block", func(ctx context.Context) (string, error) {
+			if err := errand.SetProgress(ctx, map[string]int{"done": 1, "of": 3}); err != nil {
+				return "", err
+			}
 			started <- struct{}{}
 			select {
 			case <-ctx.Done():
@@ -147,7 +151,11 @@ func TestCancelRunning(t *testing.T) {
 		case <-time.After(scaled(20 * time.Second)):
 			t.Fatal("the task block did not start within 20s")
 		}
-		d.state(id, errand.StateStarted)
+		// Its progress, written by errand.SetProgress, shows in show.
+		eventually(t, "errand show to print the running task's progress", func() bool {
+			got := row(d.ok("show", id, "-q", d.queue).stdout, "progress")
+			return len(got) == 2 && got[1] == `{"done":1,"of":3}`
+		})
 		r := d.ok("cancel", id)
 		if want := fmt.Sprintf("cancelled %s (block): it was STARTED; its worker cancels its ctx and records nothing more", id); strings.TrimSpace(r.stdout) != want {
 			t.Errorf("cancel of a running task: want the line %q, got:\n%s", want, r)
