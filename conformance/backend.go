@@ -44,6 +44,11 @@ var backendCases = []kase[BackendHarness]{
 	{"Start/Concurrent", startConcurrent, parallel},
 	{"Start/NeverBeforeCreated", startNeverBeforeCreated, parallel},
 	{"State/PendingIfAbsent", pendingIfAbsent, parallel},
+	{"Cancel/Table", cancelTable, parallel},
+	{"Cancel/KeepsTask", cancelKeepsTask, parallel},
+	{"Cancel/Sticky", cancelSticky, parallel},
+	{"Cancel/Concurrent", cancelConcurrent, parallel},
+	{"Cancel/Wait", cancelWait, alone},
 	{"State/Progress", stateProgress, parallel},
 }
 
@@ -73,6 +78,7 @@ func backendCapabilities(t testing.TB, h BackendHarness) {
 	checkCapability(t, b, h.Caps.PendingIfAbsent, reflect.TypeFor[driver.PendingWriter](), "PendingIfAbsent")
 	checkCapability(t, b, h.Caps.Located, reflect.TypeFor[driver.Located](), "Located")
 	checkCapability(t, b, h.Caps.Tx, reflect.TypeFor[driver.Transactor](), "Tx")
+	checkCapability(t, b, h.Caps.Cancel, reflect.TypeFor[driver.Canceller](), "Cancel")
 	if h.Caps.Durable && h.Caps.Lossy {
 		t.Errorf("capabilities promise broken: harness declares both Durable and Lossy; a backend that may lose entries cannot promise to keep them across a restart")
 	}

@@ -168,6 +168,9 @@ func describeState(st *errand.TaskState, err error) string {
 	if err != nil {
 		return fmt.Sprintf("error %v", err)
 	}
+	if st == nil {
+		return "no state"
+	}
 	return fmt.Sprintf("%s (task %q, attempt %d)", st.State, st.TaskName, st.Attempt)
 }
 
@@ -224,7 +227,7 @@ func (c *carryCase) fetchDirect(q string, n int, within time.Duration) []string 
 // message is delivered.
 func (c *carryCase) notOverwritten() {
 	q := name(c.t, "direct")
-	existing := []errand.State{errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateSuccess, errand.StateFailure}
+	existing := []errand.State{errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateSuccess, errand.StateFailure, errand.StateCancelled}
 	var sts []*errand.TaskState
 	for i, s := range existing {
 		id := name(c.t, fmt.Sprint("had", i))

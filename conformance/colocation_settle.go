@@ -27,6 +27,10 @@ import (
 //     consumer) fails with ErrLeaseLost alone, where the broker detects
 //     lost leases, its state still written, and the other consumer's
 //     delivery is untouched;
+//   - where the backend is a driver.Canceller (BackendCaps.Cancel), a
+//     cancelled task's state is not written: its delivery is acked and
+//     answers an error wrapping ErrCancelled, beside a delivery settled
+//     as usual;
 //   - a worker settles tasks that nothing follows through Settle, each
 //     SUCCESS with no SetStates of SUCCESS and no Ack call, each run once.
 
@@ -100,6 +104,9 @@ func carriedSettle(t testing.TB, p workerPair) {
 	carry := coloc.Settle
 	settleWritesAndAcks(c, be, carry)
 	settleLostLease(c, be, carry)
+	if p.backend.Caps.Cancel {
+		settleCancelled(c, be, carry)
+	}
 	settleThroughWorker(t, p, c.drv, carrier, be)
 }
 
@@ -184,6 +191,49 @@ func settleLostLease(c *bcase, be errand.Backend, carry settleFunc) {
 	}
 	if back := c.fetch(2, time.Minute, c.tm.Lease*3); len(back) != 0 {
 		c.t.Errorf("carry promise broken: %v came back after both were settled (waited %v)", ids(back), c.tm.Lease*3)
+	}
+}
+
+// settleCancelled: in a carried call, a delivery whose task was cancelled
+// while it ran answers an error wrapping ErrCancelled, its task stays
+// CANCELLED and its message is acked all the same (it never comes
+// back); the other delivery is settled as usual.
+func settleCancelled(c *bcase, be errand.Backend, carry settleFunc) {
+	cn, ok := be.(driver.Canceller)
+	if !ok {
+		c.t.Fatalf("capabilities promise broken: the backend harness declares Cancel but %T does not implement driver.Canceller", be)
+	}
+	c.publish(c.msg("cancelled", time.Time{}), c.msg("kept", time.Time{}))
+	ds := c.fetchN(2, c.tm.Lease, c.tm.Prompt*5)
+	if len(ds) != 2 {
+		c.t.Fatalf("fetched %d of 2", len(ds))
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, d := range ds {
+		if err := setOne(c.ctx, be, &errand.TaskState{TaskUUID: d.ID, TaskName: settleTask, State: errand.StateStarted, Attempt: 1, CreatedAt: now, StartedAt: now}); err != nil {
+			c.t.Fatalf("SetStates(STARTED): %v", err)
+		}
+	}
+	cancelled := ds[0]
+	if res := cn.Cancel(c.ctx, []*errand.TaskState{cancelOf(cancelled.ID)}); len(res) != 1 || res[0].Err != nil || !res[0].Written {
+		c.t.Fatalf("Cancel of a STARTED task answered %+v; want one result, written", res)
+	}
+	errs, err := checkAnswer("Colocation.Settle", 2, carry(c.ctx, ds, []*errand.TaskState{successOf(ds[0].ID), successOf(ds[1].ID)}))
+	if err != nil {
+		c.t.Fatalf("batch convention promise broken: %v", err)
+	}
+	if !errors.Is(errs[0], driver.ErrCancelled) {
+		c.t.Errorf("cancel promise broken: a carried settle of a SUCCESS over a CANCELLED task answered %v; want an error satisfying errors.Is(err, driver.ErrCancelled) (driver.Colocation.Settle)", errs[0])
+	}
+	if errs[1] != nil {
+		c.t.Errorf("carry promise broken: a carried settle answered %v for %s beside a cancelled task's delivery; want nil (a refused state fails its delivery alone)", errs[1], ds[1].ID)
+	}
+	if st, err := be.GetState(c.ctx, cancelled.ID); err != nil || st.State != errand.StateCancelled || st.Error != cancelError {
+		c.t.Errorf("cancel promise broken: after a carried settle of SUCCESS over a CANCELLED task, it reads %s, error %q; want CANCELLED as the canceller wrote it (a cancel is never overwritten)", describeState(st, err), errorOf(st))
+	}
+	isSuccess(c, be, ds[1].ID, "after a carried settle beside a cancelled task")
+	if back := c.fetch(2, time.Minute, c.tm.Lease*3); len(back) != 0 {
+		c.t.Errorf("cancel promise broken: %v came back after a carried settle (waited %v, lease %v); want the cancelled task's delivery acked too (driver.Colocation.Settle acks it)", ids(back), c.tm.Lease*3, c.tm.Lease)
 	}
 }
 

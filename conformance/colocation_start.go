@@ -17,11 +17,11 @@ import (
 // backend no driver can know gets nil; a pair that is not co-located (nil)
 // is logged and checked no further. Otherwise:
 //
-//   - one carried fetch of nine messages, each a task in another state,
+//   - one carried fetch of ten messages, each a task in another state,
 //     starts exactly those driver.Starter's table allows (no state;
 //     PENDING, whose CreatedAt is kept, and with it a StartedAt no earlier
 //     than that CreatedAt when a producer's clock is ahead), refuses the others (SUCCESS,
-//     FAILURE, a later attempt's state, another task's name, STARTED under a first
+//     FAILURE, CANCELLED, a later attempt's state, another task's name, STARTED under a first
 //     delivery) leaving their states untouched and answering each with its
 //     previous state, and does not try a task outside the names given;
 //   - a worker of a server on the pair runs 10 tasks without a Start call
@@ -96,7 +96,7 @@ func carriedStart(t testing.TB, p workerPair) {
 	startThroughWorker(t, p, c.drv, carrier, be)
 }
 
-// carriedStartTable: one carried fetch of nine messages, each finding its task in
+// carriedStartTable: one carried fetch of ten messages, each finding its task in
 // another state.
 func carriedStartTable(c *bcase, be errand.Backend, fetch fetchStartFunc) {
 	created := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
@@ -117,6 +117,7 @@ func carriedStartTable(c *bcase, be errand.Backend, fetch fetchStartFunc) {
 		{what: "PENDING created an hour ahead of the broker's clock", prev: &errand.TaskState{TaskName: startTask, State: errand.StatePending, Attempt: 1, CreatedAt: ahead}, written: true, tried: true},
 		{what: "SUCCESS", prev: st(errand.StateSuccess, startTask, 1), tried: true},
 		{what: "FAILURE", prev: st(errand.StateFailure, startTask, 1), tried: true},
+		{what: "CANCELLED", prev: st(errand.StateCancelled, startTask, 0), tried: true},
 		{what: "a later attempt's RETRY", prev: st(errand.StateRetry, startTask, 3), tried: true},
 		{what: "another task's name", prev: st(errand.StatePending, "conformance.other", 1), tried: true},
 		{what: "STARTED under a first delivery", prev: st(errand.StateStarted, startTask, 1), tried: true},

@@ -156,6 +156,10 @@ type BackendCaps struct {
 	// where it accepts the transaction the RunWorker pair's broker
 	// harness opens.
 	Tx bool
+	// Cancel: the backend records a cancel atomically and keeps it
+	// (driver.Canceller): checked by the Backend/Cancel cases, and by
+	// Worker/Colocation/Settle where the pair is co-located.
+	Cancel bool
 }
 
 // Timing tunes the kit's waits. Every duration is multiplied by

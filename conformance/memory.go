@@ -66,7 +66,7 @@ func MemoryBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, Tx: true, MinExpiry: 50 * time.Millisecond},
+		Caps: BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, Tx: true, Cancel: true, MinExpiry: 50 * time.Millisecond},
 	}
 }
 

@@ -568,7 +568,7 @@ func healthyBackend() BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, Tx: true, MinExpiry: 80 * time.Millisecond},
+		Caps:   BackendCaps{Expiry: true, Waiter: true, Start: true, PendingIfAbsent: true, Located: true, Tx: true, Cancel: true, MinExpiry: 80 * time.Millisecond},
 		Timing: selfTiming,
 	}
 }
@@ -937,11 +937,12 @@ var workerTargets = map[string]string{
 	"Progress":                    "backend:drops-progress",
 }
 
-// extraBrokerTargets and extraWorkerTargets are further variants for cases
-// that already have their targets above (registered by the selftest files'
-// init functions). A worker target "pair:NAME" names a broken broker and
-// backend pair of brokenPairs; its healthy run is the correct pair.
-var extraBrokerTargets, extraWorkerTargets []target
+// extraBrokerTargets, extraBackendTargets and extraWorkerTargets are
+// further variants for cases that already have their targets above
+// (registered by the selftest files' init functions). A worker target
+// "pair:NAME" names a broken broker and backend pair of brokenPairs; its
+// healthy run is the correct pair.
+var extraBrokerTargets, extraBackendTargets, extraWorkerTargets []target
 
 func init() {
 	// Every worker case reads its tasks' states back when it ends: the
@@ -976,7 +977,7 @@ func TestEveryCaseHasATarget(t *testing.T) {
 			used[v] = true
 		}
 	}
-	for _, tg := range slices.Concat(extraBrokerTargets, extraWorkerTargets) {
+	for _, tg := range slices.Concat(extraBrokerTargets, extraBackendTargets, extraWorkerTargets) {
 		_, v, ok := strings.Cut(tg.variant, ":")
 		if !ok {
 			v = tg.variant
@@ -1082,7 +1083,7 @@ func TestKitCatchesBrokenBrokers(t *testing.T) {
 }
 
 func TestKitCatchesBrokenBackends(t *testing.T) {
-	for _, tg := range targetsOf(backendTargets, moreBackendTargets) {
+	for _, tg := range append(targetsOf(backendTargets, moreBackendTargets), extraBackendTargets...) {
 		name, variant := tg.name, tg.variant
 		t.Run(name+"/"+variant, func(t *testing.T) {
 			t.Parallel()

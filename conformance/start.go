@@ -49,6 +49,9 @@ func startRows() []startRow {
 		{"RETRY of a later attempt", st(errand.StateRetry, startName, 3), startName, 2, true, false},
 		{"SUCCESS", st(errand.StateSuccess, startName, 1), startName, 1, false, false},
 		{"FAILURE", st(errand.StateFailure, startName, 1), startName, 1, false, false},
+		{"CANCELLED", st(errand.StateCancelled, startName, 1), startName, 1, false, false},
+		{"CANCELLED, first delivery", st(errand.StateCancelled, startName, 1), startName, 1, true, false},
+		{"CANCELLED before it was received", st(errand.StateCancelled, startName, 0), startName, 1, true, false},
 		{"SUCCESS of an earlier attempt", st(errand.StateSuccess, startName, 1), startName, 2, true, false},
 		{"RECEIVED of another task", st(errand.StateReceived, "other.task", 1), startName, 1, false, false},
 	}
@@ -261,7 +264,7 @@ func pendingIfAbsent(t testing.TB, h BackendHarness) {
 	if !ok {
 		return
 	}
-	existing := []errand.State{errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateSuccess, errand.StateFailure}
+	existing := []errand.State{errand.StatePending, errand.StateReceived, errand.StateStarted, errand.StateSuccess, errand.StateFailure, errand.StateCancelled}
 	var sts []*errand.TaskState
 	for i, s := range existing {
 		id := name(t, fmt.Sprint("had", i))

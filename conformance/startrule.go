@@ -59,14 +59,14 @@ func StartCases() []StartCase {
 	for _, first := range []bool{true, false} {
 		out = append(out, StartCase{Name: startCaseName("none", "", 0, first), Task: StartCaseTask, Attempt: attempt, FirstDelivery: first})
 	}
-	states := []driver.State{driver.StatePending, driver.StateReceived, driver.StateStarted, driver.StateRetry, driver.StateSuccess, driver.StateFailure, "PAUSED_X"}
+	states := []driver.State{driver.StatePending, driver.StateReceived, driver.StateStarted, driver.StateRetry, driver.StateSuccess, driver.StateFailure, driver.StateCancelled, "PAUSED_X"}
 	names := map[string]string{"same": StartCaseTask, "unnamed": "", "other": "ns:a", "longer": StartCaseTask + "x", "escaped": "<" + StartCaseTask}
 	for _, st := range states {
 		for _, prevAttempt := range []int{attempt - 1, attempt, attempt + 1, 0} {
 			for _, label := range []string{"same", "unnamed", "other", "longer", "escaped"} {
 				for _, first := range []bool{true, false} {
 					prev := &driver.TaskState{TaskName: names[label], State: st, Attempt: prevAttempt}
-					if st == driver.StateRetry || st == driver.StateFailure {
+					if st == driver.StateRetry || st == driver.StateFailure || st == driver.StateCancelled {
 						prev.Error = `boom {"created_at":"x","attempt":9,"state":"PENDING"} [1]`
 					}
 					out = append(out, StartCase{Name: startCaseName(string(st), label, prevAttempt, first), Prev: prev, Task: StartCaseTask, Attempt: attempt, FirstDelivery: first})

@@ -40,7 +40,7 @@ func postgresBrokerHarness(pool *pgxpool.Pool, schema string) conformance.Broker
 			return b
 		},
 		Caps: conformance.BrokerCaps{MaxPayload: postgresbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true,
-			DetectsLostLease: true, Durable: true, Tx: true, Colocate: true,
+			DetectsLostLease: true, Durable: true, Tx: true, Colocate: true, CancelNotify: true,
 			Purge: true, Stats: true, Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true,
 			Unique: true, RateLimit: true, Schedules: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
@@ -78,7 +78,7 @@ func postgresBackendHarness(pool *pgxpool.Pool, schema string) conformance.Backe
 			return b
 		},
 		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Waiter: true,
-			Start: true, PendingIfAbsent: true, Located: true, Tx: true},
+			Start: true, PendingIfAbsent: true, Located: true, Tx: true, Cancel: true},
 	}
 }
 
@@ -135,7 +135,7 @@ func TestPostgresBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true, Cancel: true},
 	}
 	conformance.RunWorker(t, broker, backend)
 }

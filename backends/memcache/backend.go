@@ -144,7 +144,7 @@ func (b *Backend) setState(ctx context.Context, st *driver.TaskState) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
-	v, err := json.Marshal(st)
+	v, err := json.Marshal(stateItem{TaskState: st, Progress: string(st.Progress)})
 	if err != nil {
 		return fmt.Errorf("memcache backend: encode state of %s: %w", st.TaskUUID, err)
 	}
@@ -170,12 +170,23 @@ func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, e
 	return decodeState(id, it.Value)
 }
 
+// stateItem is a state's item: the state's JSON, its Progress as a JSON
+// string of its bytes (encoded as it is, json.Marshal would compact it),
+// so that it comes back byte for byte.
+type stateItem struct {
+	*driver.TaskState
+	Progress string `json:"progress,omitempty"` // hides TaskState's
+}
+
 func decodeState(id string, v []byte) (*driver.TaskState, error) {
-	var st driver.TaskState
-	if err := json.Unmarshal(v, &st); err != nil {
+	it := stateItem{TaskState: &driver.TaskState{}}
+	if err := json.Unmarshal(v, &it); err != nil {
 		return nil, fmt.Errorf("memcache backend: decode state of %s: %w", id, err)
 	}
-	return &st, nil
+	if it.Progress != "" {
+		it.TaskState.Progress = json.RawMessage(it.Progress)
+	}
+	return it.TaskState, nil
 }
 
 // InitGroup writes, for a group of N members, N+3 items, all expiring

@@ -11,8 +11,9 @@
 //
 // # Guarantees
 //
-//   - States: one JSON item per task, expiring ResultExpiry after its last
-//     write. memcached counts expiry in whole seconds, so an expiry is rounded
+//   - States: one JSON item per task (its Progress a JSON string of the
+//     bytes the task gave, returned byte for byte), expiring ResultExpiry
+//     after its last write. memcached counts expiry in whole seconds, so an expiry is rounded
 //     up to the next second and one second is added: a result never expires
 //     early, and may live up to two seconds longer than asked.
 //   - Group completion: InitGroup writes the group size in its own item and
@@ -35,6 +36,18 @@
 //     completion: every member must first complete within GroupExpiry of the
 //     group's creation, or its completion finds its item gone and the chord
 //     fails with ErrGroupNotFound.
+//
+// # Cancel
+//
+// The backend is not a driver.Canceller, so errand cancels through its
+// portable path (GetState, then SetStates of CANCELLED), where a
+// worker's write landing just after the cancel may replace it (the
+// worker still learns of the cancel at its next lease extension). A
+// cancel that no later write replaces needs every state write to check
+// the task's current item first: memcached has no conditional write on
+// an item's value, only gets and a compare-and-swap with the token a
+// read returned, so SetStates would pay a round trip more per state on
+// the path of every task. The backend does not make that trade.
 //
 // # Lossy storage: what it means for you
 //

@@ -50,6 +50,7 @@ var (
 	_ driver.PendingWriter = (*Backend)(nil)
 	_ driver.Located       = (*Backend)(nil)
 	_ driver.Transactor    = (*Backend)(nil)
+	_ driver.Canceller     = (*Backend)(nil)
 )
 
 type stateEntry struct {
@@ -156,43 +157,95 @@ func (b *Backend) Start(_ context.Context, reqs []driver.StartRequest) []driver.
 // memorybroker.Tx in ctx) it keeps them in the Tx, checked and written at
 // its Commit.
 func (b *Backend) SetPendingIfAbsent(ctx context.Context, sts []*driver.TaskState) []error {
-	return driver.BatchErrors(len(sts), b.setStates(ctx, sts, true))
+	return b.setStates(ctx, sts, true)
 }
 
-// SetStates stores copies of sts, in order, under one lock. Inside a
-// transaction (a memorybroker.Tx in ctx) it keeps them in the Tx until its
-// Commit.
+// SetStates stores copies of sts, in order, under one lock, but for a
+// state other than PENDING whose task is CANCELLED: that one is not
+// written and answers an error wrapping driver.ErrCancelled (a cancel is
+// never overwritten; driver.Canceller). Inside a transaction (a
+// memorybroker.Tx in ctx) it keeps them in the Tx until its Commit, which
+// drops such a write.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
-	return driver.BatchErrors(len(sts), b.setStates(ctx, sts, false))
+	return b.setStates(ctx, sts, false)
 }
 
 // setStates stores copies of sts under one lock, or in the transaction
 // ctx carries; when ifAbsent, only those whose task has no state (or an
-// expired one).
-func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, ifAbsent bool) error {
+// expired one). It answers under the batch convention.
+func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, ifAbsent bool) []error {
 	if ok, err := b.inTx(ctx, func(p *txStates) { p.setStates(sts, ifAbsent) }); ok {
-		return err
+		return driver.BatchErrors(len(sts), err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return driver.ErrClosed
+		return driver.BatchErrors(len(sts), driver.ErrClosed)
 	}
-	b.setLocked(sts, ifAbsent, time.Now())
-	return nil
+	return b.setLocked(sts, ifAbsent, time.Now())
 }
 
 // setLocked stores copies of sts at now (when ifAbsent, only where a task
-// has no state); b.mu must be held.
-func (b *Backend) setLocked(sts []*driver.TaskState, ifAbsent bool, now time.Time) {
-	for _, st := range sts {
-		if ifAbsent {
-			if _, err := b.get(st.TaskUUID, now); err == nil {
-				continue
+// has no state), but none other than PENDING over a CANCELLED state; b.mu
+// must be held. It answers under the batch convention: an error wrapping
+// driver.ErrCancelled for each state it refused.
+func (b *Backend) setLocked(sts []*driver.TaskState, ifAbsent bool, now time.Time) []error {
+	var errs []error
+	for i, st := range sts {
+		e, err := b.get(st.TaskUUID, now)
+		switch {
+		case err == nil && ifAbsent:
+			continue
+		case err == nil && e.st.State == driver.StateCancelled && st.State != driver.StatePending:
+			if errs == nil {
+				errs = make([]error, len(sts))
 			}
+			errs[i] = fmt.Errorf("memory backend: task %s: %s not written: %w", st.TaskUUID, st.State, driver.ErrCancelled)
+			continue
 		}
 		b.set(st, now)
 	}
+	return errs
+}
+
+// Cancel records each state, CANCELLED, over its task's state unless the
+// task has none or a terminal one (driver.Canceller), all under one lock:
+// the written state keeps the previous one's TaskName, Attempt and
+// CreatedAt, and wakes the task's waiters. A state other than CANCELLED
+// is refused with an error, writing nothing.
+func (b *Backend) Cancel(_ context.Context, sts []*driver.TaskState) []driver.CancelResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]driver.CancelResult, len(sts))
+	if b.closed {
+		for i := range out {
+			out[i].Err = driver.ErrClosed
+		}
+		return out
+	}
+	now := time.Now()
+	for i, st := range sts {
+		if st.State != driver.StateCancelled {
+			out[i].Err = fmt.Errorf("memory backend: cancel of task %s with state %q; want %s", st.TaskUUID, st.State, driver.StateCancelled)
+			continue
+		}
+		e, err := b.get(st.TaskUUID, now)
+		if err != nil {
+			continue // unknown or expired: nothing to cancel
+		}
+		out[i].Prev = e.st.Copy()
+		if e.st.State.Terminal() {
+			continue
+		}
+		c := st.Copy()
+		c.TaskName, c.Attempt, c.CreatedAt = e.st.TaskName, e.st.Attempt, e.st.CreatedAt
+		if c.FinishedAt.Before(c.CreatedAt) {
+			c.FinishedAt = c.CreatedAt
+		}
+		b.keep(c, now)
+		out[i].Written = true
+	}
+	return out
 }
 
 // sweep drops expired entries; b.mu must be held.

@@ -22,6 +22,9 @@
 // ([driver.StateWaiter]), not by polling. Beginning an attempt
 // ([driver.Starter]) and recording PENDING only where a task has no state
 // ([driver.PendingWriter]) each check and write under that mutex too.
+// So does a cancel ([driver.Canceller], [Backend.Cancel]): CANCELLED is
+// written only over a state that is not terminal, and no later write but
+// a PENDING replaces it (SetStates answers driver.ErrCancelled instead).
 //
 // The backend declares its store of states as its location
 // ([Backend.Location], [driver.Located]), a value of an internal type of

@@ -95,7 +95,9 @@ func (p *txStates) initGroup(groupUUID string, taskUUIDs []string) {
 func (p *txStates) Check() error { return p.b.open() }
 
 // Apply writes the Tx's states and groups in order, under one lock (a
-// backend closed since Check takes nothing).
+// backend closed since Check takes nothing). A state other than PENDING
+// over a CANCELLED one is dropped, as SetStates refuses it: a commit
+// cannot answer per state.
 func (p *txStates) Apply() {
 	b := p.b
 	b.mu.Lock()

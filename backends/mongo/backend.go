@@ -49,8 +49,9 @@ type Backend struct {
 }
 
 var (
-	_ driver.Backend = (*Backend)(nil)
-	_ driver.Expirer = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Expirer   = (*Backend)(nil)
+	_ driver.Canceller = (*Backend)(nil)
 )
 
 // New returns a backend on client. It creates the TTL indexes where the
@@ -210,7 +211,10 @@ type taskDoc struct {
 	CreatedAt  time.Time   `bson:"created_at"`
 	StartedAt  time.Time   `bson:"started_at"`
 	FinishedAt time.Time   `bson:"finished_at"`
-	ExpiresAt  time.Time   `bson:"expires_at"`
+	// Progress is the state's Progress, its JSON as a string (byte for
+	// byte); absent when none.
+	Progress  string    `bson:"progress,omitempty"`
+	ExpiresAt time.Time `bson:"expires_at"`
 }
 
 type resultDoc struct {
@@ -220,7 +224,8 @@ type resultDoc struct {
 
 func toDoc(st *driver.TaskState, expires time.Time) taskDoc {
 	d := taskDoc{ID: st.TaskUUID, Name: st.TaskName, State: string(st.State), Attempt: st.Attempt, Error: st.Error,
-		ErrorKind: st.ErrorKind, ErrDetail: st.ErrorDetail, CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, ExpiresAt: expires}
+		ErrorKind: st.ErrorKind, ErrDetail: st.ErrorDetail, CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
+		Progress: string(st.Progress), ExpiresAt: expires}
 	for _, r := range st.Results {
 		d.Results = append(d.Results, resultDoc{Type: r.Type, Value: string(r.Value)})
 	}
@@ -236,6 +241,9 @@ func (d taskDoc) state() *driver.TaskState {
 	if d.FinishedAt.IsZero() {
 		st.FinishedAt = time.Time{}
 	}
+	if d.Progress != "" {
+		st.Progress = json.RawMessage(d.Progress)
+	}
 	for _, r := range d.Results {
 		st.Results = append(st.Results, driver.Result{Type: r.Type, Value: json.RawMessage(r.Value)})
 	}
@@ -247,7 +255,10 @@ func live(now time.Time) bson.E {
 }
 
 // SetStates replaces each state's task document (upsert), one state after
-// the other, in order; a state whose write fails fails alone.
+// the other, in order; a state whose write fails fails alone. A state
+// other than PENDING is not written over a live CANCELLED (its filter
+// leaves that document out, see Cancel): it fails alone with an error
+// wrapping driver.ErrCancelled.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	if err := b.check(); err != nil {
 		return driver.BatchErrors(len(sts), err)
@@ -255,13 +266,35 @@ func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []erro
 	return driver.EachItem(len(sts), func(i int) error { return b.setState(ctx, sts[i]) })
 }
 
-// setState replaces the task's document (upsert).
+// setState replaces the task's document (upsert), unless the state is
+// not PENDING and the task is CANCELLED. The filter then matches nothing
+// and the upsert's insert meets the document's _id: only that duplicate
+// key error costs a second round trip, a read telling a CANCELLED from an
+// insert racing ours (written again).
 func (b *Backend) setState(ctx context.Context, st *driver.TaskState) error {
 	cctx, cancel := b.bound(ctx)
 	defer cancel()
-	doc := toDoc(st, time.Now().Add(b.opts.ResultExpiry))
-	_, err := b.tasks.ReplaceOne(cctx, bson.D{{Key: "_id", Value: st.TaskUUID}}, doc, options.Replace().SetUpsert(true))
-	return b.err(ctx, err)
+	for try := 1; ; try++ {
+		now := time.Now()
+		filter := bson.D{{Key: "_id", Value: st.TaskUUID}}
+		if st.State != driver.StatePending {
+			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+				bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateCancelled)}}}},
+				bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lte", Value: now}}}},
+			}})
+		}
+		_, err := b.tasks.ReplaceOne(cctx, filter, toDoc(st, now.Add(b.opts.ResultExpiry)), options.Replace().SetUpsert(true))
+		if err == nil || !mongo.IsDuplicateKeyError(err) || st.State == driver.StatePending || try == 3 {
+			return b.err(ctx, err)
+		}
+		n, err := b.tasks.CountDocuments(cctx, bson.D{{Key: "_id", Value: st.TaskUUID}, live(now), {Key: "state", Value: string(driver.StateCancelled)}})
+		if err != nil {
+			return b.err(ctx, err)
+		}
+		if n > 0 {
+			return fmt.Errorf("mongo backend: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID, driver.ErrCancelled)
+		}
+	}
 }
 
 // GetState reads a live task document.

@@ -54,7 +54,7 @@ func harness(c *gomongo.Client) conformance.BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond, Durable: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond, Durable: true, Cancel: true},
 	}
 }
 

@@ -52,6 +52,28 @@
 //     on every completion.)
 //   - GroupStates reads the group, then all member states in one query.
 //
+// # Cancel and progress
+//
+// Both formats are a [driver.Canceller]: Cancel is, per task, one
+// findAndModify filtered on "live and not finished", which writes
+// CANCELLED keeping the task's name, attempt, CreatedAt, StartedAt and
+// progress (a read, and one more try, only when the task's times are
+// after the canceller's clock). SetStates keeps the cancel: its upsert's
+// filter leaves a live CANCELLED out unless the state written is PENDING,
+// so the refusal costs nothing on the ordinary path (a refused write
+// meets the document's _id, and one read tells the cancel from a racing
+// insert), answered per state as an error wrapping [driver.ErrCancelled].
+// In machinery's format a cancel is stored as machinery knows final
+// states, a FAILURE with the Error "errand: task cancelled", marked with
+// errand's error_kind "cancelled" (as the Redis backend marks it), and
+// read back as CANCELLED. A state's Progress is stored as a string, returned byte
+// for byte.
+//
+// On MongoDB each of these is one atomic update of one document. FerretDB
+// v1 does not make single-document updates atomic across connections:
+// there a cancel racing a write of another connection may be overwritten
+// (the tests use maxPoolSize=1, one connection, where it holds).
+//
 // The backend uses no transactions, change streams, $elemMatch, positional
 // operators or nested arrays, so it runs on MongoDB and on FerretDB.
 //

@@ -64,8 +64,9 @@ type MachineryBackend struct {
 }
 
 var (
-	_ driver.Backend = (*MachineryBackend)(nil)
-	_ driver.Expirer = (*MachineryBackend)(nil)
+	_ driver.Backend   = (*MachineryBackend)(nil)
+	_ driver.Expirer   = (*MachineryBackend)(nil)
+	_ driver.Canceller = (*MachineryBackend)(nil)
 )
 
 // NewMachinery returns a backend on machinery's collections.
@@ -100,6 +101,7 @@ type mTaskDoc struct {
 	ErrorDetail string       `bson:"error_detail,omitempty"`
 	StartedAt   time.Time    `bson:"started_at,omitempty"`
 	FinishedAt  time.Time    `bson:"finished_at,omitempty"`
+	Progress    string       `bson:"progress,omitempty"`
 }
 
 type mResultDoc struct {
@@ -167,7 +169,13 @@ func bsonValue(typ string, raw json.RawMessage) (any, error) {
 	return conv(v), nil
 }
 
-// SetStates upserts each state into machinery's tasks collection.
+// SetStates upserts each state into machinery's tasks collection. A
+// CANCELLED is stored as machinery's FAILURE (machinery knows no other
+// final states), its Error the canceller's ("errand: task cancelled";
+// cancelledError when it has none), marked with errand's error_kind
+// "cancelled", which errand reads back as CANCELLED. A state other than PENDING is not written
+// over a live cancel (the upsert's filter leaves it out, see Cancel): it
+// fails alone with an error wrapping driver.ErrCancelled.
 func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	var errs []error
 	fail := func(i int, err error) {
@@ -179,7 +187,13 @@ func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskStat
 	for i, st := range sts {
 		doc := mTaskDoc{ID: st.TaskUUID, TaskName: st.TaskName, State: string(st.State), Error: st.Error, CreatedAt: st.CreatedAt.UTC(),
 			Attempt: st.Attempt, ErrorKind: st.ErrorKind, ErrorDetail: st.ErrorDetail,
-			StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+			StartedAt: st.StartedAt, FinishedAt: st.FinishedAt, Progress: string(st.Progress)}
+		if st.State == driver.StateCancelled { // machinery's FAILURE, marked
+			doc.State, doc.ErrorKind = string(driver.StateFailure), cancelledKind
+			if doc.Error == "" {
+				doc.Error = cancelledError
+			}
+		}
 		if st.State.Terminal() {
 			// Only a final state expires, as machinery's SetStateSuccess
 			// and SetStateFailure set delete_at: a long task or a retry
@@ -202,23 +216,153 @@ func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskStat
 			fail(i, bad)
 			continue
 		}
-		c, cancel, err := b.call(ctx)
-		if err != nil {
+		if err := b.setState(ctx, st, &doc); err != nil {
 			fail(i, err)
-			continue
-		}
-		_, err = b.tasks.ReplaceOne(c, bson.D{{Key: "_id", Value: st.TaskUUID}}, doc, options.Replace().SetUpsert(true))
-		cancel()
-		if err != nil {
-			fail(i, fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err))
 		}
 	}
 	return errs
 }
 
+// setState replaces the task's document with doc (upsert), unless st is
+// not PENDING and the task is cancelled: the filter then matches nothing
+// and the upsert's insert meets the document's _id, and only that
+// duplicate key error costs a read, telling a cancel from an insert
+// racing ours (written again).
+func (b *MachineryBackend) setState(ctx context.Context, st *driver.TaskState, doc *mTaskDoc) error {
+	c, cancel, err := b.call(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	for try := 1; ; try++ {
+		now := time.Now()
+		filter := bson.D{{Key: "_id", Value: st.TaskUUID}}
+		if st.State != driver.StatePending {
+			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+				bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateFailure)}}}},
+				bson.D{{Key: "error_kind", Value: bson.D{{Key: "$ne", Value: cancelledKind}}}},
+				bson.D{{Key: "delete_at", Value: bson.D{{Key: "$lte", Value: now}}}},
+			}})
+		}
+		_, err := b.tasks.ReplaceOne(c, filter, doc, options.Replace().SetUpsert(true))
+		if err == nil {
+			return nil
+		}
+		if !mongo.IsDuplicateKeyError(err) || st.State == driver.StatePending || try == 3 {
+			return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
+		}
+		n, err := b.tasks.CountDocuments(c, bson.D{{Key: "_id", Value: st.TaskUUID}, {Key: "state", Value: string(driver.StateFailure)},
+			{Key: "error_kind", Value: cancelledKind}, {Key: "delete_at", Value: bson.D{{Key: "$gt", Value: now}}}})
+		if err != nil {
+			return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
+		}
+		if n > 0 {
+			return fmt.Errorf("mongo machinery backend: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID, driver.ErrCancelled)
+		}
+	}
+}
+
+// A cancel in machinery's format is a FAILURE whose error_kind is
+// cancelledKind: errand's CANCELLED (docs/migrating-from-machinery.md),
+// as the Redis backend marks it. Its Error is the canceller's, or
+// cancelledError.
+const (
+	cancelledKind  = "cancelled"
+	cancelledError = "errand: task cancelled"
+)
+
+// Cancel records each task's cancel, one after the other
+// (driver.Canceller), as machinery's FAILURE marked cancelled, delete_at
+// ResultsExpireIn away, the canceller's Error, ErrorDetail and
+// FinishedAt (and Progress when it has one),
+// keeping the task's name, attempt, CreatedAt, StartedAt and progress:
+// per task one findAndModify filtered on "not SUCCESS or FAILURE (a
+// cancel is one), created no later than the cancel's FinishedAt". When
+// it matches nothing, a read tells a task without a state or a finished
+// one (nothing written) from one created after the canceller's clock,
+// cancelled again with a FinishedAt no earlier than its CreatedAt. As for
+// the errand format (Backend.Cancel), each cancel is one atomic update of
+// one document on MongoDB; on FerretDB v1, within one connection only.
+func (b *MachineryBackend) Cancel(ctx context.Context, sts []*driver.TaskState) []driver.CancelResult {
+	out := make([]driver.CancelResult, len(sts))
+	for i, st := range sts {
+		out[i] = b.cancel(ctx, st)
+	}
+	return out
+}
+
+func (b *MachineryBackend) cancel(ctx context.Context, st *driver.TaskState) driver.CancelResult {
+	if st == nil {
+		return driver.CancelResult{Err: errors.New("mongo machinery backend: cancel of a nil state")}
+	}
+	c, cancel, err := b.call(ctx)
+	if err != nil {
+		return driver.CancelResult{Err: err}
+	}
+	defer cancel()
+	fin := st.FinishedAt
+	if fin.IsZero() {
+		fin = time.Now()
+	}
+	fail := func(err error) driver.CancelResult {
+		return driver.CancelResult{Err: fmt.Errorf("mongo machinery backend: cancel of %s: %w", st.TaskUUID, err)}
+	}
+	for range cancelTries {
+		filter := bson.D{{Key: "_id", Value: st.TaskUUID},
+			{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{string(driver.StateSuccess), string(driver.StateFailure)}}}},
+			{Key: "created_at", Value: bson.D{{Key: "$lte", Value: fin}}},
+		}
+		errText := st.Error
+		if errText == "" {
+			errText = cancelledError
+		}
+		set := bson.D{{Key: "state", Value: string(driver.StateFailure)}, {Key: "error", Value: errText},
+			{Key: "error_kind", Value: cancelledKind}, {Key: "error_detail", Value: st.ErrorDetail},
+			{Key: "finished_at", Value: fin}, {Key: "delete_at", Value: time.Now().Add(b.opts.ResultsExpireIn).UTC()}}
+		if len(st.Progress) > 0 {
+			set = append(set, bson.E{Key: "progress", Value: string(st.Progress)})
+		}
+		var prev mTaskDoc
+		err := b.tasks.FindOneAndUpdate(c, filter, bson.D{{Key: "$set", Value: set}},
+			options.FindOneAndUpdate().SetReturnDocument(options.Before)).Decode(&prev)
+		if err == nil {
+			p, err := b.fromDoc(&prev)
+			if err != nil {
+				return fail(fmt.Errorf("cancelled, but its previous state: %w", err))
+			}
+			return driver.CancelResult{Prev: p, Written: true}
+		}
+		if !errors.Is(err, mongo.ErrNoDocuments) {
+			return fail(err)
+		}
+		err = b.tasks.FindOne(c, bson.D{{Key: "_id", Value: st.TaskUUID}}).Decode(&prev)
+		if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && expired(&prev)) {
+			return driver.CancelResult{}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		p, err := b.fromDoc(&prev)
+		if err != nil {
+			return fail(err)
+		}
+		if p.State.Terminal() {
+			return driver.CancelResult{Prev: p}
+		}
+		fin = latest(fin, p.CreatedAt)
+	}
+	return fail(fmt.Errorf("its state changed under %d tries", cancelTries))
+}
+
 func (b *MachineryBackend) fromDoc(d *mTaskDoc) (*driver.TaskState, error) {
 	st := &driver.TaskState{TaskUUID: d.ID, TaskName: d.TaskName, State: driver.State(d.State), Error: d.Error, CreatedAt: d.CreatedAt,
 		Attempt: d.Attempt, ErrorKind: d.ErrorKind, ErrorDetail: d.ErrorDetail, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt}
+	if st.State == driver.StateFailure && st.ErrorKind == cancelledKind {
+		st.State = driver.StateCancelled
+	}
+	if d.Progress != "" {
+		st.Progress = json.RawMessage(d.Progress)
+	}
 	for _, r := range d.Results {
 		raw, err := json.Marshal(plain(r.Value))
 		if err != nil {

@@ -29,7 +29,7 @@ func machineryHarness(c *gomongo.Client) conformance.BackendHarness {
 			})
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond, Durable: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 300 * time.Millisecond, Durable: true, Cancel: true},
 	}
 }
 

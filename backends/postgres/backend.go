@@ -87,6 +87,7 @@ var (
 	_ driver.PendingWriter = (*Backend)(nil)
 	_ driver.Located       = (*Backend)(nil)
 	_ driver.Transactor    = (*Backend)(nil)
+	_ driver.Canceller     = (*Backend)(nil)
 )
 
 // Errors New and Open answer with when the schema is not at this build's
@@ -221,7 +222,10 @@ func (e callTimeout) Unwrap() error { return context.DeadlineExceeded }
 // SetStates writes sts in one statement (pgdb.SetStatesSQL: an upsert of
 // the batch, the last state of a task winning), inside the caller's
 // transaction when ctx carries one (driver.Transactor). A state that
-// cannot be encoded fails alone; a failed statement fails every state.
+// cannot be encoded fails alone; a failed statement fails every state. A
+// state other than PENDING of a task that is CANCELLED is not written
+// and fails alone with an error wrapping driver.ErrCancelled
+// (driver.Canceller); Progress is stored byte for byte.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	return b.writeStates(ctx, "set states", sts, false)
 }
@@ -252,7 +256,8 @@ func (b *Backend) writeStates(ctx context.Context, what string, sts []*driver.Ta
 	if a.Len() == 0 {
 		return errs
 	}
-	if _, err := b.loc.WriteStates(ctx, pgdb.WriterFor(ctx, b.pool), &a, ifAbsent); err != nil {
+	_, refused, err := b.loc.WriteStates(ctx, pgdb.WriterFor(ctx, b.pool), &a, ifAbsent)
+	if err != nil {
 		err = b.err(ctx, what, err)
 		if errs == nil {
 			return driver.BatchErrors(len(sts), err)
@@ -262,8 +267,9 @@ func (b *Backend) writeStates(ctx context.Context, what string, sts []*driver.Ta
 				errs[i] = err
 			}
 		}
+		return errs
 	}
-	return errs
+	return pgdb.Refused("postgres backend", errs, sts, refused)
 }
 
 // GetState reads the task's live state: an expired row, not yet removed
@@ -276,14 +282,15 @@ func (b *Backend) GetState(ctx context.Context, id string) (*driver.TaskState, e
 	defer cancel()
 	var body string
 	var c, s, f *time.Time
-	err := b.pool.QueryRow(ctx, b.q.getState, id).Scan(&body, &c, &s, &f)
+	var p *string
+	err := b.pool.QueryRow(ctx, b.q.getState, id).Scan(&body, &c, &s, &f, &p)
 	if err == pgx.ErrNoRows {
 		return nil, fmt.Errorf("postgres backend: task %s: %w", id, driver.ErrTaskNotFound)
 	}
 	if err != nil {
 		return nil, b.err(ctx, "get state of "+id, err)
 	}
-	st, err := pgdb.DecodeState(id, body, c, s, f)
+	st, err := pgdb.DecodeState(id, body, c, s, f, p)
 	if err != nil {
 		return nil, fmt.Errorf("postgres backend: %w: %w", errDecode, err)
 	}

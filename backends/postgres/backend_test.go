@@ -39,7 +39,7 @@ func harness(t testing.TB, pool *pgxpool.Pool, opts *postgresbackend.Options) co
 		// broker's transaction is refused, and TestTx checks the backend's
 		// writes inside a pgx.Tx and a *sql.Tx.
 		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Waiter: true,
-			Start: true, PendingIfAbsent: true, Located: true, Tx: true},
+			Start: true, PendingIfAbsent: true, Located: true, Tx: true, Cancel: true},
 	}
 }
 

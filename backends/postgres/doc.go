@@ -34,16 +34,17 @@
 //
 //   - states: one row per task, its current state: task name, state and
 //     attempt as columns, its three times as timestamptz (microseconds,
-//     the resolution errand records at), the rest as JSON text, and
-//     expires_at, ResultExpiry after its last write;
+//     the resolution errand records at), its Progress as text (the JSON
+//     as the task gave it, returned byte for byte), the rest as JSON
+//     text, and expires_at, ResultExpiry after its last write;
 //   - groups: one row per group: members in group order, size, how many
 //     are done, the chord's claimer, expires_at (GroupExpiry after its
 //     creation and after each completion);
 //   - group_members: one row per member, done once counted.
 //
-// Every call is one statement; the state writes are two functions of the
-// schema (set_states, start_states), which the broker calls too when it
-// co-locates with the backend.
+// Every call is one statement; the state writes are three functions of
+// the schema (set_states, start_states, cancel_states), the first two of
+// which the broker calls too when it co-locates with the backend.
 //
 // # Workflow primitives
 //
@@ -67,6 +68,20 @@
 //     CONFLICT that leaves a live row alone (an expired one counts as
 //     none).
 //
+// # Cancel
+//
+// The backend is a [driver.Canceller]. Cancel is one call of
+// cancel_states for the batch (in UUID order, as Start's): per task,
+// its live row is read FOR UPDATE and, unless the task has none or its
+// state is SUCCESS, FAILURE or CANCELLED, CANCELLED is written with the
+// canceller's error, keeping the task's name, attempt, CreatedAt,
+// StartedAt and progress, with a FinishedAt no earlier than them. The
+// cancel is kept: SetStates (and a co-located settle) writes nothing
+// but a PENDING over a live CANCELLED, answering an error wrapping
+// [driver.ErrCancelled] for each state it refused (the batch's others
+// are written, in the same statement: the check is a condition of its
+// upsert), and Start refuses it as any terminal state.
+//
 // # Transactions
 //
 // The backend is a [driver.Transactor]: CheckTx accepts a pgx.Tx on the
@@ -78,7 +93,7 @@
 //
 // # Waiting for results
 //
-// Every write of a SUCCESS or FAILURE notifies the channel
+// Every write of a SUCCESS, FAILURE or CANCELLED notifies the channel
 // errand_states:SCHEMA (pg_notify, delivered at commit) with the task's
 // UUID; the writes of other states notify nothing, since a commit that
 // notifies takes a lock every notifying commit of the database shares.

@@ -61,7 +61,7 @@ WHERE id = $1 AND expires_at > now() RETURNING claimer = $2`,
 
 		// $1 group: each member in group order with its live state's
 		// columns (NULL: none).
-		groupStates: `SELECT u.id, s.body, s.created_at, s.started_at, s.finished_at
+		groupStates: `SELECT u.id, s.body, s.created_at, s.started_at, s.finished_at, s.progress
 FROM ` + groups + ` AS g CROSS JOIN LATERAL unnest(g.members) WITH ORDINALITY AS u(id, ord)
 LEFT JOIN ` + states + ` AS s ON s.id = u.id AND s.expires_at > now()
 WHERE g.id = $1 AND g.expires_at > now()
@@ -160,14 +160,15 @@ func (b *Backend) GroupStates(ctx context.Context, g string) ([]*driver.TaskStat
 		var id string
 		var body *string
 		var c, s, f *time.Time
-		if err := rows.Scan(&id, &body, &c, &s, &f); err != nil {
+		var p *string
+		if err := rows.Scan(&id, &body, &c, &s, &f, &p); err != nil {
 			return nil, b.err(ctx, "read states of group "+g, err)
 		}
 		if body == nil {
 			out = append(out, &driver.TaskState{TaskUUID: id, State: driver.StatePending})
 			continue
 		}
-		st, err := pgdb.DecodeState(id, *body, c, s, f)
+		st, err := pgdb.DecodeState(id, *body, c, s, f, p)
 		if err != nil {
 			return nil, fmt.Errorf("postgres backend: %w", err)
 		}

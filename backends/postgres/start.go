@@ -64,7 +64,8 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) []drive
 		var written bool
 		var body *string
 		var c, s, f *time.Time
-		if err := rows.Scan(&ord, &written, &body, &c, &s, &f); err != nil {
+		var p *string
+		if err := rows.Scan(&ord, &written, &body, &c, &s, &f, &p); err != nil {
 			return fail(b.err(ctx, "start", err))
 		}
 		if ord < 1 || int(ord) > len(run) {
@@ -73,7 +74,7 @@ func (b *Backend) Start(ctx context.Context, reqs []driver.StartRequest) []drive
 		i := run[ord-1]
 		out[i].Written = written
 		if body != nil {
-			if out[i].Prev, err = pgdb.DecodeState(reqs[i].Started.TaskUUID, *body, c, s, f); err != nil {
+			if out[i].Prev, err = pgdb.DecodeState(reqs[i].Started.TaskUUID, *body, c, s, f, p); err != nil {
 				out[i] = driver.StartResult{Written: written, Err: fmt.Errorf("postgres backend: %w", err)}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -172,14 +173,19 @@ func (b *Backend) err(ctx context.Context, err error) error {
 	return fmt.Errorf("redis backend: %w", err)
 }
 
-// SetStates writes sts with one SET ... PX each, in order, one alone and
-// many in one pipeline (split per node on a cluster). A state that cannot
-// be encoded, or whose command fails, fails alone.
+// SetStates writes sts in order, one alone and many in one pipeline
+// (split per node on a cluster): a PENDING with SET ... PX, any other
+// state with setStateScript, which does not write over a CANCELLED task
+// (driver.Canceller) and then answers an error wrapping
+// driver.ErrCancelled for that state. A state that cannot be encoded, or
+// whose command fails, fails alone. A script the server does not have
+// yet is loaded and the states that missed it are written again, in
+// order.
 func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	return b.setStates(ctx, sts, false)
 }
 
-// setStates writes sts, with SET ... PX, or with SET ... NX PX (leaving a
+// setStates writes sts as SetStates does, or with SET ... NX PX (leaving a
 // state already there) when nx: one alone, many in one pipeline. It
 // answers one error per state, or nil when every one succeeded.
 func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx bool) []error {
@@ -192,20 +198,44 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 		}
 		errs[i] = err
 	}
+	scripted := func(st *driver.TaskState) bool { return !nx && st.State != driver.StatePending }
 	if len(sts) == 1 && !nx {
 		v, err := statejson.Marshal(sts[0])
 		if err != nil {
 			return []error{fmt.Errorf("redis backend: encode state of %s: %w", sts[0].TaskUUID, err)}
 		}
-		if err := b.rdb.Set(ctx, b.taskKey(sts[0].TaskUUID), v, b.opts.ResultExpiry).Err(); err != nil {
+		if !scripted(sts[0]) {
+			if err := b.rdb.Set(ctx, b.taskKey(sts[0].TaskUUID), v, b.opts.ResultExpiry).Err(); err != nil {
+				return []error{b.err(ctx, err)}
+			}
+			return nil
+		}
+		n, err := setStateScript.Run(ctx, b.scripts, b.setStateKeys(sts[0].TaskUUID), v, b.opts.ResultExpiry.Milliseconds()).Int64()
+		switch {
+		case err != nil:
 			return []error{b.err(ctx, err)}
+		case n == cancelKept:
+			return []error{keptErr(sts[0])}
 		}
 		return nil
 	}
 	pipe := b.rdb.Pipeline()
-	var queued []int // the index in sts of each command queued
-	for i := range sts {
-		if err := b.loc.QueueStates(ctx, pipe, sts[i:i+1], nx); err != nil {
+	var queued []int   // the index in sts of each command queued
+	var script [][]any // per state written by setStateScript, its ARGV
+	var scmds []*goredis.Cmd
+	for i, st := range sts {
+		if scripted(st) {
+			v, err := statejson.Marshal(st)
+			if err != nil {
+				fail(i, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err))
+				continue
+			}
+			if script == nil {
+				script, scmds = make([][]any, len(sts)), make([]*goredis.Cmd, len(sts))
+			}
+			script[i] = []any{v, b.opts.ResultExpiry.Milliseconds()}
+			scmds[i] = setStateScript.EvalSha(ctx, redisconn.NoRetry(pipe), b.setStateKeys(st.TaskUUID), script[i]...)
+		} else if err := b.loc.QueueStates(ctx, pipe, sts[i:i+1], nx); err != nil {
 			fail(i, fmt.Errorf("redis backend: %w", err))
 			continue
 		}
@@ -219,25 +249,44 @@ func (b *Backend) setStates(ctx context.Context, sts []*driver.TaskState, nx boo
 		return driver.BatchErrors(len(sts), b.err(ctx, fmt.Errorf("pipeline answered %d replies for %d commands", len(cmds), len(queued))))
 	}
 	for j, c := range cmds {
+		i := queued[j]
+		var a []any // setStateScript's ARGV, when it wrote sts[i]
+		if script != nil && script[i] != nil {
+			a, c = script[i], scmds[i] // the script's own command, not the pipeline's wrapper of it
+			if c.Err() != nil && strings.HasPrefix(c.Err().Error(), "NOSCRIPT") {
+				c = setStateScript.Run(ctx, b.scripts, b.setStateKeys(sts[i].TaskUUID), a...)
+			}
+		}
 		err := c.Err()
 		if err == nil && execErr != nil && !setReplied(c) {
 			// A command the failed pipeline left with neither a reply nor
 			// an error of its own was not written.
 			err = execErr
 		}
-		if err != nil && err != goredis.Nil {
-			fail(queued[j], b.err(ctx, err))
+		switch {
+		case err != nil && err != goredis.Nil:
+			fail(i, b.err(ctx, err))
+		case a != nil:
+			if n, _ := c.(*goredis.Cmd).Int64(); n == cancelKept {
+				fail(i, keptErr(sts[i]))
+			}
 		}
 	}
 	return errs
 }
 
-// setReplied reports whether c, a SET (OK) or SET NX (true or false),
-// carries the server's reply. A SET NX always counts as answered: false
-// is its reply "not set", and its failure carries its own error.
+// setReplied reports whether c, a SET (OK), a SET NX (true or false) or
+// a setStateScript (a number), carries the server's reply. A SET NX
+// always counts as answered: false is its reply "not set", and its
+// failure carries its own error.
 func setReplied(c goredis.Cmder) bool {
-	s, ok := c.(*goredis.StatusCmd)
-	return !ok || s.Val() != ""
+	switch c := c.(type) {
+	case *goredis.StatusCmd:
+		return c.Val() != ""
+	case *goredis.Cmd:
+		return c.Val() != nil
+	}
+	return true
 }
 
 func decodeState(id string, v string) (*driver.TaskState, error) {

@@ -32,7 +32,7 @@ func harness(rdb goredis.UniversalClient) conformance.BackendHarness {
 		},
 		// Durable as far as the server persists (an append-only file, as
 		// TestServerRestart runs it).
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true, Cancel: true},
 	}
 }
 

@@ -25,9 +25,10 @@
 //
 // # Storage
 //
-// A task's state is one JSON string, written with one SET ... PX (one round
-// trip per state change) and expiring ResultExpiry after its last write
-// (default 1h). A group is three keys sharing the hash tag {prefix:group:ID}
+// A task's state is one JSON string, written in one round trip per state
+// change — SET ... PX for a PENDING, a small script for any other state,
+// which does not write over a cancel (below) — and expiring ResultExpiry
+// after its last write (default 1h). A group is three keys sharing the hash tag {prefix:group:ID}
 // — its metadata hash (size, chord claimer, and one field per member for the
 // membership check), its member list (group order) and the set of completed
 // members — so every group script runs on Redis Cluster.
@@ -52,6 +53,15 @@
 //     cluster).
 //   - SetPendingIfAbsent ([driver.PendingWriter]) is SET ... NX PX per
 //     task, in one pipeline.
+//   - Cancel ([driver.Canceller]) is one Lua script per task: read the
+//     state and, unless there is none or it is terminal, SET ... PX the
+//     CANCELLED state keeping the task's name, attempt and created_at. A
+//     cancel is kept: SetStates writes a state other than PENDING with a
+//     script that leaves a CANCELLED task as it is and answers
+//     [driver.ErrCancelled] for that state, and Start refuses it (a
+//     terminal state). In machinery's format ([MachineryBackend]) a cancel
+//     is machinery's FAILURE marked as errand's (its Error the canceller's,
+//     ErrorKind "cancelled"), read back as CANCELLED.
 //
 // The backend declares where it keeps its states ([Backend.Location],
 // [driver.Located]): its client, key prefix and result expiry, in a type
@@ -74,9 +84,10 @@
 // init, member completion, chord claim) with go-redis's per-command
 // NoRetry flag (redisconn.NoRetry), on clients Open makes and on clients
 // handed to New alike; a failed script returns its error to errand,
-// which retries at its own level where the step is idempotent. Its plain
-// commands (SET ... PX of a state, GET) keep the client's retries: a
-// second run writes the same value. docs/redis.md, "Retries".
+// which retries at its own level where the step is idempotent. So do the
+// cancel and the write of a state other than PENDING. Its plain commands
+// (SET ... PX of a PENDING, GET) keep the client's retries: a second run
+// writes the same value. docs/redis.md, "Retries".
 //
 // Result waiters poll with backoff (errand's default); the backend does not
 // implement [driver.StateWaiter]. States errand writes together (the

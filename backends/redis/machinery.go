@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,6 +148,12 @@ func toMachinery(st *driver.TaskState) machineryState {
 	if st.State == driver.StateSuccess {
 		m.Results = make([]machineryResult, 0, len(st.Results))
 	}
+	if st.State == driver.StateCancelled { // machinery's FAILURE, marked (machinerycancel.go)
+		m.State, m.ErrorKind = string(driver.StateFailure), machineryCancelKind
+		if m.Error == "" {
+			m.Error = machineryCancelError
+		}
+	}
 	for _, r := range st.Results {
 		m.Results = append(m.Results, machineryResult{Type: r.Type, Value: r.Value})
 	}
@@ -164,6 +171,9 @@ func fromMachinery(b []byte) (*driver.TaskState, error) {
 	st := &driver.TaskState{TaskUUID: m.TaskUUID, TaskName: m.TaskName, State: driver.State(m.State), Error: m.Error,
 		CreatedAt: m.CreatedAt, Attempt: m.Attempt, ErrorKind: m.ErrorKind, ErrorDetail: m.ErrorDetail,
 		StartedAt: m.StartedAt, FinishedAt: m.FinishedAt, Progress: m.Progress}
+	if machineryCancelled(&m) {
+		st.State = driver.StateCancelled
+	}
 	for _, r := range m.Results {
 		v := r.Value
 		if v == nil {
@@ -178,13 +188,19 @@ func fromMachinery(b []byte) (*driver.TaskState, error) {
 func (b *MachineryBackend) ResultExpiry() time.Duration { return b.opts.ResultsExpireIn }
 
 // SetStates writes each state at its task's UUID, in machinery's JSON,
-// expiring ResultsExpireIn later, in one pipeline.
+// expiring ResultsExpireIn later, in one pipeline: a PENDING with SET,
+// any other state with mSetState, which does not write over a cancelled
+// task (driver.Canceller) and then answers an error wrapping
+// driver.ErrCancelled for that state. A script the server does not have
+// yet is loaded and the states that missed it are written again, in
+// order.
 func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
 	if err := b.isClosed(); err != nil {
 		return driver.BatchErrors(len(sts), err)
 	}
 	errs := make([]error, len(sts))
-	cmds := make([]*goredis.StatusCmd, len(sts))
+	cmds := make([]goredis.Cmder, len(sts))
+	args := make([][]any, len(sts)) // mSetState's ARGV, for the states it writes
 	pipe := b.rdb.Pipeline()
 	for i, st := range sts {
 		raw, err := json.Marshal(toMachinery(st))
@@ -192,13 +208,27 @@ func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskStat
 			errs[i] = fmt.Errorf("redis machinery backend: encode state of %s: %w", st.TaskUUID, err)
 			continue
 		}
-		cmds[i] = pipe.Set(ctx, st.TaskUUID, raw, b.opts.ResultsExpireIn)
+		if st.State == driver.StatePending {
+			cmds[i] = pipe.Set(ctx, st.TaskUUID, raw, b.opts.ResultsExpireIn)
+			continue
+		}
+		args[i] = []any{raw, b.opts.ResultsExpireIn.Milliseconds()}
+		cmds[i] = mSetState.EvalSha(ctx, redisconn.NoRetry(pipe), mSetStateKeys(st.TaskUUID), args[i]...)
 	}
 	_, _ = pipe.Exec(ctx)
 	failed := false
 	for i, c := range cmds {
-		if c != nil && c.Err() != nil {
+		if args[i] != nil && c.Err() != nil && strings.HasPrefix(c.Err().Error(), "NOSCRIPT") {
+			c = mSetState.Run(ctx, b.scr, mSetStateKeys(sts[i].TaskUUID), args[i]...)
+		}
+		switch {
+		case c == nil:
+		case c.Err() != nil:
 			errs[i] = fmt.Errorf("redis machinery backend: set state of %s: %w", sts[i].TaskUUID, c.Err())
+		case args[i] != nil:
+			if n, _ := c.(*goredis.Cmd).Int64(); n == cancelKept {
+				errs[i] = fmt.Errorf("redis machinery backend: task %s: %s not written: %w", sts[i].TaskUUID, sts[i].State, driver.ErrCancelled)
+			}
 		}
 		failed = failed || errs[i] != nil
 	}

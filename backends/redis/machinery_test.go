@@ -24,7 +24,7 @@ func machineryHarness(rdb goredis.UniversalClient) conformance.BackendHarness {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, Cancel: true},
 	}
 }
 

@@ -50,7 +50,7 @@ if raw then
     local st = p.State
     local att = tonumber(p.Attempt) or 0
     if prevName ~= '' and prevName ~= name then return {0, raw} end
-    if st == 'SUCCESS' or st == 'FAILURE' then return {0, raw} end
+    if st == 'SUCCESS' or st == 'FAILURE' or st == 'CANCELLED' then return {0, raw} end
     if att > attempt then return {0, raw} end
     if st == 'STARTED' and first == '1' then return {0, raw} end
     if type(p.CreatedAt) == 'string' then created = cjson.encode(p.CreatedAt) end

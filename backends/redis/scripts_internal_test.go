@@ -22,6 +22,10 @@ func TestScriptPrologues(t *testing.T) {
 		{Name: "mcomplete", Script: mComplete, Keys: mCompleteKeys("GROUP")},
 		{Name: "mclaim", Script: mClaim, Keys: mClaimKeys("GROUP")},
 		{Name: "mstart", Script: mStart, Keys: mStartKeys("UUID")},
+		{Name: "cancel", Script: cancelScript, Keys: b.cancelKeys("UUID")},
+		{Name: "setState", Script: setStateScript, Keys: b.setStateKeys("UUID")},
+		{Name: "mcancel", Script: mCancel, Keys: mCancelKeys("UUID")},
+		{Name: "msetState", Script: mSetState, Keys: mSetStateKeys("UUID")},
 	}
 	redistest.CheckPrologues(t, &scripts, cases, func(key string) string {
 		return strings.Replace(key, "{prefix:group:GROUP}", "G", 1)

@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 
 // TestStartBatchAfterScriptFlush: a batch sent as a pipeline of EVALSHA
 // to a server that lost its scripts (a restart, SCRIPT FLUSH) loads the
-// script and still answers every request.
+// script and still answers every request: Start's, then Cancel's and
+// SetStates' (whose scripts that flush dropped too).
 func TestStartBatchAfterScriptFlush(t *testing.T) {
 	for name, rdb := range servers(t) {
 		t.Run(name, func(t *testing.T) {
@@ -40,6 +42,24 @@ func TestStartBatchAfterScriptFlush(t *testing.T) {
 				}
 				if st, err := b.GetState(ctx, reqs[i].Started.TaskUUID); err != nil || st.State != errand.StateStarted {
 					t.Fatalf("request %d: state %+v, %v; want STARTED", i, st, err)
+				}
+			}
+			var cancels, late []*errand.TaskState
+			for _, r := range reqs {
+				cancels = append(cancels, cancelOf(r.Started.TaskUUID))
+				done := r.Started.Copy()
+				done.State = errand.StateSuccess
+				late = append(late, done)
+			}
+			for i, r := range b.Cancel(ctx, cancels) {
+				if r.Err != nil || !r.Written {
+					t.Fatalf("Cancel after SCRIPT FLUSH: state %d: %+v; want written", i, r)
+				}
+			}
+			errs := b.SetStates(ctx, late)
+			for i := range late {
+				if len(errs) != len(late) || !errors.Is(errs[i], errand.ErrCancelled) {
+					t.Fatalf("SetStates after SCRIPT FLUSH of SUCCESS over cancels answered %v; want ErrCancelled for each", errs)
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package memorybroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -114,8 +115,10 @@ func (c *colocation) FetchStart(ctx context.Context, queue string, limit int, le
 }
 
 // Settle writes the states, then acks the deliveries whose state was
-// written: a state is never written after its delivery's ack, and a lost
-// lease leaves its state written.
+// written or refused over a cancel: a state is never written after its
+// delivery's ack, a lost lease leaves its state written, and a cancelled
+// task's delivery is acked, its state not written, answering the
+// backend's error wrapping driver.ErrCancelled (driver.Colocation).
 func (c *colocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error {
 	if err := ctx.Err(); err != nil {
 		return driver.BatchErrors(len(ds), err)
@@ -130,13 +133,17 @@ func (c *colocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*d
 	for i, d := range ds {
 		if serrs != nil && serrs[i] != nil {
 			out[i] = serrs[i]
-			continue
+			if !errors.Is(serrs[i], driver.ErrCancelled) {
+				continue
+			}
 		}
 		ack, idx = append(ack, d), append(idx, i)
 	}
 	if aerrs := c.b.Ack(ctx, ack); aerrs != nil {
 		for j, i := range idx {
-			out[i] = aerrs[j]
+			if aerrs[j] != nil {
+				out[i] = aerrs[j]
+			}
 		}
 	}
 	return out

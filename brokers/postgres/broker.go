@@ -53,6 +53,9 @@ type Broker struct {
 	opts    Options
 	sql     statements
 	channel string // the LISTEN/NOTIFY channel of the schema
+	// cancelChannel is the channel of the schema's cancel notices
+	// (cancel.go)
+	cancelChannel string
 
 	listen *listener
 	notify *notifier
@@ -93,7 +96,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts *Options) (*Broker, error
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
-	b := &Broker{pool: pool, opts: o, sql: newStatements(o.Schema), channel: channelName(o.Schema), closed: make(chan struct{})}
+	b := &Broker{pool: pool, opts: o, sql: newStatements(o.Schema), channel: channelName(o.Schema),
+		cancelChannel: cancelChannelName(o.Schema), closed: make(chan struct{})}
 	cctx, cancel := b.bound(ctx)
 	defer cancel()
 	if err := pgdb.Check(cctx, pool, o.Schema); err != nil {
@@ -138,13 +142,14 @@ func (b *Broker) Limits() driver.Limits {
 func (b *Broker) CheckTx(tx any) error { return pgdb.CheckTx(b.pool, tx) }
 
 // Close stops the broker's listening connection and wakes blocked Fetch
-// calls (they return driver.ErrClosed). A pool Open made is closed; one
+// calls (they return driver.ErrClosed); ListenCancel's notices stop. A pool Open made is closed; one
 // given to New is left to its owner. A second Close does nothing.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.closed)
 		b.notify.close()
 		b.listen.stop()
+		b.listen.dropCancels()
 		if b.ownPool {
 			b.pool.Close()
 		}

@@ -34,7 +34,7 @@ func harnessIn(pool *pgxpool.Pool, schema string) conformance.BrokerHarness {
 			return b
 		},
 		Caps: withOpsCaps(conformance.BrokerCaps{MaxPayload: postgresbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true,
-			DetectsLostLease: true, Durable: true, Tx: true, Colocate: true}),
+			DetectsLostLease: true, Durable: true, Tx: true, Colocate: true, CancelNotify: true}),
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		// Foreign bytes go where another program would put them: a row of
 		// the messages table, inserted with SQL.

@@ -2,6 +2,7 @@ package postgresbroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -52,8 +53,8 @@ func newColocationStatements(schema string) colocationStatements {
 	r := sqlNames(schema)
 	return colocationStatements{
 		// Publish's statement ($1 to $9) writing, in the same statement,
-		// the PENDING states of $10 to $17 (pgdb.StateArgs) where a task
-		// has none, expiring after $18 µs ($19 if_absent: true). One row:
+		// the PENDING states of $10 to $18 (pgdb.StateArgs) where a task
+		// has none, expiring after $19 µs ($20 if_absent: true). One row:
 		// the states written, the notifications sent. st is referenced by
 		// the final SELECT, so it runs; ins is a data-modifying CTE, which
 		// always does.
@@ -79,22 +80,23 @@ SELECT (SELECT n FROM st), (SELECT count(pg_notify($8, q)) FROM unnest($9::text[
 ), started AS MATERIALIZED (` + pgdb.StartFetchedSQL(schema, "s", "$5::int8 * interval '1 microsecond'") + `
 )
 SELECT f.id, f.msg_id, f.body, f.priority, f.task, f.task_attempt, f.deliveries, f.eta,
-	s.k IS NOT NULL, st.written, st.prev_body, st.prev_created, st.prev_started, st.prev_finished, now()
+	s.k IS NOT NULL, st.written, st.prev_body, st.prev_created, st.prev_started, st.prev_finished, st.prev_progress, now()
 FROM f LEFT JOIN s ON s.row_id = f.id LEFT JOIN started st ON st.ord = s.k`),
 
 		// Ack's statement ($1 ids, $2 deliveries) writing, in the same
-		// statement, the states of $3 to $10 (pgdb.StateArgs, overwriting)
-		// expiring after $11 µs ($12 if_absent: false), whether or not
-		// their rows are still leased. One row: the states written, the
-		// ids acked (any other lost its lease). The acked rows go to
-		// completed, as Ack's do (ackedToCompleted).
+		// statement, the states of $3 to $11 (pgdb.StateArgs, overwriting
+		// all but a CANCELLED) expiring after $12 µs ($13 if_absent:
+		// false), whether or not their rows are still leased. One row:
+		// the states written, the ids acked (any other lost its lease),
+		// the tasks whose state was refused because they are CANCELLED.
+		// The acked rows go to completed, as Ack's do (ackedToCompleted).
 		settle: r.Replace("\nWITH " + pgdb.SetStatesCTE(schema, 3) + `, acked AS (
 	DELETE FROM {messages} m
 	USING unnest($1::int8[], $2::int4[]) AS a(id, n)
 	WHERE m.id = a.id AND m.deliveries = a.n AND m.leased
 	RETURNING m.id, m.queue, m.msg_id, m.body, m.priority, m.task, m.task_attempt
 )` + ackedToCompleted + `
-SELECT (SELECT n FROM st), ARRAY(SELECT id FROM acked)`),
+SELECT (SELECT n FROM st), ARRAY(SELECT id FROM acked), (SELECT refused FROM st)`),
 	}
 }
 
@@ -219,16 +221,17 @@ func (c *colocation) fetchStartOnce(ctx context.Context, queue string, limit int
 			written                    *bool
 			body                       *string
 			created, started, finished *time.Time
+			progress                   *string
 		)
 		t.d = &driver.Delivery{Message: driver.Message{Queue: queue}}
 		if err := rows.Scan(&t.id, &t.d.ID, &t.d.Body, &prio, &t.d.Task, &attempt, &delivery, &t.eta,
-			&tried, &written, &body, &created, &started, &finished, &at); err != nil {
+			&tried, &written, &body, &created, &started, &finished, &progress, &at); err != nil {
 			return nil, nil, time.Time{}, b.fail(ctx, bounded, "fetch and start", err)
 		}
 		t.d.Priority, t.d.TaskAttempt, t.d.Attempt = uint8(prio), int(attempt), int(delivery)
 		t.d.Handle = handle{id: t.id, n: delivery}
 		if tried {
-			t.start = startResult(t.d.ID, written, body, created, started, finished)
+			t.start = startResult(t.d.ID, written, body, created, started, finished, progress)
 		}
 		got = append(got, t)
 	}
@@ -256,7 +259,7 @@ func (c *colocation) fetchStartOnce(ctx context.Context, queue string, limit int
 // previous state's columns (body NULL: none). A previous state that
 // cannot be decoded is the start's Err (Written still says whether
 // STARTED was written).
-func startResult(id string, written *bool, body *string, created, started, finished *time.Time) *driver.StartResult {
+func startResult(id string, written *bool, body *string, created, started, finished *time.Time, progress *string) *driver.StartResult {
 	res := &driver.StartResult{}
 	if written == nil {
 		res.Err = fmt.Errorf("postgres broker: the start of task %s answered nothing", id)
@@ -264,7 +267,7 @@ func startResult(id string, written *bool, body *string, created, started, finis
 	}
 	res.Written = *written
 	if body != nil {
-		prev, err := pgdb.DecodeState(id, *body, created, started, finished)
+		prev, err := pgdb.DecodeState(id, *body, created, started, finished, progress)
 		if err != nil {
 			res.Err = fmt.Errorf("postgres broker: the previous state of task %s: %w", id, err)
 		}
@@ -276,7 +279,11 @@ func startResult(id string, written *bool, body *string, created, started, finis
 // Settle writes sts[i] (overwriting, restarting its expiry) and acks
 // ds[i] in one statement: every state is written, and each delivery
 // still leased under its token acked; the others answer
-// driver.ErrLeaseLost, their states written. The two commit together, so
+// driver.ErrLeaseLost, their states written. A state over a task that is
+// CANCELLED is not written (driver.Canceller: only a PENDING replaces
+// it) and its delivery, acked, answers an error wrapping
+// driver.ErrCancelled (and driver.ErrLeaseLost too when its lease was
+// lost). The two commit together, so
 // a consumer that sees a message gone finds its state. A delivery not of
 // this broker, of another queue than the first, or whose state cannot be
 // encoded fails alone: neither written nor acked.
@@ -331,19 +338,30 @@ func (c *colocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*d
 	}
 	defer conn.Release()
 	var (
-		n     int32
-		acked []int64
+		n       int32
+		acked   []int64
+		refused []string
 	)
 	args := append([]any{ids, ns}, append(states.Args(), c.loc.Expiry.Microseconds(), false)...)
-	if err := conn.QueryRow(bounded, c.sql.settle, args...).Scan(&n, &acked); err != nil {
+	if err := conn.QueryRow(bounded, c.sql.settle, args...).Scan(&n, &acked, &refused); err != nil {
 		return fail(b.fail(ctx, bounded, "ack with final states", err))
 	}
 	done := make(map[int64]bool, len(acked))
 	for _, id := range acked {
 		done[id] = true
 	}
+	cancelled := make(map[string]bool, len(refused))
+	for _, id := range refused {
+		cancelled[id] = true
+	}
 	for j, i := range idx {
-		if !done[ids[j]] {
+		switch st := sts[i]; {
+		case cancelled[st.TaskUUID] && st.State != driver.StatePending && done[ids[j]]:
+			errs[i] = fmt.Errorf("postgres broker: ack of %q: %s of task %s not written over its CANCELLED state: %w", ds[i].ID, st.State, st.TaskUUID, driver.ErrCancelled)
+		case cancelled[st.TaskUUID] && st.State != driver.StatePending:
+			errs[i] = fmt.Errorf("postgres broker: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID,
+				errors.Join(driver.ErrCancelled, leaseLost("ack", ds[i])))
+		case !done[ids[j]]:
 			errs[i] = leaseLost("ack", ds[i])
 		}
 	}

@@ -52,10 +52,11 @@ func (s *statesBackend) write(ctx context.Context, sts []*driver.TaskState, ifAb
 			return driver.BatchErrors(len(sts), err)
 		}
 	}
-	if _, err := s.loc.WriteStates(ctx, pgdb.WriterFor(ctx, s.loc.Pool), &a, ifAbsent); err != nil {
+	_, refused, err := s.loc.WriteStates(ctx, pgdb.WriterFor(ctx, s.loc.Pool), &a, ifAbsent)
+	if err != nil {
 		return driver.BatchErrors(len(sts), err)
 	}
-	return nil
+	return pgdb.Refused("states backend", nil, sts, refused)
 }
 
 func (s *statesBackend) SetStates(ctx context.Context, sts []*driver.TaskState) []error {
@@ -70,15 +71,16 @@ func (s *statesBackend) GetState(ctx context.Context, id string) (*driver.TaskSt
 	var (
 		body                       string
 		created, started, finished *time.Time
+		progress                   *string
 	)
-	err := s.loc.Pool.QueryRow(ctx, pgdb.GetStateSQL(s.loc.Schema), id).Scan(&body, &created, &started, &finished)
+	err := s.loc.Pool.QueryRow(ctx, pgdb.GetStateSQL(s.loc.Schema), id).Scan(&body, &created, &started, &finished, &progress)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, driver.ErrTaskNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	return pgdb.DecodeState(id, body, created, started, finished)
+	return pgdb.DecodeState(id, body, created, started, finished, progress)
 }
 
 // GroupStates reads the states of the group's members, whose IDs the
@@ -121,16 +123,16 @@ func (s *statesBackend) Start(ctx context.Context, reqs []driver.StartRequest) [
 		var (
 			ord                        int32
 			written                    bool
-			body                       *string
+			body, progress             *string
 			created, started, finished *time.Time
 		)
-		if err := rows.Scan(&ord, &written, &body, &created, &started, &finished); err != nil {
+		if err := rows.Scan(&ord, &written, &body, &created, &started, &finished, &progress); err != nil {
 			return driver.StartFailed(len(reqs), err)
 		}
 		r := &out[ord-1]
 		r.Written = written
 		if body != nil {
-			r.Prev, r.Err = pgdb.DecodeState(reqs[ord-1].Started.TaskUUID, *body, created, started, finished)
+			r.Prev, r.Err = pgdb.DecodeState(reqs[ord-1].Started.TaskUUID, *body, created, started, finished, progress)
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -73,6 +73,18 @@
 // and Fetch tries again at once). The queue survives a server restart:
 // messages are rows, committed before Publish returns.
 //
+// # Cancel notices
+//
+// The broker is a driver.CancelNotifier. NotifyCancel is one statement
+// of pg_notify on the channel "errand_cancel:<schema>" (a hash of the
+// schema when that is over 63 bytes), each payload a JSON array of task
+// UUIDs up to 7999 bytes (a long list takes several). ListenCancel
+// listens on the broker's one listening connection, the one that wakes
+// its fetches (started by it when no Fetch has), which LISTENs on both
+// channels and reconnects after a failure; notices sent while it is away
+// are lost, and errand finds the cancel at the task's next lease
+// extension. Close ends every ListenCancel.
+//
 // # Operators
 //
 // The broker is every optional capability of package driver, each call
@@ -136,6 +148,12 @@
 //   - the settle of a quiet success writes SUCCESS and acks in one
 //     statement (a lost lease: the state written, ErrLeaseLost), the
 //     acked rows kept in completed as Ack's are.
+//
+// A CANCELLED task (the backend is a driver.Canceller) is never started
+// by the fetch (delivered with its start not written, the CANCELLED as
+// its previous state), and its settle acks the delivery without writing
+// over the CANCELLED, answering an error wrapping driver.ErrCancelled:
+// checks inside the statements above, none of their own.
 //
 // A backend in another schema or database, or another backend, takes the
 // portable path: the same outcome in two statements.

@@ -10,11 +10,13 @@ import (
 
 // listener is a broker's one listening connection: LISTEN on the
 // schema's channel, whose notifications (payload: a queue) wake the
-// broker's Fetch calls blocked on that queue. It is started by the first
-// Fetch (a broker that only publishes holds no connection of its own) and
-// runs until Close, reconnecting after a failure; while it is down, and
-// after it comes back, blocked fetches look again (a notification may
-// have been lost), and each waits at most Options.PollInterval.
+// broker's Fetch calls blocked on that queue, and on its cancel channel,
+// whose notices go to the ListenCancel calls (cancel.go). It is started
+// by the first Fetch or ListenCancel (a broker that only publishes holds
+// no connection of its own) and runs until Close, reconnecting after a
+// failure; while it is down, and after it comes back, blocked fetches
+// look again (a notification may have been lost), and each waits at most
+// Options.PollInterval.
 //
 // The connection is its own (a copy of the pool's configuration), not
 // one of the pool's: a listening session is held for the broker's life.
@@ -25,12 +27,39 @@ type listener struct {
 	waiters map[string]chan struct{} // closed by a notification for the queue
 	started bool
 	ready   chan struct{} // closed after the first LISTEN succeeded or failed
+	upCh    chan struct{} // closed while a session listens; a new one after it ends
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	cancels cancelSubs // the ListenCancel calls (cancel.go)
 }
 
 func newListener(b *Broker) *listener {
-	return &listener{b: b, waiters: map[string]chan struct{}{}, ready: make(chan struct{}), done: make(chan struct{})}
+	return &listener{b: b, waiters: map[string]chan struct{}{}, ready: make(chan struct{}), upCh: make(chan struct{}), done: make(chan struct{})}
+}
+
+// up returns a channel closed once the listener listens (at once when it
+// does now).
+func (l *listener) up() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.upCh
+}
+
+// setUp records whether a session listens.
+func (l *listener) setUp(listening bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.upCh:
+		if !listening {
+			l.upCh = make(chan struct{})
+		}
+	default:
+		if listening {
+			close(l.upCh)
+		}
+	}
 }
 
 // start starts the listener once, and waits (bounded by ctx and
@@ -144,6 +173,9 @@ func (l *listener) session(ctx context.Context, listening func()) (listened bool
 	if err == nil {
 		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{l.b.channel}.Sanitize())
 	}
+	if err == nil {
+		_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{l.b.cancelChannel}.Sanitize())
+	}
 	cancel()
 	if err != nil {
 		if conn != nil {
@@ -152,12 +184,18 @@ func (l *listener) session(ctx context.Context, listening func()) (listened bool
 		return false, err
 	}
 	defer l.closeConn(conn)
+	l.setUp(true)
+	defer l.setUp(false)
 	listening()
 	l.wakeAll() // what was published before LISTEN took effect
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true, err
+		}
+		if n.Channel == l.b.cancelChannel {
+			l.cancelled(n.Payload)
+			continue
 		}
 		l.wake(n.Payload)
 	}

@@ -116,6 +116,8 @@ type Broker struct {
 	// carriesStarts: Colocate answered non-nil, so publish names each
 	// task in its message's ID for a carried fetch to start (messageID).
 	carriesStarts atomic.Bool
+	// listeners are ListenCancel's goroutines, ended by Close.
+	listeners cancelListeners
 }
 
 var (
@@ -698,9 +700,15 @@ func (b *Broker) Reject(ctx context.Context, d *driver.Delivery, reason string) 
 }
 
 // Close makes every later call return driver.ErrClosed; blocked fetches
-// return within MaxBlock. It closes the client only if Options.CloseClient.
+// return within MaxBlock. It ends the cancel listeners (ListenCancel)
+// and waits for their goroutines. It closes the client only if
+// Options.CloseClient.
 func (b *Broker) Close() error {
-	if b.closed.Swap(true) || !b.opts.CloseClient {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.listeners.close()
+	if !b.opts.CloseClient {
 		return nil
 	}
 	return b.rdb.Close()

@@ -109,7 +109,9 @@ func (b *Broker) publishPending(ctx context.Context, st *redisconn.States, sts [
 // Settle runs ackStatesScript once per call (its deliveries are of one
 // queue): per delivery, SET ... PX of the state, then the ack, exactly as
 // Ack; a delivery whose state cannot be encoded fails alone, neither
-// written nor acked.
+// written nor acked. A state is not written over its task's CANCELLED:
+// its delivery is acked, and answers an error wrapping
+// driver.ErrCancelled (driver.Colocation).
 func (c *colocation) Settle(ctx context.Context, ds []*driver.Delivery, sts []*driver.TaskState) []error {
 	return c.b.ackStates(ctx, c.st, ds, sts)
 }
@@ -171,6 +173,8 @@ func (b *Broker) ackStates(ctx context.Context, st *redisconn.States, ds []*driv
 			errs[i] = b.err(ctx, err)
 		case acked[j] == leaseLost:
 			errs[i] = fmt.Errorf("redis broker: message %q: %w", ds[i].ID, driver.ErrLeaseLost)
+		case acked[j] == ackCancelled:
+			errs[i] = fmt.Errorf("redis broker: task %s: %s not written: %w", sts[i].TaskUUID, sts[i].State, driver.ErrCancelled)
 		}
 	}
 	return errs

@@ -174,9 +174,22 @@
 // are in different slots), errand sends each SendTask's PENDING state and
 // message in one pipeline, a worker's fetch script begins the attempts of
 // the tasks it leases (no Start call before the task's function runs),
-// and the ack script of a task that nothing follows records its SUCCESS:
+// and the ack script of a task that nothing follows records its SUCCESS
+// (over a CANCELLED state it writes nothing, acks the delivery and
+// answers driver.ErrCancelled; a fetch never starts a cancelled task):
 // one round trip each. See [Broker.Colocate] and docs/redis.md, "one
 // round trip in, one out".
+//
+// # Cancel notices
+//
+// The broker is a [driver.CancelNotifier]: [Broker.NotifyCancel] PUBLISHes
+// the cancelled tasks' UUIDs on the channel PREFIX:cancel, and
+// [Broker.ListenCancel] SUBSCRIBEs to it (go-redis's PubSub, which
+// reconnects on its own), so a worker of any broker of that prefix on the
+// server (a single node, a cluster, through Sentinel) cancels a running
+// task at once rather than at its next lease extension. Notices are not
+// stored: one sent while a listener is away is lost, and the worker
+// finds the cancel in the backend at the next extension.
 //
 // # Logging
 //

@@ -328,7 +328,7 @@ local function begin(id, taskID, first)
       if type(pname) ~= 'string' then pname = '' end
       if type(p.created_at) == 'string' then pcreated = cjson.encode(p.created_at) end
     end
-    local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or later or
+    local refused = (pname ~= '' and pname ~= name) or st == 'SUCCESS' or st == 'FAILURE' or st == 'CANCELLED' or later or
       (st == 'STARTED' and first)
     if refused then return START_REFUSED, raw, a .. '\n' .. name end
     if pcreated then created, started = pcreated, notBefore(nowJSON, pcreated) end
@@ -566,6 +566,9 @@ func (k keys) fetchKeys() []string {
 const (
 	leaseLost = 0 // its token is not the message's current one: nothing done
 	settled   = 1
+	// ackCancelled: ackStatesScript acked the delivery and did not write
+	// its state over its task's CANCELLED.
+	ackCancelled = 2
 )
 
 // luaSettled names the settling answers in Lua.
@@ -705,8 +708,12 @@ return ackAll(list, toks, true)
 // state, a result backend's key on the same Redis node
 // (driver.Colocation.Settle): SET ... PX of the state,
 // whether or not the lease is current (as the backend's SetStates before
-// an Ack would), then the ack. The state keys follow the queue's keys in
-// KEYS, one per delivery. Returns one SETTLED or LEASE_LOST per delivery.
+// an Ack would), then the ack. A state is not written over its task's
+// CANCELLED (read with one MGET of the batch's states: a cancel is never
+// overwritten, driver.Canceller), and its delivery is acked all the same.
+// The state keys follow the queue's keys in KEYS, one per delivery.
+// Returns one SETTLED, LEASE_LOST or CANCELLED (acked, its state not
+// written) per delivery.
 var ackStatesScript = newScript(`
 -- ackStates
 -- KEYS[1] -> K:inflight
@@ -728,18 +735,27 @@ local inflight, tokens, msgs, count, done, acked, prio = KEYS[1], KEYS[2], KEYS[
 local ids = KEYS[8]
 local states = {unpack(KEYS, 9)}
 local keep, expiry, prioritized = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] ~= '0'
-`, luaSettled, luaMany, luaAck, `
-local list, toks = {}, {}
+`, luaSettled, luaMany, luaAck, redisconn.LuaCancelled, fmt.Sprintf(`
+local CANCELLED = %d
+`, ackCancelled), `
+local list, toks, refused = {}, {}, {}
+local prev = redis.call('MGET', unpack(states))
 for i, state in ipairs(states) do
   local a = 3 * i
-  if expiry > 0 then
+  if cancelled(prev[i]) then
+    refused[#refused + 1] = i
+  elseif expiry > 0 then
     redis.call('SET', state, ARGV[a + 3], 'PX', ARGV[2])
   else
     redis.call('SET', state, ARGV[a + 3])
   end
   list[i], toks[i] = ARGV[a + 1], ARGV[a + 2]
 end
-return ackAll(list, toks, prioritized)
+local out = ackAll(list, toks, prioritized)
+for _, i in ipairs(refused) do
+  if out[i] == SETTLED then out[i] = CANCELLED end
+end
+return out
 `)
 
 // ackStatesKeys are ackStatesScript's KEYS: the queue's, then states.

@@ -27,7 +27,7 @@ func TestStartedBody(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT "+pgdb.StartedBody("$1", "$2", "$3::int"), c.id, c.name, 3).Scan(&body); err != nil {
 			t.Fatal(err)
 		}
-		got, err := pgdb.DecodeState(c.id, body, nil, nil, nil)
+		got, err := pgdb.DecodeState(c.id, body, nil, nil, nil, nil)
 		if err != nil || got.TaskUUID != want.TaskUUID || got.TaskName != want.TaskName || got.State != want.State || got.Attempt != want.Attempt || !got.CreatedAt.IsZero() {
 			t.Errorf("StartedBody(%q, %q, 3) = %s, decoded %+v, %v; want %+v", c.id, c.name, body, got, err, want)
 		}

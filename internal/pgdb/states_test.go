@@ -38,7 +38,7 @@ func TestStatesLayout(t *testing.T) {
 	var a pgdb.StateArgs
 	a.Append(&driver.TaskState{TaskUUID: "t1", TaskName: "n", State: driver.StatePending, CreatedAt: at})
 	a.Append(want)
-	if n, err := loc.WriteStates(ctx, pgdb.WriterFor(ctx, pool), &a, false); err != nil || n != 1 {
+	if n, _, err := loc.WriteStates(ctx, pgdb.WriterFor(ctx, pool), &a, false); err != nil || n != 1 {
 		t.Fatalf("WriteStates of two states of one task = %d, %v; want 1 row written", n, err)
 	}
 	got := read(t, loc, "t1")
@@ -57,7 +57,7 @@ func TestStatesLayout(t *testing.T) {
 	var p pgdb.StateArgs
 	p.Append(&driver.TaskState{TaskUUID: "t1", State: driver.StatePending})
 	p.Append(&driver.TaskState{TaskUUID: "t2", State: driver.StatePending})
-	if n, err := loc.WriteStates(ctx, pgdb.WriterFor(ctx, pool), &p, true); err != nil || n != 1 {
+	if n, _, err := loc.WriteStates(ctx, pgdb.WriterFor(ctx, pool), &p, true); err != nil || n != 1 {
 		t.Fatalf("WriteStates if_absent = %d, %v; want 1 (t2 only)", n, err)
 	}
 	if got := read(t, loc, "t1"); got.State != driver.StateSuccess {
@@ -65,7 +65,7 @@ func TestStatesLayout(t *testing.T) {
 	}
 	// An expired state counts as none.
 	pool.Exec(ctx, "UPDATE "+pgdb.Table(schema, "states")+" SET expires_at = now() - interval '1s' WHERE id = 't1'")
-	if n, err := loc.WriteStates(ctx, pgdb.WriterFor(ctx, pool), &p, true); err != nil || n != 1 {
+	if n, _, err := loc.WriteStates(ctx, pgdb.WriterFor(ctx, pool), &p, true); err != nil || n != 1 {
 		t.Fatalf("WriteStates if_absent over an expired state = %d, %v; want 1 (t1 again)", n, err)
 	}
 	if got := read(t, loc, "t1"); got.State != driver.StatePending {
@@ -77,10 +77,11 @@ func read(t *testing.T, loc *pgdb.Location, id string) *driver.TaskState {
 	t.Helper()
 	var body string
 	var c, s, f *time.Time
-	if err := loc.Pool.QueryRow(context.Background(), pgdb.GetStateSQL(loc.Schema), id).Scan(&body, &c, &s, &f); err != nil {
+	var p *string
+	if err := loc.Pool.QueryRow(context.Background(), pgdb.GetStateSQL(loc.Schema), id).Scan(&body, &c, &s, &f, &p); err != nil {
 		t.Fatalf("read state of %s: %v", id, err)
 	}
-	st, err := pgdb.DecodeState(id, body, c, s, f)
+	st, err := pgdb.DecodeState(id, body, c, s, f, p)
 	if err != nil {
 		t.Fatal(err)
 	}
