@@ -109,9 +109,10 @@ func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
 	seeOther(w, r, withDone("queues/"+pathEscape(queue)+"/archived", "deleted", n))
 }
 
-// cancelTask cancels the task the path names (errand.Server.Cancel) and
-// sends the browser back where the form says (back=workers, back=<list>,
-// else the task's page), the outcome in ?done=.
+// cancelTask cancels the task the path names (errand.AsyncResult.Cancel:
+// a task's UUID only, never a group's) and sends the browser back where
+// the form says (back=workers, back=<list>, else the task's page), the
+// outcome in ?done=.
 func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	ctx, cancel := d.call(r)
@@ -120,7 +121,7 @@ func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	taskPage := "queues/" + pathEscape(queue) + "/tasks/" + pathEscape(id)
-	rep, err := d.srv.Cancel(ctx, id)
+	rep, err := d.srv.Result(id).Cancel(ctx)
 	if err != nil {
 		d.failWith(w, r, err, taskPage, "task "+id)
 		return

@@ -116,10 +116,27 @@ func TestCancelFromTheBrowser(t *testing.T) {
 	if resp = f.post(t, "/queues/"+queue+"/tasks/no-such-task/cancel", nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("POST cancel of an unknown task: status %d, want 404", resp.StatusCode)
 	}
+	// The action is a task's: a chord's group ID in its place is no task,
+	// and its members are left alone.
+	eta := time.Now().Add(time.Hour)
+	m1, m2, cb := errand.NewSignature("add", 1, 2), errand.NewSignature("add", 3, 4), errand.NewSignature("add", 0)
+	for _, s := range []*errand.Signature{m1, m2, cb} {
+		s.ETA = &eta
+	}
+	g, _ := errand.NewGroup(m1, m2)
+	ch, _ := errand.NewChord(g, cb)
+	if _, err := f.srv.SendChord(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	if resp = f.post(t, "/queues/"+queue+"/tasks/"+g.GroupUUID+"/cancel", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST cancel of a chord's group ID on a task's action: status %d, want 404 (no task has that ID)", resp.StatusCode)
+	}
+	if st, err := f.srv.Backend().GetState(ctx, m1.UUID); err != nil || st.State != errand.StatePending {
+		t.Errorf("a task's Cancel given a group's ID must leave its members alone; member 1: %+v, %v", st, err)
+	}
 
 	// From the scheduled list: back to the list.
 	later := errand.NewSignature("add", 1, 1)
-	eta := time.Now().Add(time.Hour)
 	later.ETA = &eta
 	if _, err := f.srv.SendTask(ctx, later); err != nil {
 		t.Fatal(err)
@@ -128,8 +145,8 @@ func TestCancelFromTheBrowser(t *testing.T) {
 	if !strings.Contains(body, `action="queues/`+queue+`/tasks/`+later.UUID+`/cancel" data-confirm="Cancel task `+later.UUID+`?"><input type="hidden" name="back" value="scheduled">`) {
 		t.Errorf("the scheduled list lacks the Cancel button of %s:\n%s", later.UUID, body)
 	}
-	if strings.Count(body, `/cancel"`) != 1 {
-		t.Errorf("the scheduled list must offer Cancel only for the task not finished (the other is CANCELLED):\n%s", body)
+	if !strings.Contains(body, `data-task="`+f.schedule+`"`) || strings.Contains(body, `tasks/`+f.schedule+`/cancel"`) {
+		t.Errorf("the scheduled list must not offer Cancel for %s, which is CANCELLED:\n%s", f.schedule, body)
 	}
 	resp = f.post(t, "/queues/"+queue+"/tasks/"+later.UUID+"/cancel", url.Values{"back": {"scheduled"}})
 	loc, _ = resp.Location()

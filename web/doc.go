@@ -39,8 +39,8 @@
 // # Actions and their protection
 //
 // Requeue (one archived task, or all of a queue's), delete archived tasks,
-// cancel a task not finished (errand.Server.Cancel: from its page, a list's
-// row or the workers page), pause and resume are POST forms. Every POST must pass
+// cancel a task not finished (errand.AsyncResult.Cancel: from its page, a
+// list's row or the workers page), pause and resume are POST forms. Every POST must pass
 // [net/http.CrossOriginProtection] (the browser's Sec-Fetch-Site header, or
 // Origin against Host) and a same-origin check of Origin and Referer when
 // the browser sends them, so another site cannot make an operator's browser
