@@ -1,10 +1,16 @@
 package errand_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/errand-go/errand"
+	memorybackend "github.com/errand-go/errand/backends/memory"
+	memorybroker "github.com/errand-go/errand/brokers/memory"
+	"github.com/errand-go/errand/driver"
 )
 
 // TestCancelQueuedAnswersEachOutcome: a task no worker has taken is
@@ -67,5 +73,141 @@ func TestCancelChordByGroupID(t *testing.T) {
 	if err != nil || !rep.Group || len(rep.Tasks) != 3 || rep.Tasks[0].Outcome != errand.CancelFinished ||
 		rep.Tasks[2].Outcome != errand.CancelQueued || rep.Outcome != errand.CancelQueued {
 		t.Fatalf("chord Cancel = %+v, %v; want members finished, callback queued", rep, err)
+	}
+}
+
+// quietBroker is the memory broker without its cancel notices (a broker
+// that sends none): its NotifyCancel and ListenCancel are shadowed by
+// methods of other signatures, so it is no driver.CancelNotifier, while
+// its co-location (driver.Colocator) stays.
+type quietBroker struct{ *memorybroker.Broker }
+
+func (quietBroker) NotifyCancel() {}
+func (quietBroker) ListenCancel() {}
+
+var _ driver.Colocator = quietBroker{}
+
+// TestCancelRunningAtLeaseExtension: on a broker that sends no notices
+// and a backend without driver.Canceller (the portable path, a
+// third-party driver's), a running task's ctx ends, with a cause
+// satisfying errors.Is(cause, ErrCancelled), at a lease extension; its
+// late success is discarded and its chain's later task cancelled.
+func TestCancelRunningAtLeaseExtension(t *testing.T) {
+	checkNoLeak(t)
+	ctx := ctxT(t)
+	br := memorybroker.New(nil)
+	rec := &recorder{Backend: memorybackend.New(nil), paths: map[string][]errand.State{}} // hides Canceller
+	srv, err := errand.NewServer(errand.Config{Broker: quietBroker{br}, Backend: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rec.checkPaths(t); srv.Close() })
+	causes := make(chan error, 2)
+	running := make(chan struct{}, 2)
+	srv.Register("hold", func(ctx context.Context) (string, error) {
+		running <- struct{}{}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return "a late success", nil
+	})
+	srv.Register("tail", func(xs ...string) error { t.Error("the later task of a cancelled chain ran"); return nil })
+	w := srv.NewWorker(errand.WorkerConfig{Lease: 300 * time.Millisecond, ExtendEvery: 50 * time.Millisecond})
+	w.Start()
+	defer w.Shutdown(ctx)
+	ch, _ := errand.NewChain(errand.NewSignature("hold"), errand.NewSignature("tail"))
+	cr, err := srv.SendChain(ctx, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	rep, err := srv.Cancel(ctx, ch.Tasks[0].UUID)
+	if err != nil || rep.Outcome != errand.CancelRunning {
+		t.Fatalf("Cancel of a running task = %+v, %v; want running", rep, err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, errand.ErrCancelled) {
+			t.Fatalf("the task's ctx ended with cause %v; want one satisfying errors.Is(cause, ErrCancelled)", cause)
+		}
+	case <-time.After(10 * time.Second): // a hang bound, not a timing claim
+		t.Fatal("a running task was cancelled and its ctx never ended: the lease extension's state check did not find the cancel")
+	}
+	if _, err := cr.Results[1].Get(ctx); !errors.Is(err, errand.ErrCancelled) {
+		t.Fatalf("the chain's later task: Get = %v; want it cancelled", err)
+	}
+	if _, err := cr.Results[0].Get(ctx); !errors.Is(err, errand.ErrCancelled) {
+		t.Fatalf("the cancelled task: Get = %v; want ErrCancelled, its late success discarded", err)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.path(ch.Tasks[0].UUID); fmt.Sprint(got) != "[PENDING RECEIVED STARTED CANCELLED]" {
+		t.Fatalf("the cancelled task went through %v; want [PENDING RECEIVED STARTED CANCELLED], its late success never written", got)
+	}
+}
+
+// TestCancelLateResultRefusedByCanceller: a task that ignores its ctx and
+// returns after its cancel, before its worker heard of it (no notices, an
+// hour-long ExtendEvery), has its result refused by the backend's
+// Canceller (an ErrCancelled answer to its SUCCESS, on the two-call path
+// and on the co-located settle): the worker records nothing more, sends
+// no callback, and the task stays CANCELLED.
+func TestCancelLateResultRefusedByCanceller(t *testing.T) {
+	checkNoLeak(t)
+	ctx := ctxT(t)
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	if _, ok := any(be).(driver.Canceller); !ok {
+		t.Fatal("the memory backend is no driver.Canceller")
+	}
+	srv, err := errand.NewServer(errand.Config{Broker: quietBroker{br}, Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	running, release := make(chan struct{}, 2), make(chan struct{})
+	srv.Register("stubborn", func(ctx context.Context) (string, error) {
+		running <- struct{}{}
+		<-release // ignores its ctx
+		return "late", nil
+	})
+	callbacks := make(chan string, 4)
+	srv.Register("cb", func(xs ...string) error { callbacks <- "ran"; return nil })
+	w := srv.NewWorker(errand.WorkerConfig{Lease: time.Hour})
+	w.Start()
+	defer w.Shutdown(ctx)
+
+	// With a callback: SUCCESS is a SetStates call of its own.
+	withCB := errand.NewSignature("stubborn")
+	withCB.OnSuccess = []*errand.Signature{errand.NewSignature("cb")}
+	// Quiet: SUCCESS goes with the ack (driver.Colocation.Settle).
+	quiet := errand.NewSignature("stubborn")
+	var rs []*errand.AsyncResult
+	for _, sig := range []*errand.Signature{withCB, quiet} {
+		r, err := srv.SendTask(ctx, sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+		<-running
+		if rep, err := r.Cancel(ctx); err != nil || rep.Outcome != errand.CancelRunning {
+			t.Fatalf("Cancel = %+v, %v; want running", rep, err)
+		}
+	}
+	close(release)
+	if err := w.Shutdown(ctx); err != nil { // both settled
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if _, err := r.Get(ctx); !errors.Is(err, errand.ErrCancelled) {
+			t.Errorf("task %d: Get = %v after its late success; want it still cancelled", i, err)
+		}
+	}
+	select {
+	case <-callbacks:
+		t.Error("the OnSuccess callback of a cancelled task ran")
+	default:
+	}
+	if n, _ := br.Stats(ctx, errand.DefaultQueue); n.Pending+n.InFlight+n.Delayed+n.Dead != 0 {
+		t.Errorf("queue after the cancelled tasks settled: %+v; want them acked", n)
 	}
 }

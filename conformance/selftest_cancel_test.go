@@ -107,7 +107,7 @@ func (b *cancelBackend) GroupStates(ctx context.Context, g string) ([]*errand.Ta
 	return b.Backend.GroupStates(ctx, g)
 }
 
-func brokenCancelHarness(mod func(b *cancelBackend)) BackendHarness {
+func brokenCancellerHarness(mod func(b *cancelBackend)) BackendHarness {
 	h := healthyBackend()
 	h.New = func(t testing.TB, expiry time.Duration) errand.Backend {
 		b := &cancelBackend{Backend: memorybackend.New(&memorybackend.Options{ResultExpiry: expiry})}
@@ -145,20 +145,20 @@ var brokenCancelBrokers = map[string]BrokerHarness{
 var brokenCancelBackends = map[string]BackendHarness{
 	// Cancel answers written for a task not finished but stores nothing:
 	// the task runs as if never cancelled.
-	"cancel-not-stored": brokenCancelHarness(func(b *cancelBackend) {
+	"cancel-not-stored": brokenCancellerHarness(func(b *cancelBackend) {
 		b.cancel = func(b *cancelBackend, ctx context.Context, sts []*errand.TaskState) []driver.CancelResult {
 			return b.cancelWith(ctx, sts, func(prev *errand.TaskState) bool { return !prev.State.Terminal() }, false)
 		}
 	}),
 	// Cancel writes CANCELLED over finished tasks too (and says it did
 	// not): a cancel of a finished task loses its result.
-	"cancel-overwrites-finished": brokenCancelHarness(func(b *cancelBackend) {
+	"cancel-overwrites-finished": brokenCancellerHarness(func(b *cancelBackend) {
 		b.cancel = func(b *cancelBackend, ctx context.Context, sts []*errand.TaskState) []driver.CancelResult {
 			return b.cancelWith(ctx, sts, func(*errand.TaskState) bool { return true }, true)
 		}
 	}),
 	// Reads CANCELLED back as FAILURE.
-	"cancel-read-as-failure": brokenCancelHarness(func(b *cancelBackend) {
+	"cancel-read-as-failure": brokenCancellerHarness(func(b *cancelBackend) {
 		b.getState = func(b *cancelBackend, ctx context.Context, id string) (*errand.TaskState, error) {
 			st, err := b.Backend.GetState(ctx, id)
 			return asFailure(st), err

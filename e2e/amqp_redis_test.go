@@ -48,7 +48,7 @@ func TestAMQPBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true, Cancel: true},
 	}
 	conformance.RunWorker(t, broker, backend)
 }

@@ -152,7 +152,7 @@ func redisBrokerHarness(rdb goredis.UniversalClient, prefix string) conformance.
 		},
 		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true},
+			Unique: true, RateLimit: true, Colocate: true, CancelNotify: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		// Foreign bytes go where another program would put them: LPUSH
 		// onto the queue's pending list.
@@ -185,7 +185,7 @@ func TestRedisBrokerWithRedisBackend(t *testing.T) {
 					t.Cleanup(func() { b.Close() })
 					return b
 				},
-				Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true},
+				Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Durable: true, Start: true, PendingIfAbsent: true, Located: true, Cancel: true},
 			}
 			conformance.RunWorker(t, broker, backend)
 		})

@@ -74,7 +74,7 @@ func TestSQSBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true},
+		Caps: conformance.BackendCaps{Expiry: true, MinExpiry: 100 * time.Millisecond, Start: true, PendingIfAbsent: true, Located: true, Cancel: true},
 	}
 	conformance.RunWorker(t, broker, backend)
 }

@@ -146,3 +146,30 @@ func TestMachineryCancelIsAFailure(t *testing.T) {
 		rdb.Del(ctx, id)
 	}
 }
+
+// TestMachineryCancelLeavesGroupMeta: machinery keeps a group's meta at
+// the group's UUID, beside the tasks' states; a cancel naming that UUID
+// (errand's Server.Cancel tries an id as a task first) finds no task
+// there and leaves the meta as it was, so the group still completes.
+func TestMachineryCancelLeavesGroupMeta(t *testing.T) {
+	rdb := servers(t)["Single"]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := redisbackend.NewMachinery(rdb, &redisbackend.MachineryOptions{ResultsExpireIn: time.Minute})
+	g := "errand-mcancel-group-" + rand.Text()
+	defer rdb.Del(ctx, g, g+":errand-done")
+	if err := b.InitGroup(ctx, g, []string{g + "-a"}); err != nil {
+		t.Fatal(err)
+	}
+	before := rdb.Get(ctx, g).Val()
+	res := b.Cancel(ctx, []*driver.TaskState{cancelOf(g)})
+	if len(res) != 1 || res[0].Err != nil || res[0].Written || res[0].Prev != nil {
+		t.Fatalf("Cancel of a group's UUID = %+v; want no task there: not written, no Prev, no error", res)
+	}
+	if after := rdb.Get(ctx, g).Val(); after != before {
+		t.Fatalf("Cancel of a group's UUID changed its meta from %s to %s", before, after)
+	}
+	if done, total, err := b.CompleteGroupMember(ctx, g, g+"-a"); err != nil || done != 1 || total != 1 {
+		t.Fatalf("completing the group after a cancel of its UUID: %d/%d, %v; want 1/1", done, total, err)
+	}
+}

@@ -47,7 +47,9 @@ end
 // mCancel is cancelScript on machinery's state JSON: it writes the
 // cancel (machinery's FAILURE, marked) over the task's state unless it
 // has none or a terminal one (SUCCESS, FAILURE: a cancel is a FAILURE
-// too). Returns {WRITTEN, prev} or {NONE, prev or false}. The written
+// too). Returns {WRITTEN, prev} or {NONE, prev or false}: false also for
+// a key that holds no task state (a group's meta, which machinery keeps
+// at the group's UUID, or any other value), left as it is. The written
 // state keeps prev's TaskName, Attempt (errand's; placed after State) and
 // CreatedAt, spliced in, and its FinishedAt is no earlier than that
 // CreatedAt.
@@ -69,7 +71,9 @@ local head, mid, pre, created, between, finished, tail = ARGV[2], ARGV[3], ARGV[
 local raw = redis.call('GET', task)
 if not raw then return {NONE, false} end
 local ok, p = pcall(cjson.decode, raw)
-if not ok or type(p) ~= 'table' then return {NONE, raw} end
+-- machinery keeps a group's meta at the group's UUID, beside the tasks'
+-- states: a value that is no task state is no task to cancel.
+if not ok or type(p) ~= 'table' or type(p.State) ~= 'string' or p.State == '' then return {NONE, false} end
 if p.State == 'SUCCESS' or p.State == 'FAILURE' then return {NONE, raw} end
 local name = string.match(raw, '^{"TaskUUID":"[^"\\]*","TaskName":("[^"\\]*")')
 if not name then

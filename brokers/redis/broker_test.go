@@ -29,7 +29,7 @@ func harness(rdb goredis.UniversalClient) conformance.BrokerHarness {
 		},
 		Caps: conformance.BrokerCaps{MaxPayload: redisbroker.DefaultMaxPayload, OrderedByETA: true, Priority: true, DetectsLostLease: true, Durable: true, Purge: true, Stats: true,
 			Archive: true, List: true, Queues: true, Pause: true, Heartbeat: true, Find: true, Schedules: true,
-			Unique: true, RateLimit: true, Colocate: true},
+			Unique: true, RateLimit: true, Colocate: true, CancelNotify: true},
 		Timing: conformance.Timing{Lease: 300 * time.Millisecond, Delay: 300 * time.Millisecond, DelayBound: 100 * time.Millisecond},
 		// Foreign bytes go where another program would put them: LPUSH
 		// onto the queue's pending list (keys: scripts.go).

@@ -709,8 +709,12 @@ return ackAll(list, toks, true)
 // (driver.Colocation.Settle): SET ... PX of the state,
 // whether or not the lease is current (as the backend's SetStates before
 // an Ack would), then the ack. A state is not written over its task's
-// CANCELLED (read with one MGET of the batch's states: a cancel is never
-// overwritten, driver.Canceller), and its delivery is acked all the same.
+// CANCELLED (a cancel is never overwritten, driver.Canceller), and its
+// delivery is acked all the same: each state is written with SET ...
+// GET (Redis 6.2, as the fetch's LPOP with a count), whose reply is the
+// state it replaced, and a CANCELLED one is put back at once, in the
+// same script — no reader sees the SUCCESS, and the common case costs
+// no command more than the plain SET did.
 // The state keys follow the queue's keys in KEYS, one per delivery.
 // Returns one SETTLED, LEASE_LOST or CANCELLED (acked, its state not
 // written) per delivery.
@@ -738,16 +742,21 @@ local keep, expiry, prioritized = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] 
 `, luaSettled, luaMany, luaAck, redisconn.LuaCancelled, fmt.Sprintf(`
 local CANCELLED = %d
 `, ackCancelled), `
+local function set(key, v)
+  if expiry > 0 then return redis.pcall('SET', key, v, 'PX', ARGV[2], 'GET') end
+  return redis.pcall('SET', key, v, 'GET')
+end
 local list, toks, refused = {}, {}, {}
-local prev = redis.call('MGET', unpack(states))
 for i, state in ipairs(states) do
   local a = 3 * i
-  if cancelled(prev[i]) then
+  local prev = set(state, ARGV[a + 3])
+  if type(prev) == 'table' and prev.err then
+    -- Not a string (no state of errand's): written over, as a plain SET does.
+    redis.call('DEL', state)
+    set(state, ARGV[a + 3])
+  elseif cancelled(prev) then
+    set(state, prev) -- the cancel stays (its expiry restarts)
     refused[#refused + 1] = i
-  elseif expiry > 0 then
-    redis.call('SET', state, ARGV[a + 3], 'PX', ARGV[2])
-  else
-    redis.call('SET', state, ARGV[a + 3])
   end
   list[i], toks[i] = ARGV[a + 1], ARGV[a + 2]
 end
