@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -64,7 +66,9 @@ func dropKeys(rdb goredis.UniversalClient, prefix string) {
 // TestDashboardInChromium drives the web dashboard in headless Chromium over
 // the Redis broker and backend: the overview shows the seeded queue's
 // counts, the archived task's page shows its failure, and its Requeue
-// button runs it again to SUCCESS. It saves a full-page screenshot of the
+// button runs it again to SUCCESS; a running task's page shows its
+// progress, and its Cancel button on the workers page cancels it
+// (CANCELLED, its ctx cancelled). It saves a full-page screenshot of the
 // overview as dashboard.png in ERRAND_SCREENSHOT_DIR when that is set
 // (docs/images/dashboard.png is one).
 func TestDashboardInChromium(t *testing.T) {
@@ -90,6 +94,24 @@ func TestDashboardInChromium(t *testing.T) {
 		return fmt.Sprintf("invoice-%d.pdf", id), nil
 	})
 	srv.Register("nightly_report", func(day int) (int, error) { return day * 7, nil })
+	// long_export runs until its ctx ends (or the test does): the task the
+	// dashboard cancels while it runs.
+	exportStarted := make(chan struct{}, 1)
+	exportCause := make(chan error, 1)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv.Register("long_export", func(ctx context.Context) error {
+		if err := errand.SetProgress(ctx, map[string]int{"rows": 1200, "of": 5000}); err != nil {
+			return err
+		}
+		exportStarted <- struct{}{}
+		select {
+		case <-ctx.Done():
+			exportCause <- context.Cause(ctx)
+		case <-release:
+		}
+		return ctx.Err()
+	})
 	for _, q := range []string{"emails", "reports"} {
 		w := srv.NewWorker(errand.WorkerConfig{Queues: map[string]int{q: 1}, Concurrency: 4, Heartbeat: 200 * time.Millisecond, PausePoll: 100 * time.Millisecond})
 		w.Start()
@@ -237,6 +259,98 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if _, err := srv.ArchivedTask(ctx, "emails", failed); !errors.Is(err, errand.ErrNotArchived) {
 		t.Errorf("the requeued task is still archived (err %v)", err)
+	}
+
+	// A running task: its page shows the progress it reported. Cancelled
+	// from the workers page: the Cancel button beside it asks for
+	// confirmation (accepted here), the banner says the task was running,
+	// its page says CANCELLED, and its handler's ctx ends with the cause
+	// ErrCancelled.
+	export := errand.NewSignature("long_export")
+	export.RoutingKey = "reports"
+	if _, err := srv.SendTask(ctx, export); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exportStarted:
+	case <-ctx.Done():
+		t.Fatal("long_export did not start")
+	}
+	// The page reloads itself every 2s while the task runs.
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(ts.URL+"/queues/reports/tasks/"+export.UUID),
+		chromedp.WaitVisible(css(`#state[data-state="STARTED"]`)),
+		chromedp.WaitVisible(css(`#progress`)),
+	); err != nil {
+		t.Fatalf("the running task's page in Chromium does not show its progress: %v", err)
+	}
+	progress, err := chromedp.Run(bctx, chromedp.Text(css(`#progress`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress, `"rows": 1200`) {
+		t.Errorf("the running task's page shows the progress %q, want the one it reported (rows 1200 of 5000)", progress)
+	}
+	// Accept the confirmation Cancel asks for, keeping what it said.
+	dctx, stopDialogs := context.WithCancel(bctx)
+	defer stopDialogs()
+	dialogs := chromedp.Events(dctx, page.JavascriptDialogOpening)
+	confirmed := make(chan string, 1)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			select {
+			case confirmed <- ev.Message:
+			default:
+			}
+			// Answered from another goroutine than the one reading events.
+			go chromedp.Do(dctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+				return err
+			}))
+		}
+	}()
+	running := `[data-running="` + export.UUID + `"] `
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(ts.URL+"/workers"),
+		chromedp.WaitVisible(css(running+`button`)),
+		chromedp.Click(css(running+`button`)),
+		chromedp.WaitVisible(css(`.flash`)),
+	); err != nil {
+		t.Fatalf("clicking Cancel beside the running task on the workers page in Chromium: %v", err)
+	}
+	if flash, err = chromedp.Run(bctx, chromedp.Text(css(`.flash`))); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(flash, "Cancelled: the task was running") {
+		t.Errorf("after Cancel on the workers page the banner says %q, want it to say the running task was cancelled", flash)
+	}
+	select {
+	case msg := <-confirmed:
+		if !strings.Contains(msg, export.UUID) {
+			t.Errorf("Cancel must ask for confirmation naming the task; the dialog said %q", msg)
+		}
+	default:
+		t.Error("Cancel on the workers page asked for no confirmation")
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(ts.URL+"/queues/reports/tasks/"+export.UUID),
+		chromedp.WaitVisible(css(`#state[data-state="CANCELLED"]`)),
+	); err != nil {
+		t.Fatalf("the cancelled task's page in Chromium does not say CANCELLED: %v", err)
+	}
+	select {
+	case cause := <-exportCause:
+		if !errors.Is(cause, errand.ErrCancelled) {
+			t.Errorf("the cancelled task's ctx ended with cause %v, want ErrCancelled", cause)
+		}
+	case <-ctx.Done():
+		t.Fatal("the cancelled task's ctx did not end: its worker did not learn of the cancel")
+	}
+	if st, err := srv.Result(export.UUID).State(ctx); err != nil || st.State != errand.StateCancelled {
+		t.Errorf("the cancelled task's recorded state: %+v, %v; want CANCELLED", st, err)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/errand-go/errand"
 )
 
 // The actions, each a POST form. protect has already checked
@@ -107,6 +109,47 @@ func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
 	seeOther(w, r, withDone("queues/"+pathEscape(queue)+"/archived", "deleted", n))
 }
 
+// cancelTask cancels the task the path names (errand.AsyncResult.Cancel:
+// a task's UUID only, never a group's) and sends the browser back where
+// the form says (back=workers, back=<list>, else the task's page), the
+// outcome in ?done=.
+func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request) {
+	queue, id := r.PathValue("queue"), r.PathValue("id")
+	ctx, cancel := d.call(r)
+	defer cancel()
+	if !d.knownQueue(ctx, w, r, queue) {
+		return
+	}
+	taskPage := "queues/" + pathEscape(queue) + "/tasks/" + pathEscape(id)
+	rep, err := d.srv.Result(id).Cancel(ctx)
+	if err != nil {
+		d.failWith(w, r, err, taskPage, "task "+id)
+		return
+	}
+	var done string
+	switch rep.Outcome {
+	case errand.CancelQueued:
+		done = "cancelled"
+	case errand.CancelRunning:
+		done = "cancelled-running"
+	case errand.CancelFinished:
+		done = "already-finished"
+	default:
+		d.fail(w, r, http.StatusNotFound, "Task not found",
+			"The result backend has no record of this task (the ID is wrong, or its record has expired), so there is nothing to cancel.", nil)
+		return
+	}
+	d.log.Info("web: cancel", "queue", queue, "task", id, "outcome", string(rep.Outcome))
+	next := taskPage
+	switch b := r.PostFormValue("back"); b {
+	case "workers":
+		next = "workers"
+	case "pending", "scheduled", "retrying", "inflight":
+		next = "queues/" + pathEscape(queue) + "/" + b
+	}
+	seeOther(w, r, withDone(next, done, -1))
+}
+
 func (d *Dashboard) requeueAll(w http.ResponseWriter, r *http.Request) {
 	d.onArchive(w, r, d.srv.RequeueAll, "requeued all archived tasks", "requeued")
 }
@@ -157,6 +200,12 @@ func flash(r *http.Request) string {
 		return count("Requeued: the task is pending again, as a fresh attempt.", "Requeued", "task")
 	case "deleted":
 		return count("Deleted from the archive.", "Deleted", "archived task")
+	case "cancelled":
+		return "Cancelled: the task never starts (a worker that takes it acks it without running it)."
+	case "cancelled-running":
+		return "Cancelled: the task was running; its worker cancels it and records nothing more."
+	case "already-finished":
+		return "Nothing to cancel: the task had already finished, and its state is unchanged."
 	}
 	return ""
 }

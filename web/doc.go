@@ -1,7 +1,7 @@
 // Package web is errand's dashboard: an http.Handler that shows a server's
 // queues, their tasks by state, one task's detail and the live workers, and
-// lets an operator requeue archived tasks, delete them, and pause and resume
-// queues. It uses the standard library only; its pages are rendered on the
+// lets an operator requeue archived tasks, delete them, cancel tasks, and
+// pause and resume queues. It uses the standard library only; its pages are rendered on the
 // server (html/template, charts as inline SVG) and work without JavaScript.
 //
 //	srv, _ := errand.NewServer(errand.Config{Broker: b, Backend: be})
@@ -27,8 +27,9 @@
 //     list (pending, scheduled, retrying, inflight, archived, completed), a
 //     page at a time (?page=N).
 //   - /queues/{queue}/tasks/{id} — one task: arguments, results, error,
-//     attempts and a timeline of its states.
-//   - /workers — the live workers, from their heartbeats.
+//     attempts, the progress it last reported and a timeline of its states.
+//   - /workers — the live workers, from their heartbeats, with the tasks
+//     they run.
 //   - /api/queues and /api/workers — the same as JSON.
 //
 // What the dashboard shows needs the broker's optional capabilities
@@ -38,7 +39,8 @@
 // # Actions and their protection
 //
 // Requeue (one archived task, or all of a queue's), delete archived tasks,
-// pause and resume are POST forms. Every POST must pass
+// cancel a task not finished (errand.AsyncResult.Cancel: from its page, a
+// list's row or the workers page), pause and resume are POST forms. Every POST must pass
 // [net/http.CrossOriginProtection] (the browser's Sec-Fetch-Site header, or
 // Origin against Host) and a same-origin check of Origin and Referer when
 // the browser sends them, so another site cannot make an operator's browser

@@ -94,8 +94,12 @@ type queueData struct {
 	Prev     int // 0: none
 	Next     int // 0: none
 	Archived bool
-	ListErr  string
-	AtLabel  string
+	// Cancellable: the list's tasks may not have finished (pending,
+	// scheduled, retrying, in flight), so a row whose state is not
+	// terminal offers Cancel.
+	Cancellable bool
+	ListErr     string
+	AtLabel     string
 }
 
 var listLabels = map[errand.ListState]string{
@@ -141,7 +145,8 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	row := d.row(ctx, qi, d.latestRates())
-	data := queueData{Queue: row, List: l, Page: page, Archived: l == errand.ListArchived, AtLabel: atLabels[l]}
+	data := queueData{Queue: row, List: l, Page: page, Archived: l == errand.ListArchived, AtLabel: atLabels[l],
+		Cancellable: l != errand.ListArchived && l != errand.ListCompleted}
 	for _, ls := range errand.ListStates() {
 		tab := listTab{List: ls, Label: listLabels[ls], Active: ls == l}
 		switch ls {
@@ -195,6 +200,9 @@ type taskData struct {
 	Timeline []event
 	Body     string
 	Terminal bool
+	// Progress is what the task last reported (errand.SetProgress),
+	// indented JSON; "" when none.
+	Progress string
 	// Sig is what the server's keys make of the message's signature
 	// (signatureCheck); SigNote says more.
 	Sig, SigNote string
@@ -286,7 +294,10 @@ func describe(t errand.QueuedTask) taskData {
 	}
 	if st := t.State; st != nil {
 		data.State = string(st.State)
-		data.Terminal = st.State == errand.StateSuccess || st.State == errand.StateFailure
+		data.Terminal = st.State.Terminal()
+		if len(st.Progress) > 0 {
+			data.Progress = pretty(st.Progress)
+		}
 		if data.Name == "" {
 			data.Name = st.TaskName
 		}
@@ -301,7 +312,11 @@ func describe(t errand.QueuedTask) taskData {
 			data.Timeline = append(data.Timeline, event{At: st.StartedAt, What: "started", Note: "attempt " + strconv.Itoa(max(st.Attempt, 1))})
 		}
 		if !st.FinishedAt.IsZero() {
-			data.Timeline = append(data.Timeline, event{At: st.FinishedAt, What: "finished", Note: string(st.State)})
+			what := "finished"
+			if st.State == errand.StateCancelled {
+				what = "cancelled"
+			}
+			data.Timeline = append(data.Timeline, event{At: st.FinishedAt, What: what, Note: string(st.State)})
 		}
 	}
 	switch t.List {
@@ -362,7 +377,7 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "workers", view{
-		Title: "Workers", Nav: "workers", Refresh: 5, Data: workersData{Workers: ws, Now: time.Now()},
+		Title: "Workers", Nav: "workers", Flash: flash(r), Refresh: 5, Data: workersData{Workers: ws, Now: time.Now()},
 	})
 }
 

@@ -59,6 +59,26 @@ var funcs = template.FuncMap{
 		}
 		return strings.ToValidUTF8(s[:n], "") + "…"
 	},
+	// progress is a task's last reported progress as compact JSON, ""
+	// when none.
+	"progress": func(st *errand.TaskState) string {
+		if st == nil || len(st.Progress) == 0 {
+			return ""
+		}
+		var buf bytes.Buffer
+		if json.Compact(&buf, st.Progress) != nil {
+			return string(st.Progress)
+		}
+		return buf.String()
+	},
+	// cancellable reports whether a task's recorded state lets the
+	// dashboard offer to cancel it: recorded, and not finished.
+	"cancellable": func(st *errand.TaskState) bool { return st != nil && !st.State.Terminal() },
+	// running reports whether a task's recorded state says a worker has
+	// it (RECEIVED, STARTED).
+	"running": func(st *errand.TaskState) bool {
+		return st != nil && (st.State == errand.StateReceived || st.State == errand.StateStarted)
+	},
 	"add":   func(a, b int) int { return a + b },
 	"lower": strings.ToLower,
 	"join":  strings.Join,

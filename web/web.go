@@ -16,7 +16,7 @@ import (
 // Options configures a Dashboard. The zero value is a dashboard with
 // actions, no authentication, and defaults for the rest.
 type Options struct {
-	// ReadOnly hides the actions (requeue, delete, pause, resume) and
+	// ReadOnly hides the actions (requeue, delete, cancel, pause, resume) and
 	// refuses every POST with 403 Forbidden. Default: false.
 	ReadOnly bool
 
@@ -169,6 +169,7 @@ func (d *Dashboard) routes() http.Handler {
 	mux.HandleFunc("POST /queues/{queue}/delete-all", d.deleteAll)
 	mux.HandleFunc("POST /queues/{queue}/tasks/{id}/requeue", d.requeue)
 	mux.HandleFunc("POST /queues/{queue}/tasks/{id}/delete", d.deleteTask)
+	mux.HandleFunc("POST /queues/{queue}/tasks/{id}/cancel", d.cancelTask)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "Page not found", "There is no page at this address.", nil)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -172,6 +173,11 @@ func (c *cli) printTasks(l errand.ListState, ts []errand.QueuedTask) {
 	if l == errand.ListArchived {
 		head += "\tREASON\tERROR"
 	}
+	// PROGRESS follows STATE when a task of the page reported progress.
+	progress := slices.ContainsFunc(ts, func(t errand.QueuedTask) bool { return t.State != nil && len(t.State.Progress) > 0 })
+	if progress {
+		head = strings.Replace(head, "STATE", "STATE\tPROGRESS", 1)
+	}
 	signed := slices.ContainsFunc(ts, func(t errand.QueuedTask) bool { return t.SigningKey != "" || t.SignatureError != "" })
 	if signed {
 		head += "\tSIGNATURE"
@@ -184,6 +190,16 @@ func (c *cli) printTasks(l errand.ListState, ts []errand.QueuedTask) {
 		if v.Attempt == 0 {
 			row[3] = "-"
 		}
+		if progress {
+			row = append(row, clip(orDash(progressText(t.State)), 30))
+		}
+		if at != "" {
+			row = append(row, timeText(t.At))
+		}
+		if a := t.Archive; a != nil {
+			row[3] = strconv.Itoa(a.Attempts)
+			row = append(row, orDash(a.Reason), clip(oneLineText(a.Error), 60))
+		}
 		if signed {
 			mark := signatureMark(t)
 			switch mark {
@@ -193,13 +209,6 @@ func (c *cli) printTasks(l errand.ListState, ts []errand.QueuedTask) {
 				unverified++
 			}
 			row = append(row, mark)
-		}
-		if at != "" {
-			row = append(row, timeText(t.At))
-		}
-		if a := t.Archive; a != nil {
-			row[3] = strconv.Itoa(a.Attempts)
-			row = append(row, orDash(a.Reason), clip(oneLineText(a.Error), 60))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -287,7 +296,10 @@ func (c *cli) printTask(t errand.QueuedTask) {
 		line("error", "%s", oneLineText(a.Error))
 	}
 	if st := t.State; st != nil {
-		line("state", "%s", st.State)
+		line("state", "%s%s", st.State, cancelledNote(t))
+		if p := progressText(st); p != "" {
+			line("progress", "%s", p)
+		}
 		if st.Error != "" && (t.Archive == nil || st.Error != t.Archive.Error) {
 			line("state error", "%s", oneLineText(st.Error))
 		}
@@ -332,6 +344,34 @@ func (c *cli) printWorkers(ws []errand.WorkerInfo) {
 		}
 	}
 	tw.Flush()
+}
+
+// progressText is the progress st's task last reported (errand.SetProgress),
+// as compact JSON; "" when it reported none.
+func progressText(st *errand.TaskState) string {
+	if st == nil || len(st.Progress) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, st.Progress); err != nil {
+		return oneLineText(string(st.Progress))
+	}
+	return buf.String()
+}
+
+// cancelledNote says, after the state CANCELLED of a task a list of its
+// queue still holds, what becomes of its message; "" otherwise.
+func cancelledNote(t errand.QueuedTask) string {
+	if t.State == nil || t.State.State != errand.StateCancelled {
+		return ""
+	}
+	switch t.List {
+	case errand.ListPending, errand.ListScheduled, errand.ListRetrying:
+		return " (a worker that takes its message acks it without running it)"
+	case errand.ListInFlight:
+		return " (its worker cancels its ctx and records nothing more)"
+	}
+	return ""
 }
 
 func stateText(t errand.QueuedTask) string {

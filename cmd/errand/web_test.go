@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/errand-go/errand"
 )
 
 // errand web, run in-process (run, with its ctx cancelled as SIGINT does)
@@ -181,7 +183,7 @@ func testWeb(t *testing.T, d *deployment) {
 	for range 2 {
 		d.send("add", 0, 1, 2)
 	}
-	d.send("add", time.Hour, 3, 4)
+	scheduled := d.send("add", time.Hour, 3, 4)
 	w := startWeb(t, d, nil)
 	if !strings.Contains(w.line, "actions enabled") || !strings.Contains(w.line, "no authentication") || !strings.Contains(w.line, "/metrics") {
 		t.Errorf("the first line must say actions are enabled, there is no authentication and /metrics is served: %q", w.line)
@@ -218,6 +220,14 @@ func testWeb(t *testing.T, d *deployment) {
 	if !strings.Contains(body, `messaging_destination_name="`+later+`"`) {
 		t.Errorf("/metrics must list queue %s, created after errand web started: the queues are listed at each scrape; it serves:\n%s", later, grepLines(body, "errand_queue_depth"))
 	}
+
+	// Cancel the scheduled task from the dashboard: the browser lands on
+	// its page, which says CANCELLED, as the backend does.
+	code, body = w.do("POST", "/queues/"+d.queue+"/tasks/"+scheduled+"/cancel", "")
+	if code != http.StatusOK || !strings.Contains(body, `data-state="CANCELLED"`) || !strings.Contains(body, "Cancelled: the task never starts") {
+		t.Errorf("POST cancel of the scheduled task: want its page (200) saying CANCELLED, got %d:\n%s", code, body)
+	}
+	d.state(scheduled, errand.StateCancelled)
 	w.stop()
 }
 
