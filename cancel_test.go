@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/errand-go/errand"
@@ -340,4 +341,91 @@ func TestCancelFreesUniqueKey(t *testing.T) {
 	if _, err := r.Get(ctx); !errors.Is(err, errand.ErrCancelled) {
 		t.Fatalf("the cancelled task: Get = %v; want ErrCancelled", err)
 	}
+}
+
+// downBackend is a backend whose reads fail while it is down (a server
+// unreachable): it counts the GetState calls made then.
+type downBackend struct {
+	errand.Backend
+	down      atomic.Bool
+	downReads atomic.Int32
+}
+
+func (b *downBackend) GetState(ctx context.Context, id string) (*errand.TaskState, error) {
+	if b.down.Load() {
+		b.downReads.Add(1)
+		return nil, errors.New("test backend: connection refused")
+	}
+	return b.Backend.GetState(ctx, id)
+}
+
+// TestCancelChecksBackOffInBackendOutage: while the backend's reads fail,
+// the state checks at lease extensions back off together instead of each
+// running task reading once per ExtendEvery into the outage (on Redis,
+// those failed dials made go-redis fail the producer's calls after the
+// server was back: backends/redis TestServerRestart); once the backend
+// answers, a cancel still reaches every running task, within the
+// backoff's bound (8×ExtendEvery) and a tick. Fake time (testing/synctest).
+func TestCancelChecksBackOffInBackendOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tasks, every, outage = 4, time.Second, 60 * time.Second
+		br := memorybroker.New(nil)
+		be := &downBackend{Backend: memorybackend.New(nil)}
+		srv, err := errand.NewServer(errand.Config{Broker: quietBroker{br}, Backend: be})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		running, causes := make(chan struct{}, tasks), make(chan error, tasks)
+		srv.Register("hold", func(ctx context.Context) error {
+			running <- struct{}{}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		})
+		w := srv.NewWorker(errand.WorkerConfig{Concurrency: tasks, Lease: 3 * every, ExtendEvery: every})
+		w.Start()
+		ctx := context.Background()
+		var ids []string
+		for range tasks {
+			r, err := srv.SendTask(ctx, errand.NewSignature("hold"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.Signature.UUID)
+		}
+		for range tasks {
+			<-running
+		}
+
+		be.down.Store(true)
+		time.Sleep(outage)
+		be.down.Store(false)
+		// Every task renewed 60 times: without the backoff, 240 reads.
+		// With it: the first round (at most one per task), then one probe
+		// after each backoff (1, 2 and 4 ExtendEvery, then 8 each time).
+		if n, most := be.downReads.Load(), int32(tasks+outage/(8*every)+4); n > most {
+			t.Errorf("cancel-check promise broken: %d running tasks read their state %d times in an outage of %v with ExtendEvery %v; want at most %d (the checks back off together while reads fail)", tasks, n, outage, every, most)
+		}
+
+		for _, id := range ids {
+			if rep, err := srv.Cancel(ctx, id); err != nil || rep.Outcome != errand.CancelRunning {
+				t.Fatalf("Cancel of a running task = %+v, %v; want running", rep, err)
+			}
+		}
+		bound := time.After(8*every + 2*every)
+		for range tasks {
+			select {
+			case cause := <-causes:
+				if !errors.Is(cause, errand.ErrCancelled) {
+					t.Fatalf("a task's ctx ended with cause %v; want one satisfying errors.Is(cause, ErrCancelled)", cause)
+				}
+			case <-bound:
+				t.Fatalf("cancel-check promise broken: after the backend came back, a cancelled running task was not cancelled within %v (the backoff's bound, 8×ExtendEvery, and a tick)", 10*every)
+			}
+		}
+		if err := w.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -2,8 +2,10 @@ package errand
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/errand-go/errand/internal/portable"
 )
@@ -21,7 +23,10 @@ import (
 //     delivery reads its task's state there (delivery.Renewed). No
 //     goroutine and no timer of its own: the check rides the renewal
 //     that already runs every ExtendEvery, so a cancel reaches a running
-//     task within ExtendEvery (plus one state read) on any broker;
+//     task within ExtendEvery (plus one state read) on any broker. While
+//     those reads fail (the backend unreachable), the worker's checks
+//     back off together (checkPace): a cancel then reaches a running task
+//     within 8×ExtendEvery of the backend's return at most;
 //   - before it runs, from the state its start reads (a Starter refuses
 //     a terminal state; resume sees CANCELLED).
 //
@@ -35,6 +40,7 @@ type cancelParams struct {
 	// Shutdown is done or the settle grace is over).
 	calls  context.Context
 	report func(err error, msg string, attrs ...any)
+	every  time.Duration // WorkerConfig.ExtendEvery: the checks' pace
 }
 
 // cancelWatch holds the deliveries of a worker that a cancel notice can
@@ -48,10 +54,11 @@ type cancelWatch struct {
 	held  map[string][]*delivery // decoded deliveries in hand, by task UUID
 	wg    sync.WaitGroup
 	ready chan struct{} // closed once ListenCancel returned (or there is nothing to listen to)
+	pace  checkPace     // the state reads at lease renewals (Renewed)
 }
 
 func newCancelWatch(p cancelParams) *cancelWatch {
-	return &cancelWatch{cancelParams: p, held: map[string][]*delivery{}, ready: make(chan struct{})}
+	return &cancelWatch{cancelParams: p, held: map[string][]*delivery{}, ready: make(chan struct{}), pace: checkPace{every: p.every}}
 }
 
 // start begins listening for notices, in the background, on a broker
@@ -193,16 +200,86 @@ func (m *cancelMark) err() error {
 
 // Renewed is told of each successful renewal of the delivery's lease
 // while its task runs (lease.Extension.OnRenew): it renews the task's
-// concurrency slots (concurrency.go), then reads the task's state and
-// cancels the task when it is CANCELLED. A failed read is left to the
-// next renewal.
+// concurrency slots (concurrency.go), then, unless the worker's checks
+// are backing off (checkPace), reads the task's state and cancels the
+// task when it is CANCELLED. A failed read is left to a later renewal.
 func (dv *delivery) Renewed(ctx context.Context) {
 	dv.renewSlots(ctx)
 	if dv.cancel.err() != nil {
 		return
 	}
+	pace := &dv.w.cancels.pace
+	began := time.Now()
+	if !pace.begin(began) {
+		return
+	}
 	st, err := dv.w.srv.backend.GetState(ctx, dv.sig.UUID)
+	pace.end(began, time.Now(), err)
 	if err == nil && st.State == StateCancelled {
 		dv.cancel.set(cancelCause(dv.sig, "its state at a lease extension"))
 	}
+}
+
+// maxCheckBackoff bounds checkPace's backoff, in ExtendEvery.
+const maxCheckBackoff = 8
+
+// checkPace paces a worker's state reads at lease renewals (Renewed)
+// while they fail. In an outage of the backend every running task would
+// otherwise read once per ExtendEvery into it: with N tasks, N failed
+// calls per ExtendEvery, which find no cancel (Server.Cancel cannot
+// record one either) and cost the clients that count failures: go-redis,
+// once PoolSize dials have failed, fails every call of the client (the
+// producer's result waits on a shared one among them) until a background
+// dial succeeds, up to a second after the server is back. So a failed
+// read makes every renewal of the worker skip its read for a backoff
+// (ExtendEvery, doubling with each failure in a row up to
+// maxCheckBackoff×ExtendEvery); then one renewal reads (a probe, the
+// others still skip) and its success ends the backoff. The reads already
+// under way when one fails count as that one failure. An ErrTaskNotFound
+// is an answer, not a failure. A pure policy of its inputs: the caller
+// passes the clock.
+type checkPace struct {
+	every    time.Duration
+	mu       sync.Mutex
+	fails    int       // failures in a row; 0: reads go ahead
+	failedAt time.Time // when the last one was counted
+	next     time.Time // while failing, no read before it
+	probing  bool      // while failing, a read is under way
+}
+
+// begin reports whether a check may read now; one that may calls end.
+func (p *checkPace) begin(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.fails == 0:
+		return true
+	case p.probing || now.Before(p.next):
+		return false
+	}
+	p.probing = true
+	return true
+}
+
+// end records how a read begun at began ended, at now.
+func (p *checkPace) end(began, now time.Time, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err == nil || errors.Is(err, ErrTaskNotFound):
+		p.fails, p.probing = 0, false
+	case p.fails > 0 && !began.After(p.failedAt):
+		// Under way when a failure was counted: part of that one.
+	default:
+		p.fails++
+		p.failedAt, p.probing = now, false
+		p.next = now.Add(checkBackoff(p.every, p.fails))
+	}
+}
+
+// checkBackoff is how long the checks skip their reads after the fails-th
+// failure in a row: every, doubling with each, at most
+// maxCheckBackoff×every.
+func checkBackoff(every time.Duration, fails int) time.Duration {
+	return every * time.Duration(min(1<<min(fails-1, 16), maxCheckBackoff))
 }

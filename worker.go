@@ -82,7 +82,9 @@ type WorkerConfig struct {
 	// Once the broker answers ErrLeaseLost, extending stops and the loss is
 	// reported once. After each extension of a running task the worker
 	// reads its state: a task cancelled (Server.Cancel) has its ctx
-	// cancelled then, on a broker that sends no cancel notices.
+	// cancelled then, on a broker that sends no cancel notices. While
+	// those reads fail, the worker's reads back off together (from
+	// ExtendEvery, doubling up to 8×ExtendEvery; docs/task-control.md).
 	ExtendEvery time.Duration
 	// TaskTimeout bounds one attempt of every task without its own
 	// Signature.Timeout: the task's ctx is cancelled after it. Default: none.
@@ -377,7 +379,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 
 	w.lease = lease.New(lease.Params{Broker: s.broker, Lease: cfg.Lease, Every: cfg.ExtendEvery, Bound: cfg.CallTimeout,
 		Calls: w.callCtx, Report: w.report})
-	w.cancels = newCancelWatch(cancelParams{broker: s.broker, calls: w.callCtx, report: w.report})
+	w.cancels = newCancelWatch(cancelParams{broker: s.broker, calls: w.callCtx, report: w.report, every: cfg.ExtendEvery})
 	if p := s.broker.Can.Pauser; p != nil && cfg.PausePoll > 0 {
 		w.poller = newPausePoller(pauseParams{broker: s.broker, pauser: p, queues: w.queues.list, every: cfg.PausePoll,
 			fetch: w.fetchCtx, call: w.call, report: w.report, log: log, changed: func(q *workerQueue) { kick(q.kick) }})
