@@ -14,10 +14,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,6 +40,10 @@ import (
 // queue {p}:*, and the backend's task states p:task:*.
 func aclKeys(p string) []string { return []string{"~{" + p + ":*", "~{" + p + "}:*", "~" + p + ":*"} }
 
+// aclChannels are the Pub/Sub channels of the narrowest user for prefix
+// p: the broker's cancel notices, p:cancel.
+func aclChannels(p string) []string { return []string{"&" + p + ":cancel"} }
+
 // aclCluster are the commands a Redis Cluster client sends besides: the
 // slot map, and the commands' key positions.
 var aclCluster = []string{"+cluster|slots", "+command"}
@@ -45,8 +52,8 @@ var aclCluster = []string{"+cluster|slots", "+command"}
 // users"): what the broker, the backend and the scheduler send, and what
 // their scripts call.
 var aclCommands = []string{
-	// connecting, scripts, transactions
-	"+hello", "+ping", "+evalsha", "+eval", "+multi", "+exec",
+	// connecting, scripts, transactions, cancel notices
+	"+hello", "+ping", "+evalsha", "+eval", "+multi", "+exec", "+subscribe", "+publish",
 	// keys, strings
 	"+del", "+exists", "+type", "+pexpire", "+pttl", "+scan", "+time",
 	"+get", "+set", "+mget", "+incr", "+incrby",
@@ -62,7 +69,7 @@ var aclCommands = []string{
 }
 
 // aclCategories is the documented alternative by categories.
-var aclCategories = []string{"+@read", "+@write", "+@scripting", "+@transaction", "+@connection", "+time", "-@dangerous"}
+var aclCategories = []string{"+@read", "+@write", "+@scripting", "+@transaction", "+@connection", "+time", "-@dangerous", "+subscribe", "+publish"}
 
 // aclRedis starts a private redis-server whose default user is an admin
 // (the test's own client, which creates the users under test) and returns
@@ -133,8 +140,8 @@ func TestRedisACLNarrowestUser(t *testing.T) {
 		name  string
 		rules []string
 	}{
-		{"commands", append(append([]string{"resetchannels", "-@all"}, aclKeys("app1")...), aclCommands...)},
-		{"categories", append(append([]string{"resetchannels", "-@all"}, aclKeys("app1")...), aclCategories...)},
+		{"commands", slices.Concat([]string{"resetchannels", "-@all"}, aclKeys("app1"), aclChannels("app1"), aclCommands)},
+		{"categories", slices.Concat([]string{"resetchannels", "-@all"}, aclKeys("app1"), aclChannels("app1"), aclCategories)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -176,7 +183,7 @@ func TestRedisACLNarrowestUserCluster(t *testing.T) {
 	}
 	id := rand.Text()[:8]
 	user, prefix := "errand-acl-"+id, "acl-"+id
-	rules := append(append(append([]string{"resetchannels", "-@all"}, aclKeys(prefix)...), aclCommands...), aclCluster...)
+	rules := slices.Concat([]string{"resetchannels", "-@all"}, aclKeys(prefix), aclChannels(prefix), aclCommands, aclCluster)
 	each := func(ctx context.Context, args ...any) error {
 		return admin.ForEachShard(ctx, func(ctx context.Context, node *goredis.Client) error { return node.Do(ctx, args...).Err() })
 	}
@@ -215,8 +222,10 @@ func TestRedisACLNarrowestUserCluster(t *testing.T) {
 }
 
 // runAsACLUser sends and runs a task, a chain, a group, a chord, a unique
-// task, a rate-limited task, a task that fails for good (archived) and a
-// schedule's tick on srv, and makes the operator's calls.
+// task, a rate-limited task, a task under a concurrency limit, a task that
+// fails for good (archived) and a schedule's tick on srv, cancels a
+// scheduled task and a running one (its worker hears the broker's notice:
+// no error reported), and makes the operator's calls.
 func runAsACLUser(ctx context.Context, t *testing.T, srv *errand.Server) {
 	t.Helper()
 	add := func(a, b int) (int, error) { return a + b, nil }
@@ -248,7 +257,20 @@ func runAsACLUser(ctx context.Context, t *testing.T, srv *errand.Server) {
 	if err := srv.Register("limited", add, errand.WithRateLimit(100, 10)); err != nil {
 		t.Fatal(err)
 	}
-	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4})
+	if err := srv.Register("capped", add, errand.WithConcurrencyLimit(1)); err != nil {
+		t.Fatal(err)
+	}
+	holding, causes := make(chan struct{}, 1), make(chan error, 1)
+	if err := srv.Register("hold", func(ctx context.Context) error {
+		holding <- struct{}{}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var reported atomic.Value // the first error the worker reported
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 4, ErrorHandler: func(err error) { reported.CompareAndSwap(nil, err) }})
 	w.Start()
 	defer w.Shutdown(context.Background())
 
@@ -320,6 +342,41 @@ func runAsACLUser(ctx context.Context, t *testing.T, srv *errand.Server) {
 		t.Fatalf("ACL promise broken: a rate-limited task as the narrow user: %v", err)
 	}
 	get("a rate-limited task", r, 10)
+	r, err = srv.SendTask(ctx, errand.NewSignature("capped", 6, 6))
+	if err != nil {
+		t.Fatalf("ACL promise broken: a task under a concurrency limit as the narrow user: %v", err)
+	}
+	get("a task under a concurrency limit", r, 12)
+
+	// Cancels: a scheduled task, then a running one, whose ctx ends on the
+	// broker's notice.
+	later := errand.NewSignature("add", 1, 1)
+	eta := time.Now().Add(time.Hour)
+	later.ETA = &eta
+	if r, err = srv.SendTask(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.Cancel(ctx); err != nil || rep.Outcome != errand.CancelQueued {
+		t.Fatalf("ACL promise broken: cancelling a scheduled task as the narrow user: %+v, %v; want queued", rep, err)
+	}
+	if r, err = srv.SendTask(ctx, errand.NewSignature("hold")); err != nil {
+		t.Fatal(err)
+	}
+	<-holding
+	if rep, err := r.Cancel(ctx); err != nil || rep.Outcome != errand.CancelRunning {
+		t.Fatalf("ACL promise broken: cancelling a running task as the narrow user: %+v, %v; want running", rep, err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, errand.ErrCancelled) {
+			t.Fatalf("the cancelled task's ctx ended with %v; want ErrCancelled", cause)
+		}
+	case <-ctx.Done():
+		t.Fatal("ACL promise broken: a running task cancelled as the narrow user never had its ctx cancelled")
+	}
+	if err, _ := reported.Load().(error); err != nil {
+		t.Fatalf("ACL promise broken: the worker of the narrow user reported %v", err)
+	}
 	r, err = srv.SendTask(ctx, errand.NewSignature("fail"))
 	if err != nil {
 		t.Fatalf("ACL promise broken: SendTask as the narrow user: %v", err)
@@ -428,5 +485,114 @@ func TestRedisACLNoPermNamesTheKey(t *testing.T) {
 	defer broker.Close()
 	if _, err := broker.Fetch(ctx, "tasks", 1, time.Second); err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "{app1:tasks}:pending") {
 		t.Errorf("ACL promise broken: Fetch as a user who may not touch the queue's keys: %v; want Redis's NOPERM and the keys' names", err)
+	}
+}
+
+// warnings records the messages of the warnings logged to it.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnings) WithGroup(string) slog.Handler            { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.mu.Lock()
+		w.msgs = append(w.msgs, r.Message)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// matching returns the warnings whose message contains s.
+func (w *warnings) matching(s string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, m := range w.msgs {
+		if strings.Contains(m, s) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestRedisACLWithoutCancelChannel: a user with errand's keys and
+// commands but no Pub/Sub channel (an ACL written before the cancel
+// notices, or a provider that forbids Pub/Sub) loses only the notices: its
+// worker starts and runs tasks, logging one warning that it hears none;
+// Server.Cancel records the cancel and answers it (running, a nil error),
+// logging that the workers were not notified; the running task's ctx is
+// cancelled at its next lease extension instead.
+func TestRedisACLWithoutCancelChannel(t *testing.T) {
+	t.Parallel()
+	admin := aclRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	raw := aclUser(ctx, t, admin, "no-channels", slices.Concat([]string{"resetchannels", "-@all"}, aclKeys("app1"), aclCommands)...)
+	broker, err := errand.OpenBroker(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := errand.OpenBackend(ctx, raw)
+	if err != nil {
+		broker.Close()
+		t.Fatal(err)
+	}
+	srvLog, workerLog := &warnings{}, &warnings{}
+	srv, err := errand.NewServer(errand.Config{Broker: broker, Backend: backend, DefaultQueue: "tasks", Logger: slog.New(srvLog)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	holding, causes := make(chan struct{}, 1), make(chan error, 1)
+	srv.Register("add", func(a, b int) (int, error) { return a + b, nil })
+	srv.Register("hold", func(ctx context.Context) error {
+		holding <- struct{}{}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	w := srv.NewWorker(errand.WorkerConfig{Concurrency: 2, Lease: 300 * time.Millisecond, ExtendEvery: 50 * time.Millisecond, Logger: slog.New(workerLog)})
+	w.Start()
+	defer w.Shutdown(context.Background())
+
+	r, err := srv.SendTask(ctx, errand.NewSignature("add", 1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := r.GetInto(ctx, &got); err != nil || got != 3 {
+		t.Fatalf("a worker whose broker refuses its cancel channel must still run tasks: %d, %v; want 3", got, err)
+	}
+	if r, err = srv.SendTask(ctx, errand.NewSignature("hold")); err != nil {
+		t.Fatal(err)
+	}
+	<-holding
+	rep, err := r.Cancel(ctx)
+	if err != nil || rep.Outcome != errand.CancelRunning {
+		t.Fatalf("cancel promise broken: Cancel of a running task whose notice the broker refused = %+v, %v; want running and a nil error (the cancel is recorded)", rep, err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, errand.ErrCancelled) {
+			t.Fatalf("the cancelled task's ctx ended with %v; want ErrCancelled", cause)
+		}
+	case <-ctx.Done():
+		t.Fatal("cancel promise broken: without notices, a running task's ctx must be cancelled at its next lease extension; it never was")
+	}
+	if st, err := r.State(ctx); err != nil || st.State != errand.StateCancelled {
+		t.Fatalf("the cancelled task's state: %+v, %v; want CANCELLED", st, err)
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws := workerLog.matching("cancel notices"); len(ws) != 1 {
+		t.Errorf("a worker that cannot listen for cancel notices must log one warning saying so; it logged %d: %q", len(ws), ws)
+	}
+	if ws := srvLog.matching("not notified"); len(ws) != 1 {
+		t.Errorf("a Cancel whose notice the broker refused must log one warning saying the workers were not notified; the server logged %d: %q", len(ws), ws)
 	}
 }

@@ -196,6 +196,13 @@
 // stored: one sent while a listener is away is lost, and the worker
 // finds the cancel in the backend at the next extension.
 //
+// A Redis ACL user needs the channel and its two commands:
+// &PREFIX:cancel +subscribe +publish (docs/redis.md, "The narrowest ACL
+// user"). Refused them (NOPERM), only the notices are lost: ListenCancel
+// and NotifyCancel return the error, the worker logs once that it hears
+// no notices, Server.Cancel still records and reports the cancel, and
+// running tasks are cancelled at their next lease extension.
+//
 // # Logging
 //
 // go-redis has one logger for the whole process, which prints connection
