@@ -31,6 +31,8 @@
 // Declared capabilities are checked against the optional interfaces the
 // driver implements, both ways: declaring Purge without implementing
 // driver.Purger fails, and so does implementing it without declaring it.
+// RunWorker checks the declarations of the pair it is given as well
+// (Worker/Capabilities): a pair run only end to end is checked too.
 // What a driver promises across a server restart (BrokerCaps.Durable,
 // BackendCaps.Durable, BackendCaps.Lossy) is checked by the restart
 // scenario below, not just declared.

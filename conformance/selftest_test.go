@@ -900,6 +900,7 @@ var moreBackendTargets = map[string]string{
 // workerTargets name a broken broker ("broker:NAME") or backend
 // ("backend:NAME") for each worker case.
 var workerTargets = map[string]string{
+	"Capabilities":                "broker:undeclared-capability",
 	"Task/ArgumentRoundTrip":      "backend:drops-results",
 	"Task/HeadersRoundTrip":       "broker:drops-headers",
 	"Retry/Fibonacci":             "broker:delivers-early",
@@ -951,6 +952,8 @@ func init() {
 	// A snoozed task's RETRY is stored with ErrorKind snoozed, its
 	// failure past MaxSnoozes with its kind.
 	extraWorkerTargets = append(extraWorkerTargets, target{"Snooze", "backend:drops-error-kind"})
+	// A pair's backend is checked as well as its broker.
+	extraWorkerTargets = append(extraWorkerTargets, target{"Capabilities", "backend:undeclared-capability"})
 }
 
 func TestEveryCaseHasATarget(t *testing.T) {

@@ -35,6 +35,7 @@ type workerPair struct {
 }
 
 var workerCases = []kase[workerPair]{
+	{"Capabilities", workerCapabilities, parallel},
 	{"Task/ArgumentRoundTrip", taskArgs, parallel},
 	{"Task/HeadersRoundTrip", taskHeaders, parallel},
 	{"Retry/Fibonacci", retryFibonacci, parallel},
@@ -87,6 +88,17 @@ var workerCases = []kase[workerPair]{
 	{"Cancel/Outcomes", cancelOutcomes, parallel},
 	{"Snooze", workerSnooze, parallel},
 	{"Progress", workerProgress, parallel},
+}
+
+// workerCapabilities checks the pair's declarations as the Broker and
+// Backend Capabilities cases do: a pair run only by RunWorker (a broker
+// of one server with a backend of another, end to end) declares what
+// decides which Worker cases check what (CancelNotify, Concurrency, Tx,
+// Cancel, ...), and a declaration left behind by its driver must fail
+// here too, not quietly narrow those cases.
+func workerCapabilities(t testing.TB, p workerPair) {
+	brokerCapabilities(t, p.broker)
+	backendCapabilities(t, p.backend)
 }
 
 // recorder wraps a backend to record each task's states, and counts the

@@ -65,7 +65,7 @@ func TestSQSBrokerWithRedisBackend(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		Caps:   conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: 2 * time.Second, Purge: true, Stats: true},
+		Caps:   conformance.BrokerCaps{MaxPayload: 256*1024 - 1024, MaxDelay: 2 * time.Second, Purge: true, Stats: true, Queues: true},
 		Timing: conformance.Timing{Lease: 3 * time.Second, Delay: time.Second, DelayBound: 1500 * time.Millisecond, Prompt: 2 * time.Second},
 	}
 	backend := conformance.BackendHarness{

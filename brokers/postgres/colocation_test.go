@@ -172,7 +172,7 @@ func TestColocationKit(t *testing.T) {
 		New: func(t testing.TB, expiry time.Duration) errand.Backend {
 			return newStatesBackend(t, pool, schema, expiry)
 		},
-		Caps: conformance.BackendCaps{Expiry: true, Start: true, PendingIfAbsent: true, Located: true},
+		Caps: conformance.BackendCaps{Start: true, PendingIfAbsent: true, Located: true},
 	}
 	b := bh.New(t)
 	if b.(driver.Colocator).Colocate(beh.New(t, 0)) == nil {
