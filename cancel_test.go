@@ -429,3 +429,147 @@ func TestCancelChecksBackOffInBackendOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelRecordedGroupByID: a plain group sent with RecordGroup is
+// cancelled by its UUID from a second Server (an operator's, on the same
+// broker and backend): every member, in group order, the running one
+// cancelled while it ran, the queued ones before they started, none run
+// after; a plain group sent without it keeps no record, so its UUID stays
+// unknown and its tasks untouched.
+func TestCancelRecordedGroupByID(t *testing.T) {
+	checkNoLeak(t)
+	ctx := ctxT(t)
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	producer, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan string, 8)
+	producer.Register("hold", func(ctx context.Context) error {
+		info, _ := errand.TaskInfoFrom(ctx)
+		ran <- info.UUID
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+
+	// Unrecorded: its UUID names nothing.
+	plain, _ := errand.NewGroup(errand.NewSignature("hold"), errand.NewSignature("hold"))
+	for _, sig := range plain.Tasks {
+		sig.RoutingKey = "idle" // no worker takes them
+	}
+	if _, err := producer.SendGroup(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := operator.Cancel(ctx, plain.GroupUUID); err != nil || rep.Outcome != errand.CancelUnknown || rep.Group {
+		t.Fatalf("Cancel(a plain group's UUID) = %+v, %v; want unknown: SendGroup without RecordGroup records no group", rep, err)
+	}
+	for _, sig := range plain.Tasks {
+		if st, err := be.GetState(ctx, sig.UUID); err != nil || st.State != errand.StatePending {
+			t.Fatalf("a member of a plain group whose UUID was cancelled: %+v, %v; want it untouched, PENDING", st, err)
+		}
+	}
+
+	// Recorded: one member running (one worker slot), two queued.
+	g, _ := errand.NewGroup(errand.NewSignature("hold"), errand.NewSignature("hold"), errand.NewSignature("hold"))
+	rs, err := producer.SendGroup(ctx, g, errand.RecordGroup())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := producer.NewWorker(errand.WorkerConfig{Concurrency: 1})
+	w.Start()
+	defer func() { // on a failure, the held task is not waited for
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		w.Shutdown(sctx)
+	}()
+	var first string
+	select {
+	case first = <-ran:
+	case <-ctx.Done():
+		t.Fatal("no member of the group ever ran")
+	}
+	if err := waitStarted(ctx, be, first); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := operator.Cancel(ctx, g.GroupUUID)
+	if err != nil || !rep.Group || rep.Outcome != errand.CancelRunning || len(rep.Tasks) != 3 {
+		t.Fatalf("Cancel(a recorded group's UUID) = %+v, %v; want Group, outcome running, its 3 members", rep, err)
+	}
+	for i, tc := range rep.Tasks {
+		want := errand.TaskCancel{UUID: g.Tasks[i].UUID, Name: "hold", Outcome: errand.CancelQueued, Prev: errand.StatePending}
+		if tc.UUID == first {
+			want.Outcome, want.Prev = errand.CancelRunning, errand.StateStarted
+		}
+		if tc != want {
+			t.Errorf("Cancel(group) task %d = %+v; want %+v (members in group order, the running one running, the others queued)", i, tc, want)
+		}
+	}
+	for i, r := range rs {
+		if _, err := r.Get(ctx); !errors.Is(err, errand.ErrCancelled) {
+			t.Errorf("member %d of the cancelled group: Get = %v; want ErrCancelled", i, err)
+		}
+	}
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(ran) != 0 {
+		t.Errorf("a member ran after its group was cancelled (%s); only %s, running then, ever ran", <-ran, first)
+	}
+}
+
+// waitStarted polls task id's state until it is STARTED.
+func waitStarted(ctx context.Context, be errand.Backend, id string) error {
+	for {
+		st, err := be.GetState(ctx, id)
+		if err == nil && st.State == errand.StateStarted {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("task %s never was STARTED (last %+v, %v)", id, st, err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestRecordGroupInsideTx: RecordGroup's record is written inside the
+// caller's transaction, as a chord's group is: rolled back with the
+// group's tasks, committed with them.
+func TestRecordGroupInsideTx(t *testing.T) {
+	ctx := ctxT(t)
+	br, be := memorybroker.New(nil), memorybackend.New(nil)
+	t.Cleanup(func() { br.Close(); be.Close() })
+	srv, err := errand.NewServer(errand.Config{Broker: br, Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(end func(*memorybroker.Tx) error) *errand.Group {
+		t.Helper()
+		g, _ := errand.NewGroup(errand.NewSignature("add", 1, 2), errand.NewSignature("add", 3, 4))
+		tx := br.Begin()
+		if _, err := srv.SendGroup(errand.WithTx(ctx, tx), g, errand.RecordGroup()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := be.GroupStates(ctx, g.GroupUUID); !errors.Is(err, driver.ErrGroupNotFound) {
+			t.Fatalf("a recorded group inside an open transaction: GroupStates = %v; want ErrGroupNotFound until the commit", err)
+		}
+		if err := end(tx); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	g := send((*memorybroker.Tx).Rollback)
+	if _, err := be.GroupStates(ctx, g.GroupUUID); !errors.Is(err, driver.ErrGroupNotFound) {
+		t.Errorf("a recorded group whose transaction rolled back: GroupStates = %v; want ErrGroupNotFound", err)
+	}
+	g = send((*memorybroker.Tx).Commit)
+	sts, err := be.GroupStates(ctx, g.GroupUUID)
+	if err != nil || len(sts) != 2 || sts[0].TaskUUID != g.Tasks[0].UUID || sts[1].TaskUUID != g.Tasks[1].UUID {
+		t.Fatalf("a recorded group whose transaction committed: GroupStates = %v, %v; want its 2 members in order", sts, err)
+	}
+}

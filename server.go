@@ -419,7 +419,8 @@ func (s *Server) sendMany(ctx context.Context, sigs []*Signature, concurrency in
 type SendOption func(*sendOptions)
 
 type sendOptions struct {
-	concurrency int // publish batches in flight; < 1: one
+	concurrency int  // publish batches in flight; < 1: one
+	record      bool // SendGroup records the group's members (RecordGroup)
 }
 
 // SendConcurrency lets one SendGroup or SendChord call have up to n
@@ -427,6 +428,17 @@ type sendOptions struct {
 // Default: 1, one batch after another; n below 1 means 1. Inside a
 // caller's transaction ([WithTx]) it is ignored: one batch after another.
 func SendConcurrency(n int) SendOption { return func(o *sendOptions) { o.concurrency = n } }
+
+// RecordGroup makes SendGroup record the group's members in the backend
+// (Backend.InitGroup, one write, before any member is sent, inside the
+// caller's transaction where the backend takes it, as SendChord records
+// its group), so that [Server.Cancel] with the group's UUID cancels every
+// member, from any process. Without it a plain group keeps no member list
+// (nothing else reads one) and its UUID is unknown to Cancel. The record
+// lives as the backend keeps a chord's group: GroupExpiry (24h by default,
+// never less than the result expiry) on the errand formats. SendChord
+// ignores it: a chord's group is always recorded.
+func RecordGroup() SendOption { return func(o *sendOptions) { o.record = true } }
 
 func sendOpts(opts []SendOption) sendOptions {
 	var o sendOptions
@@ -437,7 +449,9 @@ func sendOpts(opts []SendOption) sendOptions {
 }
 
 // SendGroup sends every task of g and returns their results in group
-// order. Options: [SendConcurrency].
+// order. Options: [SendConcurrency], and [RecordGroup] to make the
+// group's UUID cancellable ([Server.Cancel]); by default a plain group
+// writes no group record, only its tasks' states.
 func (s *Server) SendGroup(ctx context.Context, g *Group, opts ...SendOption) ([]*AsyncResult, error) {
 	if g == nil || len(g.Tasks) == 0 {
 		return nil, errors.New("errand: empty group")
@@ -448,14 +462,22 @@ func (s *Server) SendGroup(ctx context.Context, g *Group, opts ...SendOption) ([
 	if err := s.checkTx(ctx, "SendGroup"); err != nil {
 		return nil, err
 	}
-	for _, sig := range g.Tasks {
-		s.prepare(sig)
+	o := sendOpts(opts)
+	if o.record {
+		if err := s.initGroup(ctx, g); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, sig := range g.Tasks {
+			s.prepare(sig)
+		}
 	}
-	return s.sendGroup(ctx, g, sendOpts(opts).concurrency)
+	return s.sendGroup(ctx, g, o.concurrency)
 }
 
 // sendGroup sends g's prepared tasks. A plain group writes no group
-// metadata: only a chord's callback reads it.
+// metadata (unless RecordGroup, through initGroup): a chord's callback and
+// a cancel by the group's UUID read it.
 func (s *Server) sendGroup(ctx context.Context, g *Group, sendConcurrency int) ([]*AsyncResult, error) {
 	err := s.send(ctx, g.Tasks, func(ctx context.Context, sigs []*Signature) error {
 		if err := s.checkTx(ctx, "send group"); err != nil {
@@ -473,10 +495,14 @@ func (s *Server) sendGroup(ctx context.Context, g *Group, sendConcurrency int) (
 	return out, nil
 }
 
-// initGroup prepares g's tasks and records its members for its chord.
+// initGroup prepares g's tasks and records its members, for its chord or
+// for a cancel by its UUID (RecordGroup).
 func (s *Server) initGroup(ctx context.Context, g *Group) error {
 	if g == nil || len(g.Tasks) == 0 {
 		return errors.New("errand: empty group")
+	}
+	if g.GroupUUID == "" {
+		return errors.New("errand: group without a GroupUUID: nothing to record its members under (make it with NewGroup)")
 	}
 	ids := make([]string, len(g.Tasks))
 	for i, sig := range g.Tasks {

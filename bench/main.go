@@ -128,6 +128,7 @@ type report struct {
 	pgSoak    []soakRun             // the PostgreSQL soaks
 	pgCost    map[[2]string]*pgCost // by metric and subject
 	pgEnv     []string              // the machine's load and the server's settings
+	tc        *tcRuns               // the task-control rows (cancel.go)
 }
 
 // clean deletes every key the scenarios left on Redis (their prefixes all
@@ -184,6 +185,7 @@ func (r *report) markdown() string {
 	b.WriteString(r.pgMarkdown())
 	b.WriteString(r.mqMarkdown())
 	b.WriteString(r.amqpMarkdown())
+	b.WriteString(r.tcMarkdown())
 	b.WriteString(r.profileMarkdown())
 	b.WriteString("## errand against raw floors\n\n")
 	fmt.Fprintf(&b, "Every scenario ran its raw floor in the same run and checked that each task ran exactly once. Throughputs: higher is better; ratio = errand / floor.\n\n")

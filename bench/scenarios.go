@@ -27,6 +27,7 @@ func scenarios() []scenario {
 		{"SQS", sqsScenarios},
 		{"AMQP", amqpScenarios},
 		{"AMQP drain", amqpDrains},
+		{"cancel", cancelScenarios},
 	}
 }
 

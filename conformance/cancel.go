@@ -135,7 +135,8 @@ func cancelNotify(t testing.TB, h BrokerHarness) {
 }
 
 // recCanceller is the recorder's driver.Canceller: it records CANCELLED
-// in the path of each task the backend wrote it for.
+// in the path of each task the backend wrote it for, after the state the
+// backend answers it replaced.
 type recCanceller struct{ r *recorder }
 
 func (c recCanceller) Cancel(ctx context.Context, sts []*driver.TaskState) []driver.CancelResult {
@@ -152,18 +153,12 @@ func (c recCanceller) Cancel(ctx context.Context, sts []*driver.TaskState) []dri
 	defer c.r.mu.Unlock()
 	for i, st := range sts {
 		if i < len(res) && res[i].Err == nil && res[i].Written {
+			if res[i].Prev != nil {
+				c.r.after(st.TaskUUID, errand.StateCancelled, res[i].Prev.State)
+			}
 			continue
 		}
-		p := c.r.paths[st.TaskUUID]
-		for j := len(p) - 1; j >= 0; j-- {
-			if p[j] == errand.StateCancelled {
-				c.r.paths[st.TaskUUID] = append(p[:j:j], p[j+1:]...)
-				break
-			}
-		}
-		if len(c.r.paths[st.TaskUUID]) == 0 {
-			delete(c.r.paths, st.TaskUUID)
-		}
+		c.r.takeBack(st.TaskUUID, errand.StateCancelled)
 	}
 	return res
 }

@@ -306,19 +306,29 @@ func pendingIfAbsent(t testing.TB, h BackendHarness) {
 
 type recStarter struct{ r *recorder }
 
-// Start records RECEIVED and STARTED for each request the backend wrote.
+// Start records RECEIVED and STARTED for each request before the call, as
+// SetStates does, and takes them back where the backend did not write
+// them: recorded after the call, a STARTED the case read on the server
+// and cancelled before the answer came would be recorded after its
+// CANCELLED.
 func (s recStarter) Start(ctx context.Context, reqs []driver.StartRequest) []driver.StartResult {
 	s.r.mu.Lock()
 	s.r.wrote("Start")
+	for _, req := range reqs {
+		id := req.Started.TaskUUID
+		s.r.paths[id] = append(s.r.paths[id], req.Received.State, req.Started.State)
+	}
 	s.r.mu.Unlock()
 	res := s.r.Backend.(driver.Starter).Start(ctx, reqs)
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
-	for i, x := range res {
-		if i < len(reqs) && x.Err == nil && x.Written {
-			id := reqs[i].Started.TaskUUID
-			s.r.paths[id] = append(s.r.paths[id], reqs[i].Received.State, reqs[i].Started.State)
+	for i, req := range reqs {
+		if i < len(res) && res[i].Err == nil && res[i].Written {
+			continue
 		}
+		id := req.Started.TaskUUID
+		s.r.takeBack(id, req.Started.State)
+		s.r.takeBack(id, req.Received.State)
 	}
 	return res
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -212,16 +213,56 @@ func (r *recorder) SetStates(ctx context.Context, sts []*errand.TaskState) []err
 		if errs[i] == nil || progress[i] {
 			continue
 		}
-		st := sts[i]
-		p := r.paths[st.TaskUUID]
-		for j := len(p) - 1; j >= 0; j-- {
-			if p[j] == st.State {
-				r.paths[st.TaskUUID] = append(p[:j:j], p[j+1:]...)
-				break
-			}
-		}
+		r.takeBack(sts[i].TaskUUID, sts[i].State)
 	}
 	return errs
+}
+
+// The recorder records each state before the call that writes it, so a
+// waiter woken by the write finds it and a write the case made after
+// reading a state on the server is recorded after that state; it takes
+// back what the backend did not write. Two calls in flight at once may
+// still be recorded in the other order than the backend wrote them: a
+// Cancel, which answers the state it replaced, is then moved after it
+// (recCanceller).
+
+// takeBack removes the last s from task id's path (and the path, left
+// empty): a state recorded before its write, which the backend did not
+// make. r.mu must be held.
+func (r *recorder) takeBack(id string, s errand.State) {
+	p := r.paths[id]
+	if i := lastIndex(p, s); i >= 0 {
+		p = slices.Delete(p, i, i+1)
+	}
+	if len(p) == 0 {
+		delete(r.paths, id)
+		return
+	}
+	r.paths[id] = p
+}
+
+// after moves the last s of task id's path to just after the last prev,
+// when prev was recorded after it: the backend answered that s replaced
+// prev, so prev's write came first. What was recorded after prev stays
+// after s. r.mu must be held.
+func (r *recorder) after(id string, s, prev errand.State) {
+	p := r.paths[id]
+	i, k := lastIndex(p, s), lastIndex(p, prev)
+	if i < 0 || k < i {
+		return
+	}
+	p = slices.Delete(p, i, i+1)
+	r.paths[id] = slices.Insert(p, k, s)
+}
+
+// lastIndex returns the index of the last s in p, or -1.
+func lastIndex(p []errand.State, s errand.State) int {
+	for j := len(p) - 1; j >= 0; j-- {
+		if p[j] == s {
+			return j
+		}
+	}
+	return -1
 }
 
 func (r *recorder) path(id string) []errand.State {

@@ -770,15 +770,19 @@ func goroutines() string {
 // TestCloseStopsTheSampler: after Close no goroutine of the dashboard's
 // runs (no leak), and Close may be called again.
 func TestCloseStopsTheSampler(t *testing.T) {
-	// Not parallel: it reads every goroutine's stack.
+	// Not parallel: it reads every goroutine's stack. What it opens is
+	// closed when it ends, failed or not, so that a failure leaves no
+	// sampler behind to fail the next test (or the next -count run).
 	srv, err := errand.NewServer(errand.Config{Broker: memorybroker.New(nil), Backend: memorybackend.New(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
 	var ds []*web.Dashboard
 	for range 3 {
-		ds = append(ds, web.New(srv, web.Options{SampleEvery: time.Millisecond}))
+		d := web.New(srv, web.Options{SampleEvery: time.Millisecond})
+		t.Cleanup(func() { d.Close() })
+		ds = append(ds, d)
 	}
 	if g := goroutines(); !strings.Contains(g, "sample") {
 		t.Fatalf("no sampler goroutine runs after New:\n%s", g)
@@ -789,14 +793,34 @@ func TestCloseStopsTheSampler(t *testing.T) {
 		}
 		d.Close()
 	}
-	if g := goroutines(); g != "" {
-		t.Fatalf("goroutines of the dashboard still run after Close:\n%s", g)
+	// Close returns once the sampler has closed its done channel, its
+	// last step: the goroutine may still be returning (runnable at the
+	// function's end) when Close does. Wait for it to be gone; a sampler
+	// Close did not stop runs on past the bound.
+	if g := goroutinesGone(5 * time.Second); g != "" {
+		t.Fatalf("goroutines of the dashboard still run 5s after Close:\n%s", g)
 	}
 	// The handler still serves after Close.
 	rec := httptest.NewRecorder()
 	ds[0].ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/", nil))
 	if rec.Code != 200 {
 		t.Errorf("GET / after Close: %d", rec.Code)
+	}
+}
+
+// goroutinesGone polls until no goroutine of a dashboard runs, and
+// returns those still running after bound (a hang bound, not a timing
+// claim), or "".
+func goroutinesGone(bound time.Duration) string {
+	deadline := time.Now().Add(bound)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		g := goroutines()
+		if g == "" || time.Now().After(deadline) {
+			return g
+		}
+		<-tick.C
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 )
 
 // errand cancel ID...: errand.Server.Cancel for each ID, a task's UUID or
-// a chord's group's (Backend.GroupStates names its members). What it did is said per task: cancelled before it started
+// a chord's or a recorded group's (errand.RecordGroup; Backend.GroupStates names its members). What it did is said per task: cancelled before it started
 // (queued, scheduled, retrying), cancelled while it ran, or already
 // finished (nothing changed). An ID the backend has no state for is an
 // error (exit 1), as errand show says of an unknown task; a task already

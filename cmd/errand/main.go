@@ -10,7 +10,7 @@
 //	errand show ID [-q QUEUE]         one task: its message, list and state
 //	errand requeue ID...|--all|--name NAME [-q QUEUE]
 //	errand delete ID...|--all|--name NAME [-q QUEUE]
-//	errand cancel ID...               cancel tasks, or every task of a chord's group
+//	errand cancel ID...               cancel tasks, or every task of a chord's or recorded group
 //	errand purge [-q QUEUE] --yes     drop a queue's pending and scheduled tasks
 //	errand pause QUEUE / resume QUEUE
 //	errand workers                    the live workers
@@ -98,7 +98,7 @@ var commands = []*command{
 	{name: "requeue", args: "(ID...|--all|--name NAME) [-q QUEUE]", summary: "send archived tasks again as fresh attempts", operator: true, run: runRequeue},
 	{name: "delete", args: "(ID...|--all|--name NAME) [-q QUEUE]", summary: "delete archived tasks", operator: true, run: runDelete},
 
-	{name: "cancel", args: "ID...", summary: "cancel tasks (by a task's ID, or a chord's group's): a queued one never starts, a running one has its ctx cancelled", operator: true, run: runCancel},
+	{name: "cancel", args: "ID...", summary: "cancel tasks (by a task's ID, or a chord's or recorded group's): a queued one never starts, a running one has its ctx cancelled", operator: true, run: runCancel},
 	{name: "purge", args: "[-q QUEUE] (--yes|-f)", summary: "drop a queue's pending and scheduled tasks (only with --yes)", operator: true, run: runPurge},
 	{name: "pause", args: "QUEUE", summary: "stop every worker from fetching QUEUE's tasks", operator: true, run: runPause},
 	{name: "resume", args: "QUEUE", summary: "let workers fetch QUEUE's tasks again", operator: true, run: runResume},
