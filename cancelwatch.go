@@ -50,15 +50,19 @@ type cancelParams struct {
 // once it has. The fetch loop begins once the listening has (listening).
 type cancelWatch struct {
 	cancelParams
-	mu    sync.Mutex
-	held  map[string][]*delivery // decoded deliveries in hand, by task UUID
+	mu   sync.Mutex
+	held map[string]*delivery // decoded deliveries in hand, by task UUID
+	// more holds the other deliveries of a UUID held twice (two messages
+	// of one task in hand at once: rare), so that held costs a task no
+	// allocation of its own.
+	more  map[string][]*delivery
 	wg    sync.WaitGroup
 	ready chan struct{} // closed once ListenCancel returned (or there is nothing to listen to)
 	pace  checkPace     // the state reads at lease renewals (Renewed)
 }
 
 func newCancelWatch(p cancelParams) *cancelWatch {
-	return &cancelWatch{cancelParams: p, held: map[string][]*delivery{}, ready: make(chan struct{}), pace: checkPace{every: p.every}}
+	return &cancelWatch{cancelParams: p, held: map[string]*delivery{}, ready: make(chan struct{}), pace: checkPace{every: p.every}}
 }
 
 // start begins listening for notices, in the background, on a broker
@@ -92,27 +96,43 @@ func (cw *cancelWatch) wait() { cw.wg.Wait() }
 
 // add makes dv reachable by a notice naming its task.
 func (cw *cancelWatch) add(dv *delivery) {
+	id := dv.sig.UUID
 	cw.mu.Lock()
-	cw.held[dv.sig.UUID] = append(cw.held[dv.sig.UUID], dv)
-	cw.mu.Unlock()
+	defer cw.mu.Unlock()
+	if _, ok := cw.held[id]; !ok {
+		cw.held[id] = dv
+		return
+	}
+	if cw.more == nil {
+		cw.more = map[string][]*delivery{}
+	}
+	cw.more[id] = append(cw.more[id], dv)
 }
 
 // remove ends what add began.
 func (cw *cancelWatch) remove(dv *delivery) {
+	id := dv.sig.UUID
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
-	id := dv.sig.UUID
-	ds := cw.held[id]
-	for i, d := range ds {
-		if d == dv {
-			ds = append(ds[:i], ds[i+1:]...)
-			break
+	ds := cw.more[id]
+	if cw.held[id] == dv {
+		if len(ds) == 0 {
+			delete(cw.held, id)
+			return
+		}
+		cw.held[id], ds = ds[0], ds[1:]
+	} else {
+		for i, d := range ds {
+			if d == dv {
+				ds = append(ds[:i:i], ds[i+1:]...)
+				break
+			}
 		}
 	}
 	if len(ds) == 0 {
-		delete(cw.held, id)
+		delete(cw.more, id)
 	} else {
-		cw.held[id] = ds
+		cw.more[id] = ds
 	}
 }
 
@@ -122,7 +142,10 @@ func (cw *cancelWatch) notified(taskUUIDs []string) {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
 	for _, id := range taskUUIDs {
-		for _, dv := range cw.held[id] {
+		if dv := cw.held[id]; dv != nil {
+			dv.cancel.notice(cancelCause(dv.sig, "a cancel notice"))
+		}
+		for _, dv := range cw.more[id] {
 			dv.cancel.notice(cancelCause(dv.sig, "a cancel notice"))
 		}
 	}

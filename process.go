@@ -53,7 +53,7 @@ type delivery struct {
 	stateInAck  *TaskState   // SUCCESS, to record in the ack's call (colocation.go); nil: recorded already
 	// The attempt's ctx (taskContext) and what cancels it (endTask).
 	cancelTask                    context.CancelCauseFunc
-	prog                          *progressWriter // its progress (progress.go)
+	prog                          progressWriter // its progress (progress.go)
 	cancelTimeout, cancelDeadline context.CancelFunc
 	cancel                        cancelMark  // its task's cancel, once known (cancelwatch.go)
 	outcome                       settle      // how it is settled
@@ -550,8 +550,8 @@ func (dv *delivery) taskContext() context.Context {
 		dv.ext.OnRenew(dv) // each renewal checks for a cancel (cancelwatch.go)
 	}
 	dv.cancel.follow(cancelLost)
-	dv.prog = dv.newProgress()
-	ctx = &taskInfoCtx{Context: ctx, prog: dv.prog, info: TaskInfo{
+	dv.startProgress()
+	ctx = &taskInfoCtx{Context: ctx, prog: &dv.prog, info: TaskInfo{
 		UUID: sig.UUID, Name: sig.Name, Attempt: sig.attempt(), RetryCount: w.retryLimit(sig), Snoozes: w.snoozeLimit(sig),
 		GroupUUID: sig.GroupUUID, Headers: sig.Headers,
 	}}

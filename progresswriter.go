@@ -18,20 +18,28 @@ type progressParams struct {
 	uuid, name string
 	every      time.Duration // WorkerConfig.ProgressEvery (0: no interval)
 	limit      int           // WorkerConfig.MaxProgressSize (<= 0: none)
-	// write records one value (the attempt's STARTED state with Progress
-	// set), under a bounded ctx of its own; it returns when the backend
-	// answered.
-	write func(v json.RawMessage) error
-	// cancel cancels the task's ctx with cause (wrapping ErrCancelled):
-	// a write answered ErrCancelled.
-	cancel func(cause error)
-	report func(err error) // any other write error
+	sink       progressSink
+}
+
+// progressSink is where a progressWriter's values go (the delivery's
+// attempt, progressOf).
+type progressSink interface {
+	// writeProgress records one value (the attempt's STARTED state with
+	// Progress set), under a bounded ctx of its own; it returns when the
+	// backend answered.
+	writeProgress(v json.RawMessage) error
+	// progressCancelled cancels the task's ctx with cause (wrapping
+	// ErrCancelled): a write answered ErrCancelled.
+	progressCancelled(cause error)
+	// progressFailed reports any other write error.
+	progressFailed(err error)
 }
 
 // progressWriter writes one attempt's progress in the background: one
-// goroutine, started by the first SetProgress, writes the latest value,
-// waits every, and writes again only when a newer value came (the
-// trailing write). stop ends it and waits for the write under way, so
+// goroutine, started by the first SetProgress (which makes its channels:
+// an attempt that reports no progress costs no allocation), writes the
+// latest value, waits every, and writes again only when a newer value
+// came (the trailing write). stop ends it and waits for the write under way, so
 // the attempt's final state, recorded after stop, is the last write. The
 // delivery's runner owns it: made with the task's ctx (taskContext),
 // stopped when the task's function returns (attempt) and, idempotently,
@@ -49,8 +57,9 @@ type progressWriter struct {
 	done    chan struct{} // closed when run returns
 }
 
-func newProgress(p progressParams) *progressWriter {
-	return &progressWriter{progressParams: p, kick: make(chan struct{}, 1), stopc: make(chan struct{}), done: make(chan struct{})}
+// reset makes p a new attempt's writer, with params.
+func (p *progressWriter) reset(params progressParams) {
+	*p = progressWriter{progressParams: params}
 }
 
 // set makes v the latest value, to be written by run.
@@ -66,6 +75,7 @@ func (p *progressWriter) set(v json.RawMessage) error {
 	p.latest, p.dirty = v, true
 	if !p.started {
 		p.started = true
+		p.kick, p.stopc, p.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 		go p.run()
 	}
 	select {
@@ -92,16 +102,16 @@ func (p *progressWriter) run() {
 		if !dirty {
 			continue
 		}
-		if err := p.write(v); err != nil {
+		if err := p.sink.writeProgress(v); err != nil {
 			if errors.Is(err, ErrCancelled) {
 				cause := fmt.Errorf("errand: task %s (%s) was cancelled (the backend refused its progress): %w", p.name, p.uuid, err)
 				p.mu.Lock()
 				p.err = cause
 				p.mu.Unlock()
-				p.cancel(cause)
+				p.sink.progressCancelled(cause)
 				return
 			}
-			p.report(fmt.Errorf("errand: task %s (%s): record progress: %w", p.name, p.uuid, err))
+			p.sink.progressFailed(fmt.Errorf("errand: task %s (%s): record progress: %w", p.name, p.uuid, err))
 		}
 		if p.every > 0 {
 			t := time.NewTimer(p.every)
@@ -124,7 +134,7 @@ func (p *progressWriter) stop() json.RawMessage {
 	p.stopped = true
 	v := p.latest
 	p.mu.Unlock()
-	if !already {
+	if started && !already {
 		close(p.stopc)
 	}
 	if started {
@@ -133,28 +143,30 @@ func (p *progressWriter) stop() json.RawMessage {
 	return v
 }
 
-// newProgress returns the progress writer of the delivery's attempt: each
-// write records the attempt's STARTED state with the value as its
-// Progress, unless the delivery's lease is lost (another worker may own
-// the task: nothing is written).
-func (dv *delivery) newProgress() *progressWriter {
+// startProgress makes dv.prog its attempt's progress writer: each write
+// records the attempt's STARTED state with the value as its Progress,
+// unless the delivery's lease is lost (another worker may own the task:
+// nothing is written).
+func (dv *delivery) startProgress() {
 	w, sig := dv.w, dv.sig
-	base := *dv.started // its fields do not change while the function runs
-	return newProgress(progressParams{
-		uuid: sig.UUID, name: sig.Name, every: w.cfg.ProgressEvery, limit: w.cfg.MaxProgressSize,
-		write: func(v json.RawMessage) error {
-			if dv.ext.LostCause() != nil {
-				return nil
-			}
-			st := base
-			st.Progress = v
-			ctx, cancel := w.call()
-			defer cancel()
-			return w.srv.backend.SetState(ctx, &st)
-		},
-		// The task's cancel (cancelwatch.go): its ctx ends with the
-		// cause, and its outcome is discarded.
-		cancel: dv.cancel.set,
-		report: func(err error) { w.report(err, "errand: progress not recorded", dv.attrs()...) },
-	})
+	dv.prog.reset(progressParams{uuid: sig.UUID, name: sig.Name, every: w.cfg.ProgressEvery, limit: w.cfg.MaxProgressSize, sink: dv})
+}
+
+func (dv *delivery) writeProgress(v json.RawMessage) error {
+	if dv.ext.LostCause() != nil {
+		return nil
+	}
+	st := *dv.started // its fields do not change while the function runs
+	st.Progress = v
+	ctx, cancel := dv.w.call()
+	defer cancel()
+	return dv.w.srv.backend.SetState(ctx, &st)
+}
+
+// progressCancelled: the task's cancel (cancelwatch.go): its ctx ends
+// with the cause, and its outcome is discarded.
+func (dv *delivery) progressCancelled(cause error) { dv.cancel.set(cause) }
+
+func (dv *delivery) progressFailed(err error) {
+	dv.w.report(err, "errand: progress not recorded", dv.attrs()...)
 }
