@@ -303,8 +303,12 @@ func concurrencyLimit(t testing.TB, p workerPair) {
 	}
 	const promise = "concurrency limit (never more running at once than WithConcurrencyLimit, across workers)"
 	const limit, n = 2, 6
-	lease := c.tm.Lease
-	hold := 2 * lease // each attempt outlives its slot's lease: only renewals keep it
+	// A lease of four of the kit's short leases, renewed every third of
+	// it: a renewal late by more than two thirds of it loses the lease,
+	// and the broker then rightly delivers the task again (a loaded
+	// machine made the short lease's 200ms of slack too little).
+	lease := 4 * c.tm.Lease
+	hold := lease + lease/2 // each attempt outlives its slot's lease: only renewals keep it
 	var running, most atomic.Int32
 	var mu sync.Mutex
 	attempts := map[string]int{}
