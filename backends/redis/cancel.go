@@ -75,35 +75,47 @@ return {WRITTEN, raw}
 // cancelKeys are cancelScript's keys for task id.
 func (b *Backend) cancelKeys(id string) []string { return []string{b.taskKey(id)} }
 
-// The places in a state's encoding that cancelArgs cuts at.
-var (
-	emptyNameKey = []byte(`"task_name":""`)
-	stateKeyJSON = []byte(`,"state":`)
-	finishedKey  = []byte(`,"finished_at":`)
-)
+// cancelFormat is how a state format meets cancelArgs: the backend's
+// name for errors, the format's encoder, and the places in an encoding
+// that cutCancel cuts at.
+type cancelFormat struct {
+	backend                             string
+	encode                              func(*driver.TaskState) ([]byte, error)
+	emptyName, state, created, finished []byte
+}
 
-// cancelArgs returns cancelScript's ARGV for st, a CANCELLED state: its
-// encoding with no name, attempt, start or progress (the script puts
-// the task's name and attempt in, as the stored state has them), cut at
-// the places the script splices.
-func (b *Backend) cancelArgs(st *driver.TaskState) ([]any, error) {
+// stateCancel is errand's own state format (cancelScript).
+var stateCancel = &cancelFormat{
+	backend:   "redis backend",
+	encode:    statejson.Marshal,
+	emptyName: []byte(`"task_name":""`),
+	state:     []byte(`,"state":`),
+	created:   createdKey,
+	finished:  []byte(`,"finished_at":`),
+}
+
+// cancelArgs returns the cancel script's ARGV for st, a CANCELLED state,
+// in format f with expiry: its encoding with no name, attempt, start or
+// progress (the script puts the task's name and attempt in, as the
+// stored state has them), cut at the places the script splices.
+func cancelArgs(f *cancelFormat, st *driver.TaskState, expiry time.Duration) ([]any, error) {
 	if st.State != driver.StateCancelled {
-		return nil, fmt.Errorf("redis backend: cancel of task %s with state %q; want %s", st.TaskUUID, st.State, driver.StateCancelled)
+		return nil, fmt.Errorf("%s: cancel of task %s with state %q; want %s", f.backend, st.TaskUUID, st.State, driver.StateCancelled)
 	}
 	c := st.Copy()
 	c.TaskName, c.Attempt, c.StartedAt, c.Progress = "", 0, time.Time{}, nil
 	if c.FinishedAt.IsZero() {
 		c.FinishedAt = c.CreatedAt
 	}
-	v, err := statejson.Marshal(c)
+	v, err := f.encode(c)
 	if err != nil {
-		return nil, fmt.Errorf("redis backend: encode state of %s: %w", st.TaskUUID, err)
+		return nil, fmt.Errorf("%s: encode state of %s: %w", f.backend, st.TaskUUID, err)
 	}
-	head, mid, pre, created, between, finished, tail, err := cutCancel(v, emptyNameKey, stateKeyJSON, createdKey, finishedKey)
+	head, mid, pre, created, between, finished, tail, err := cutCancel(v, f.emptyName, f.state, f.created, f.finished)
 	if err != nil {
-		return nil, fmt.Errorf("redis backend: encode state of %s: %w in %s", st.TaskUUID, err, v)
+		return nil, fmt.Errorf("%s: encode state of %s: %w in %s", f.backend, st.TaskUUID, err, v)
 	}
-	return []any{b.opts.ResultExpiry.Milliseconds(), head, mid, pre, created, between, finished, tail}, nil
+	return []any{expiry.Milliseconds(), head, mid, pre, created, between, finished, tail}, nil
 }
 
 // cutCancel cuts v, the encoding of a CANCELLED state with an empty name
@@ -170,7 +182,7 @@ func (b *Backend) Cancel(ctx context.Context, sts []*driver.TaskState) []driver.
 	keys := make([][]string, len(sts))
 	args := make([][]any, len(sts))
 	for i, st := range sts {
-		if args[i], out[i].Err = b.cancelArgs(st); out[i].Err == nil {
+		if args[i], out[i].Err = cancelArgs(stateCancel, st, b.opts.ResultExpiry); out[i].Err == nil {
 			keys[i] = b.cancelKeys(st.TaskUUID)
 		}
 	}

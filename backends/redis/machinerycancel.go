@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/errand-go/errand/driver"
 	"github.com/errand-go/errand/internal/redisconn"
@@ -93,32 +92,14 @@ return {WRITTEN, raw}
 // mCancelKeys are mCancel's keys for task id.
 func mCancelKeys(id string) []string { return []string{id} }
 
-// The places in a machinery state's encoding that mCancelArgs cuts at.
-var (
-	mEmptyNameKey = []byte(`"TaskName":""`)
-	mStateKey     = []byte(`,"State":`)
-	mFinishedKey  = []byte(`,"FinishedAt":`)
-)
-
-// mCancelArgs returns mCancel's ARGV for st, a CANCELLED state.
-func (b *MachineryBackend) mCancelArgs(st *driver.TaskState) ([]any, error) {
-	if st.State != driver.StateCancelled {
-		return nil, fmt.Errorf("redis machinery backend: cancel of task %s with state %q; want %s", st.TaskUUID, st.State, driver.StateCancelled)
-	}
-	c := st.Copy()
-	c.TaskName, c.Attempt, c.StartedAt, c.Progress = "", 0, time.Time{}, nil
-	if c.FinishedAt.IsZero() {
-		c.FinishedAt = c.CreatedAt
-	}
-	v, err := json.Marshal(toMachinery(c))
-	if err != nil {
-		return nil, fmt.Errorf("redis machinery backend: encode state of %s: %w", st.TaskUUID, err)
-	}
-	head, mid, pre, created, between, finished, tail, err := cutCancel(v, mEmptyNameKey, mStateKey, mCreatedKey, mFinishedKey)
-	if err != nil {
-		return nil, fmt.Errorf("redis machinery backend: encode state of %s: %w in %s", st.TaskUUID, err, v)
-	}
-	return []any{b.opts.ResultsExpireIn.Milliseconds(), head, mid, pre, created, between, finished, tail}, nil
+// machineryCancel is machinery's state format (mCancel).
+var machineryCancel = &cancelFormat{
+	backend:   "redis machinery backend",
+	encode:    func(st *driver.TaskState) ([]byte, error) { return json.Marshal(toMachinery(st)) },
+	emptyName: []byte(`"TaskName":""`),
+	state:     []byte(`,"State":`),
+	created:   mCreatedKey,
+	finished:  []byte(`,"FinishedAt":`),
 }
 
 // Cancel records each state, CANCELLED, as machinery's FAILURE marked as
@@ -138,7 +119,7 @@ func (b *MachineryBackend) Cancel(ctx context.Context, sts []*driver.TaskState) 
 	keys := make([][]string, len(sts))
 	args := make([][]any, len(sts))
 	for i, st := range sts {
-		if args[i], out[i].Err = b.mCancelArgs(st); out[i].Err == nil {
+		if args[i], out[i].Err = cancelArgs(machineryCancel, st, b.opts.ResultsExpireIn); out[i].Err == nil {
 			keys[i] = mCancelKeys(st.TaskUUID)
 		}
 	}
