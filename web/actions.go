@@ -73,6 +73,20 @@ func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, op func(co
 }
 
 func (d *Dashboard) requeue(w http.ResponseWriter, r *http.Request) {
+	d.onTask(w, r, func(ctx context.Context, queue, id, taskPage string) error {
+		if err := d.srv.Requeue(ctx, queue, id); err != nil {
+			return err
+		}
+		d.log.Info("web: requeued", "queue", queue, "task", id)
+		seeOther(w, r, withDone(taskPage, "requeued", -1))
+		return nil
+	})
+}
+
+// onTask runs op on the task the path names, in a queue that exists,
+// with the task's page; an error op returns is answered with the error
+// page linking to the task's page, and op answers the rest.
+func (d *Dashboard) onTask(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, queue, id, taskPage string) error) {
 	queue, id := r.PathValue("queue"), r.PathValue("id")
 	ctx, cancel := d.call(r)
 	defer cancel()
@@ -80,12 +94,9 @@ func (d *Dashboard) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	taskPage := "queues/" + pathEscape(queue) + "/tasks/" + pathEscape(id)
-	if err := d.srv.Requeue(ctx, queue, id); err != nil {
+	if err := op(ctx, queue, id, taskPage); err != nil {
 		d.failWith(w, r, err, taskPage, "task "+id)
-		return
 	}
-	d.log.Info("web: requeued", "queue", queue, "task", id)
-	seeOther(w, r, withDone(taskPage, "requeued", -1))
 }
 
 func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
@@ -114,40 +125,35 @@ func (d *Dashboard) deleteTask(w http.ResponseWriter, r *http.Request) {
 // the form says (back=workers, back=<list>, else the task's page), the
 // outcome in ?done=.
 func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request) {
-	queue, id := r.PathValue("queue"), r.PathValue("id")
-	ctx, cancel := d.call(r)
-	defer cancel()
-	if !d.knownQueue(ctx, w, r, queue) {
-		return
-	}
-	taskPage := "queues/" + pathEscape(queue) + "/tasks/" + pathEscape(id)
-	rep, err := d.srv.Result(id).Cancel(ctx)
-	if err != nil {
-		d.failWith(w, r, err, taskPage, "task "+id)
-		return
-	}
-	var done string
-	switch rep.Outcome {
-	case errand.CancelQueued:
-		done = "cancelled"
-	case errand.CancelRunning:
-		done = "cancelled-running"
-	case errand.CancelFinished:
-		done = "already-finished"
-	default:
-		d.fail(w, r, http.StatusNotFound, "Task not found",
-			"The result backend has no record of this task (the ID is wrong, or its record has expired), so there is nothing to cancel.", nil)
-		return
-	}
-	d.log.Info("web: cancel", "queue", queue, "task", id, "outcome", string(rep.Outcome))
-	next := taskPage
-	switch b := r.PostFormValue("back"); b {
-	case "workers":
-		next = "workers"
-	case "pending", "scheduled", "retrying", "inflight":
-		next = "queues/" + pathEscape(queue) + "/" + b
-	}
-	seeOther(w, r, withDone(next, done, -1))
+	d.onTask(w, r, func(ctx context.Context, queue, id, taskPage string) error {
+		rep, err := d.srv.Result(id).Cancel(ctx)
+		if err != nil {
+			return err
+		}
+		var done string
+		switch rep.Outcome {
+		case errand.CancelQueued:
+			done = "cancelled"
+		case errand.CancelRunning:
+			done = "cancelled-running"
+		case errand.CancelFinished:
+			done = "already-finished"
+		default:
+			d.fail(w, r, http.StatusNotFound, "Task not found",
+				"The result backend has no record of this task (the ID is wrong, or its record has expired), so there is nothing to cancel.", nil)
+			return nil
+		}
+		d.log.Info("web: cancel", "queue", queue, "task", id, "outcome", string(rep.Outcome))
+		next := taskPage
+		switch b := r.PostFormValue("back"); b {
+		case "workers":
+			next = "workers"
+		case "pending", "scheduled", "retrying", "inflight":
+			next = "queues/" + pathEscape(queue) + "/" + b
+		}
+		seeOther(w, r, withDone(next, done, -1))
+		return nil
+	})
 }
 
 func (d *Dashboard) requeueAll(w http.ResponseWriter, r *http.Request) {
