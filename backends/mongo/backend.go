@@ -267,34 +267,32 @@ func (b *Backend) SetStates(ctx context.Context, sts []*driver.TaskState) []erro
 }
 
 // setState replaces the task's document (upsert), unless the state is
-// not PENDING and the task is CANCELLED. The filter then matches nothing
-// and the upsert's insert meets the document's _id: only that duplicate
-// key error costs a second round trip, a read telling a CANCELLED from an
-// insert racing ours (written again).
+// not PENDING and the task is CANCELLED (replaceUnlessCancelled).
 func (b *Backend) setState(ctx context.Context, st *driver.TaskState) error {
 	cctx, cancel := b.bound(ctx)
 	defer cancel()
-	for try := 1; ; try++ {
-		now := time.Now()
-		filter := bson.D{{Key: "_id", Value: st.TaskUUID}}
-		if st.State != driver.StatePending {
-			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-				bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateCancelled)}}}},
-				bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lte", Value: now}}}},
-			}})
-		}
-		_, err := b.tasks.ReplaceOne(cctx, filter, toDoc(st, now.Add(b.opts.ResultExpiry)), options.Replace().SetUpsert(true))
-		if err == nil || !mongo.IsDuplicateKeyError(err) || st.State == driver.StatePending || try == 3 {
-			return b.err(ctx, err)
-		}
-		n, err := b.tasks.CountDocuments(cctx, bson.D{{Key: "_id", Value: st.TaskUUID}, live(now), {Key: "state", Value: string(driver.StateCancelled)}})
-		if err != nil {
-			return b.err(ctx, err)
-		}
-		if n > 0 {
-			return fmt.Errorf("mongo backend: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID, driver.ErrCancelled)
-		}
+	kept, err := replaceUnlessCancelled(cctx, b.tasks, st, errandCancelMark,
+		func(now time.Time) any { return toDoc(st, now.Add(b.opts.ResultExpiry)) })
+	if err != nil {
+		return b.err(ctx, err)
 	}
+	if kept {
+		return fmt.Errorf("mongo backend: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID, driver.ErrCancelled)
+	}
+	return nil
+}
+
+// errandCancelMark is a live CANCELLED in errand's format.
+var errandCancelMark = cancelMark{
+	not: func(now time.Time) bson.A {
+		return bson.A{
+			bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateCancelled)}}}},
+			bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lte", Value: now}}}},
+		}
+	},
+	is: func(now time.Time) bson.D {
+		return bson.D{live(now), {Key: "state", Value: string(driver.StateCancelled)}}
+	},
 }
 
 // GetState reads a live task document.

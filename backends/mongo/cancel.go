@@ -97,6 +97,42 @@ func (b *Backend) cancel(ctx context.Context, st *driver.TaskState) driver.Cance
 	return driver.CancelResult{Err: fmt.Errorf("mongo backend: cancel of task %s: its state changed under %d tries", st.TaskUUID, cancelTries)}
 }
 
+// cancelMark is how a document format marks a task's live cancel, in
+// filters at time now: not, the $or clauses a document that is no live
+// cancel meets; is, the fields (beside _id) of one that is.
+type cancelMark struct {
+	not func(now time.Time) bson.A
+	is  func(now time.Time) bson.D
+}
+
+// replaceUnlessCancelled replaces st's task document with doc(now)
+// (upsert), unless st is not PENDING and the task holds a live cancel
+// (mark). The filter then matches nothing and the upsert's insert meets
+// the document's _id: only that duplicate key error costs a second round
+// trip, a read telling a cancel (kept: nothing written) from an insert
+// racing ours (written again, three tries in all). err is the server's,
+// for the caller to wrap.
+func replaceUnlessCancelled(ctx context.Context, tasks *mongo.Collection, st *driver.TaskState, mark cancelMark, doc func(now time.Time) any) (kept bool, err error) {
+	for try := 1; ; try++ {
+		now := time.Now()
+		filter := bson.D{{Key: "_id", Value: st.TaskUUID}}
+		if st.State != driver.StatePending {
+			filter = append(filter, bson.E{Key: "$or", Value: mark.not(now)})
+		}
+		_, err := tasks.ReplaceOne(ctx, filter, doc(now), options.Replace().SetUpsert(true))
+		if err == nil || !mongo.IsDuplicateKeyError(err) || st.State == driver.StatePending || try == 3 {
+			return false, err
+		}
+		n, err := tasks.CountDocuments(ctx, append(bson.D{{Key: "_id", Value: st.TaskUUID}}, mark.is(now)...))
+		if err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+}
+
 // latest is the latest of ts.
 func latest(ts ...time.Time) time.Time {
 	var l time.Time

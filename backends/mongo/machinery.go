@@ -224,42 +224,36 @@ func (b *MachineryBackend) SetStates(ctx context.Context, sts []*driver.TaskStat
 }
 
 // setState replaces the task's document with doc (upsert), unless st is
-// not PENDING and the task is cancelled: the filter then matches nothing
-// and the upsert's insert meets the document's _id, and only that
-// duplicate key error costs a read, telling a cancel from an insert
-// racing ours (written again).
+// not PENDING and the task is cancelled (replaceUnlessCancelled).
 func (b *MachineryBackend) setState(ctx context.Context, st *driver.TaskState, doc *mTaskDoc) error {
 	c, cancel, err := b.call(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	for try := 1; ; try++ {
-		now := time.Now()
-		filter := bson.D{{Key: "_id", Value: st.TaskUUID}}
-		if st.State != driver.StatePending {
-			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-				bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateFailure)}}}},
-				bson.D{{Key: "error_kind", Value: bson.D{{Key: "$ne", Value: cancelledKind}}}},
-				bson.D{{Key: "delete_at", Value: bson.D{{Key: "$lte", Value: now}}}},
-			}})
-		}
-		_, err := b.tasks.ReplaceOne(c, filter, doc, options.Replace().SetUpsert(true))
-		if err == nil {
-			return nil
-		}
-		if !mongo.IsDuplicateKeyError(err) || st.State == driver.StatePending || try == 3 {
-			return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
-		}
-		n, err := b.tasks.CountDocuments(c, bson.D{{Key: "_id", Value: st.TaskUUID}, {Key: "state", Value: string(driver.StateFailure)},
-			{Key: "error_kind", Value: cancelledKind}, {Key: "delete_at", Value: bson.D{{Key: "$gt", Value: now}}}})
-		if err != nil {
-			return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
-		}
-		if n > 0 {
-			return fmt.Errorf("mongo machinery backend: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID, driver.ErrCancelled)
-		}
+	kept, err := replaceUnlessCancelled(c, b.tasks, st, machineryCancelMark, func(time.Time) any { return doc })
+	if err != nil {
+		return fmt.Errorf("mongo machinery backend: set state of %s: %w", st.TaskUUID, err)
 	}
+	if kept {
+		return fmt.Errorf("mongo machinery backend: %s of task %s not written over its CANCELLED state: %w", st.State, st.TaskUUID, driver.ErrCancelled)
+	}
+	return nil
+}
+
+// machineryCancelMark is a live cancel in machinery's format.
+var machineryCancelMark = cancelMark{
+	not: func(now time.Time) bson.A {
+		return bson.A{
+			bson.D{{Key: "state", Value: bson.D{{Key: "$ne", Value: string(driver.StateFailure)}}}},
+			bson.D{{Key: "error_kind", Value: bson.D{{Key: "$ne", Value: cancelledKind}}}},
+			bson.D{{Key: "delete_at", Value: bson.D{{Key: "$lte", Value: now}}}},
+		}
+	},
+	is: func(now time.Time) bson.D {
+		return bson.D{{Key: "state", Value: string(driver.StateFailure)},
+			{Key: "error_kind", Value: cancelledKind}, {Key: "delete_at", Value: bson.D{{Key: "$gt", Value: now}}}}
+	},
 }
 
 // A cancel in machinery's format is a FAILURE whose error_kind is
