@@ -70,16 +70,7 @@ func runCancel(c *cli, args []string) error {
 			return err
 		}
 	}
-	switch len(errs) {
-	case 0:
-		return nil
-	case 1:
-		return errs[0]
-	}
-	for _, err := range errs {
-		fmt.Fprintf(c.stderr, "errand %s: %s\n", c.cmd.name, oneLine(err))
-	}
-	return fmt.Errorf("%d of %d IDs not cancelled", len(errs), len(ids))
+	return c.someFailed(errs, len(ids), "IDs not cancelled")
 }
 
 // printCancel says what cancelling id did: one line per task, after a

@@ -373,6 +373,13 @@ func (c *cli) onArchive(queue string, ids []string, all bool, name, done string,
 		}
 		fmt.Fprintf(c.stdout, "%s %d %s of queue %q\n", done, out.Count, what, queue)
 	}
+	return c.someFailed(errs, len(ids), "tasks not "+done)
+}
+
+// someFailed is the error of a command on n IDs whose failures are errs:
+// none, nil; one, that error; more, each printed on stderr and an error
+// counting them ("<len(errs)> of <n> <what>").
+func (c *cli) someFailed(errs []error, n int, what string) error {
 	switch len(errs) {
 	case 0:
 		return nil
@@ -382,7 +389,7 @@ func (c *cli) onArchive(queue string, ids []string, all bool, name, done string,
 	for _, err := range errs {
 		fmt.Fprintf(c.stderr, "errand %s: %s\n", c.cmd.name, oneLine(err))
 	}
-	return fmt.Errorf("%d of %d tasks not %s", len(errs), len(ids), done)
+	return fmt.Errorf("%d of %d %s", len(errs), n, what)
 }
 
 // keysHint adds to an error about a message's signature where the
