@@ -552,12 +552,7 @@ func tcCapDrain(ctx context.Context, r *report, total, variant int) (time.Durati
 	if err := srv.Register("noop", func(i int) error { o.mark(i); return nil }, opts...); err != nil {
 		return 0, err
 	}
-	sigs := make([]*errand.Signature, total)
-	for i := range sigs {
-		sigs[i] = errand.NewSignature("noop", i)
-	}
-	g, _ := errand.NewGroup(sigs...)
-	if _, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4)); err != nil {
+	if err := sendNoops(ctx, srv, total); err != nil {
 		return 0, err
 	}
 	wk := srv.NewWorker(errand.WorkerConfig{Concurrency: 10})

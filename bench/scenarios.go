@@ -310,6 +310,18 @@ func memoryDrain(r *report) error {
 	return nil
 }
 
+// sendNoops preloads total no-op tasks on srv ("noop", argument i), in
+// one group send.
+func sendNoops(ctx context.Context, srv *errand.Server, total int) error {
+	sigs := make([]*errand.Signature, total)
+	for i := range sigs {
+		sigs[i] = errand.NewSignature("noop", i)
+	}
+	g, _ := errand.NewGroup(sigs...)
+	_, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4))
+	return err
+}
+
 // errandDrain preloads total no-op tasks on srv (one group send), then
 // drains them with a worker of w slots and returns how long the drain took,
 // checking every task succeeded exactly once. before runs just before the
@@ -317,12 +329,7 @@ func memoryDrain(r *report) error {
 func errandDrain(ctx context.Context, srv *errand.Server, total, w int, before func()) (time.Duration, error) {
 	o := newOnce(total)
 	srv.Register("noop", func(int) error { return nil })
-	sigs := make([]*errand.Signature, total)
-	for i := range sigs {
-		sigs[i] = errand.NewSignature("noop", i)
-	}
-	g, _ := errand.NewGroup(sigs...)
-	if _, err := srv.SendGroup(ctx, g, errand.SendConcurrency(4)); err != nil {
+	if err := sendNoops(ctx, srv, total); err != nil {
 		return 0, err
 	}
 	if before != nil {
