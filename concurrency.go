@@ -84,6 +84,20 @@ type heldSlots struct {
 	failing bool // the latest renewal failed otherwise (reported once a run)
 }
 
+// lock locks hs and returns it, or returns nil when hs is nil (no slots
+// held) or its slots were freed (unlocked again).
+func (hs *heldSlots) lock() *heldSlots {
+	if hs == nil {
+		return nil
+	}
+	hs.mu.Lock()
+	if hs.freed {
+		hs.mu.Unlock()
+		return nil
+	}
+	return hs
+}
+
 // slotsOf returns the slots dv's attempt must take: its task's, and its
 // queue's on this worker; none (nil) when neither is limited.
 func (dv *delivery) slotsOf() []driver.Slot {
@@ -139,15 +153,11 @@ func slotBackoff(delivery int) time.Duration {
 // reported once: the task runs on, and its limit may be exceeded by one
 // until it returns.
 func (dv *delivery) renewSlots(ctx context.Context) {
-	hs, w := dv.slots, dv.w
+	hs, w := dv.slots.lock(), dv.w
 	if hs == nil {
 		return
 	}
-	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if hs.freed {
-		return
-	}
 	err := portable.UseErr(ctx, w.srv.broker, "concurrency limits", func(cl driver.ConcurrencyLimiter) error {
 		return cl.Renew(ctx, hs.holder, hs.keys, w.cfg.Lease)
 	})
@@ -169,15 +179,11 @@ func (dv *delivery) renewSlots(ctx context.Context) {
 // attempt did not run after all); calling it again does nothing. A failed
 // Free is reported: the slots lapse a Lease after their last renewal.
 func (dv *delivery) freeSlots() {
-	hs, w := dv.slots, dv.w
+	hs, w := dv.slots.lock(), dv.w
 	if hs == nil {
 		return
 	}
-	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if hs.freed {
-		return
-	}
 	hs.freed = true
 	ctx, cancel := w.call()
 	defer cancel()
