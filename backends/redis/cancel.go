@@ -57,20 +57,31 @@ local ok, p = pcall(cjson.decode, raw)
 if not ok or type(p) ~= 'table' then return {NONE, raw} end
 local st = p.state
 if st == 'SUCCESS' or st == 'FAILURE' or st == 'CANCELLED' then return {NONE, raw} end
-local name = string.match(raw, '^{"task_uuid":"[^"\\]*","task_name":("[^"\\]*")')
+`, luaCancelWrite("task_uuid", "task_name", "attempt", "created_at"))
+
+// luaCancelWrite is the end of a cancel script on a state format whose
+// fields are named uuid, name, attempt and created: with raw the task's
+// state, p its decoding and the canceller's parts from the script's
+// prologue, it writes the cancel with the task's name (as it was stored
+// when the layout allows, else re-encoded by cjson), attempt and created
+// time spliced in, its finished time no earlier than that created time
+// (LuaNotBefore), and returns {WRITTEN, raw}.
+func luaCancelWrite(uuid, name, attempt, created string) string {
+	return fmt.Sprintf(`local name = string.match(raw, '^{"%[1]s":"[^"\\]*","%[2]s":("[^"\\]*")')
 if not name then
   name = '""'
-  if type(p.task_name) == 'string' then name = cjson.encode(p.task_name) end
+  if type(p.%[2]s) == 'string' then name = cjson.encode(p.%[2]s) end
 end
 local attempt = ''
-local att = tonumber(p.attempt)
-if att and att >= 1 then attempt = string.format(',"attempt":%d', att) end
-if type(p.created_at) == 'string' then created = cjson.encode(p.created_at) end
+local att = tonumber(p.%[3]s)
+if att and att >= 1 then attempt = string.format(',"%[3]s":%%d', att) end
+if type(p.%[4]s) == 'string' then created = cjson.encode(p.%[4]s) end
 finished = notBefore(finished, created)
 local v = head .. name .. mid .. attempt .. pre .. created .. between .. finished .. tail
 if expiry ~= '0' then redis.call('SET', task, v, 'PX', expiry) else redis.call('SET', task, v) end
 return {WRITTEN, raw}
-`)
+`, uuid, name, attempt, created)
+}
 
 // cancelKeys are cancelScript's keys for task id.
 func (b *Backend) cancelKeys(id string) []string { return []string{b.taskKey(id)} }

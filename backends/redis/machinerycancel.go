@@ -74,20 +74,7 @@ local ok, p = pcall(cjson.decode, raw)
 -- states: a value that is no task state is no task to cancel.
 if not ok or type(p) ~= 'table' or type(p.State) ~= 'string' or p.State == '' then return {NONE, false} end
 if p.State == 'SUCCESS' or p.State == 'FAILURE' then return {NONE, raw} end
-local name = string.match(raw, '^{"TaskUUID":"[^"\\]*","TaskName":("[^"\\]*")')
-if not name then
-  name = '""'
-  if type(p.TaskName) == 'string' then name = cjson.encode(p.TaskName) end
-end
-local attempt = ''
-local att = tonumber(p.Attempt)
-if att and att >= 1 then attempt = string.format(',"Attempt":%d', att) end
-if type(p.CreatedAt) == 'string' then created = cjson.encode(p.CreatedAt) end
-finished = notBefore(finished, created)
-local v = head .. name .. mid .. attempt .. pre .. created .. between .. finished .. tail
-if expiry ~= '0' then redis.call('SET', task, v, 'PX', expiry) else redis.call('SET', task, v) end
-return {WRITTEN, raw}
-`)
+`, luaCancelWrite("TaskUUID", "TaskName", "Attempt", "CreatedAt"))
 
 // mCancelKeys are mCancel's keys for task id.
 func mCancelKeys(id string) []string { return []string{id} }
