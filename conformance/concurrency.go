@@ -54,6 +54,15 @@ func (c *slotCase) acquire(holder string, ttl time.Duration, slots ...driver.Slo
 	return ok
 }
 
+// mustAcquire takes slots of free keys for holder, the case's setup:
+// a refusal fails the case.
+func (c *slotCase) mustAcquire(holder string, ttl time.Duration, slots ...driver.Slot) {
+	c.t.Helper()
+	if !c.acquire(holder, ttl, slots...) {
+		c.t.Fatalf("Acquire(%s, %v, %v) of free keys was refused", holder, slots, ttl)
+	}
+}
+
 func (c *slotCase) free(holder string, keys ...string) {
 	c.t.Helper()
 	if err := c.cl.Free(c.ctx, holder, keys); err != nil {
@@ -151,9 +160,7 @@ func slotsLapse(t testing.TB, h BrokerHarness) {
 	slot := driver.Slot{Key: key, Limit: 1}
 	ttl := c.tm.Lease
 	a, b := c.holder("renewing"), c.holder("waiting")
-	if !c.acquire(a, ttl, slot) {
-		t.Fatalf("Acquire of a free key of limit 1 was refused")
-	}
+	c.mustAcquire(a, ttl, slot)
 	// Renewed every ttl/4 for 3×ttl: the slot stays a's.
 	until := time.Now().Add(3 * ttl)
 	var last time.Time // when a's last Renew was sent
@@ -191,9 +198,7 @@ func slotsFree(t testing.TB, h BrokerHarness) {
 	key := name(t, "slot")
 	slot := driver.Slot{Key: key, Limit: 1}
 	a, b := c.holder("first"), c.holder("second")
-	if !c.acquire(a, time.Minute, slot) {
-		t.Fatalf("Acquire of a free key of limit 1 was refused")
-	}
+	c.mustAcquire(a, time.Minute, slot)
 	if c.acquire(b, time.Minute, slot) {
 		t.Fatalf("concurrency limit promise broken: a second holder took a slot of a key of limit 1")
 	}
@@ -218,9 +223,7 @@ func slotsAllOrNone(t testing.TB, h BrokerHarness) {
 	}
 	const promise = "concurrency Acquire (all or none of its keys)"
 	x, y := driver.Slot{Key: name(t, "x"), Limit: 1}, driver.Slot{Key: name(t, "y"), Limit: 1}
-	if !c.acquire(c.holder("holds-y"), time.Minute, y) {
-		t.Fatalf("Acquire of a free key of limit 1 was refused")
-	}
+	c.mustAcquire(c.holder("holds-y"), time.Minute, y)
 	for _, order := range [][]driver.Slot{{x, y}, {y, x}} {
 		if c.acquire(c.holder("both"), time.Minute, order...) {
 			t.Fatalf("%s promise broken: Acquire of %s (free) and %s (full) took them", promise, x.Key, y.Key)
@@ -255,9 +258,8 @@ func slotsRenewLapsed(t testing.TB, h BrokerHarness) {
 	short, long := driver.Slot{Key: name(t, "short"), Limit: 1}, driver.Slot{Key: name(t, "long"), Limit: 1}
 	ttl := c.tm.Lease
 	a, b := c.holder("lapsing"), c.holder("taker")
-	if !c.acquire(a, ttl, short) || !c.acquire(a, time.Minute, long) {
-		t.Fatalf("Acquire of free keys of limit 1 was refused")
-	}
+	c.mustAcquire(a, ttl, short)
+	c.mustAcquire(a, time.Minute, long)
 	if got, _ := c.waitAcquire(b, time.Minute, 10*ttl+c.tm.Prompt, short); !got {
 		t.Fatalf("concurrency slot lease promise broken: a slot of ttl %v not renewed was still held %v later", ttl, 10*ttl+c.tm.Prompt)
 	}
