@@ -627,19 +627,29 @@ func (w *Worker) scheduleRetry(ctx context.Context, sig *Signature, runErr error
 		return w.fail(ctx, sig, st, fmt.Errorf("%w (no retry: deadline %s passed)", runErr, sig.Deadline.Format(time.RFC3339Nano)))
 	}
 	next.ETA = &eta
+	return w.sendAgain(ctx, sig, next, st, "RETRY", "retry", func(r *TaskState) { r.Error = runErr.Error() })
+}
+
+// sendAgain records RETRY for next's attempt of sig (with mark's fields)
+// unless st already is RETRY, then publishes next, and returns the state
+// it recorded; a task cancelled meanwhile (the write answers ErrCancelled)
+// never runs again (afterCancel). state and what name the write and the
+// publish in errors.
+func (w *Worker) sendAgain(ctx context.Context, sig, next *Signature, st *TaskState, state, what string, mark func(*TaskState)) (settle, *TaskState, error) {
 	if st.State != StateRetry {
 		st = st.Copy()
-		st.State, st.Error, st.Attempt = StateRetry, runErr.Error(), next.Attempt
+		st.State, st.Attempt = StateRetry, next.Attempt
+		mark(st)
 		if err := w.srv.backend.SetState(ctx, st); err != nil {
-			if errors.Is(err, ErrCancelled) { // cancelled as it failed: no retry
+			if errors.Is(err, ErrCancelled) {
 				outcome, err := w.afterCancel(ctx, sig)
 				return outcome, st, err
 			}
-			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set RETRY: %w", sig.Name, sig.UUID, err)
+			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set %s: %w", sig.Name, sig.UUID, state, err)
 		}
 	}
 	if err := w.srv.publish(ctx, next); err != nil {
-		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): publish retry: %w", sig.Name, sig.UUID, err)
+		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): publish %s: %w", sig.Name, sig.UUID, what, err)
 	}
 	return settleAck, st, nil
 }
@@ -678,21 +688,9 @@ func (w *Worker) snooze(ctx context.Context, sig *Signature, snz *SnoozeError, s
 		return w.fail(ctx, sig, st, fmt.Errorf("%w (no snooze: deadline %s passed)", snz, sig.Deadline.Format(time.RFC3339Nano)))
 	}
 	next.ETA = &eta
-	if st.State != StateRetry {
-		st = st.Copy()
-		st.State, st.Error, st.ErrorKind, st.Attempt = StateRetry, snz.Error(), string(KindSnoozed), next.Attempt
-		if err := w.srv.backend.SetState(ctx, st); err != nil {
-			if errors.Is(err, ErrCancelled) { // cancelled as it snoozed: it never runs again
-				outcome, err := w.afterCancel(ctx, sig)
-				return outcome, st, err
-			}
-			return settleRequeue, st, fmt.Errorf("errand: task %s (%s): set RETRY (snoozed): %w", sig.Name, sig.UUID, err)
-		}
-	}
-	if err := w.srv.publish(ctx, next); err != nil {
-		return settleRequeue, st, fmt.Errorf("errand: task %s (%s): publish snoozed task: %w", sig.Name, sig.UUID, err)
-	}
-	return settleAck, st, nil
+	return w.sendAgain(ctx, sig, next, st, "RETRY (snoozed)", "snoozed task", func(r *TaskState) {
+		r.Error, r.ErrorKind = snz.Error(), string(KindSnoozed)
+	})
 }
 
 // fail records FAILURE for sig, runs what follows a failure, and returns
