@@ -302,12 +302,7 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	switch {
-	case cfg.SettleGrace == 0:
-		cfg.SettleGrace = DefaultSettleGrace
-	case cfg.SettleGrace < 0:
-		cfg.SettleGrace = 0
-	}
+	zeroIsDefault(&cfg.SettleGrace, DefaultSettleGrace)
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = Fibonacci{Unit: time.Second}
 	}
@@ -327,27 +322,12 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 			cfg.MaxMessageSize = DefaultMaxMessageSize
 		}
 	}
-	switch {
-	case cfg.MaxRetries == 0:
-		cfg.MaxRetries = DefaultMaxRetries
-	case cfg.MaxRetries < 0:
-		cfg.MaxRetries = 0
-	}
-	switch {
-	case cfg.MaxSnoozes == 0:
-		cfg.MaxSnoozes = DefaultMaxSnoozes
-	case cfg.MaxSnoozes < 0:
-		cfg.MaxSnoozes = 0
-	}
+	zeroIsDefault(&cfg.MaxRetries, DefaultMaxRetries)
+	zeroIsDefault(&cfg.MaxSnoozes, DefaultMaxSnoozes)
 	if cfg.MaxProgressSize == 0 {
 		cfg.MaxProgressSize = DefaultMaxProgressSize
 	}
-	switch {
-	case cfg.ProgressEvery == 0:
-		cfg.ProgressEvery = DefaultProgressEvery
-	case cfg.ProgressEvery < 0:
-		cfg.ProgressEvery = 0
-	}
+	zeroIsDefault(&cfg.ProgressEvery, DefaultProgressEvery)
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
@@ -390,6 +370,17 @@ func (s *Server) NewWorker(cfg WorkerConfig) *Worker {
 			stopping: w.fetchCtx, calls: w.callCtx, call: w.call, report: w.report, log: log})
 	}
 	return w
+}
+
+// zeroIsDefault sets *v, a WorkerConfig field, to def when it is 0 (not
+// set) and to 0 when it is negative (none).
+func zeroIsDefault[T int | time.Duration](v *T, def T) {
+	switch {
+	case *v == 0:
+		*v = def
+	case *v < 0:
+		*v = 0
+	}
 }
 
 // Start begins fetching in the background. Calling it again does nothing.
