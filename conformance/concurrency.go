@@ -304,13 +304,14 @@ func concurrencyLimit(t testing.TB, p workerPair) {
 		return
 	}
 	const promise = "concurrency limit (never more running at once than WithConcurrencyLimit, across workers)"
-	const limit, n = 2, 6
-	// A lease of four of the kit's short leases, renewed every third of
-	// it: a renewal late by more than two thirds of it loses the lease,
-	// and the broker then rightly delivers the task again (a loaded
-	// machine made the short lease's 200ms of slack too little).
-	lease := 4 * c.tm.Lease
-	hold := lease + lease/2 // each attempt outlives its slot's lease: only renewals keep it
+	const limit, n = 2, 4
+	// A lease of four of the kit's short leases, and at least 1s,
+	// renewed every third of it: a renewal (of the lease, and with it of
+	// the slot) late by more than two thirds of it lets the slot lapse
+	// or loses the lease, and another attempt then rightly takes the
+	// slot (a loaded machine made 200ms and 270ms of slack too little).
+	lease := max(4*c.tm.Lease, time.Second)
+	hold := lease + lease/4 // each attempt outlives its slot's lease: only renewals keep it
 	var running, most atomic.Int32
 	var mu sync.Mutex
 	attempts := map[string]int{}
