@@ -105,8 +105,8 @@ func runBackendOutage(t *testing.T, backend errand.Backend, stop, start func(tes
 		// 5s, not 2s: after its restart, a loaded machine's FerretDB took
 		// more than 2s for writes that succeed, and a timed-out SUCCESS is
 		// requeued, so a task begun after the outage ran twice.
-		CallTimeout:     5 * time.Second,
-		ErrorHandler:    func(error) { reported.Add(1) },
+		CallTimeout:  5 * time.Second,
+		ErrorHandler: func(error) { reported.Add(1) },
 	})
 	w.Start()
 	defer w.Shutdown(context.Background())
